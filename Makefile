@@ -1,0 +1,163 @@
+# Makefile -- builds libpocketbrain (core: C11 + libc + libm + pthreads), the pocketbrain CLI and the tests.
+#   make            build everything (runtime CPU dispatch: one binary for any x86-64)
+#   make run        build, then chat with the embedded default model
+#   make test       build, then run every test; ends with "N passed, N failed"
+#   make SAN=address,undefined test    sanitizer build of the tests (objects in build-san/)
+#   make SAN=thread test               ThreadSanitizer build (objects in build-tsan/)
+#   make NATIVE=1   -march=native (opt-in; the binary then needs this CPU)
+#   make CROSS=aarch64-linux-gnu-      cross build for ARM64 (tests run under qemu-aarch64)
+
+CC       ?= cc
+CROSS    ?=
+ifneq ($(CROSS),)
+CC       := $(CROSS)gcc
+endif
+MACHINE  := $(shell $(CC) -dumpmachine)
+ifneq ($(findstring aarch64,$(MACHINE)),)
+ARCH     := arm64
+else
+ARCH     := x86
+endif
+
+ifeq ($(SAN),)
+BUILD    ?= build$(if $(CROSS),-$(ARCH))
+else ifeq ($(SAN),thread)
+BUILD    ?= build-tsan
+else
+BUILD    ?= build-san
+endif
+
+WARN     := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
+            -Wdouble-promotion -Wformat=2 -Wno-unused-parameter
+OPT      ?= -O2
+CFLAGS   := -std=c11 $(OPT) -g -D_GNU_SOURCE -fPIC $(WARN) -Iinclude -Isrc $(EXTRA_CFLAGS)
+ifeq ($(CI),true)
+CFLAGS   += -Werror
+endif
+ifneq ($(NATIVE),)
+CFLAGS   += -march=native
+endif
+LDFLAGS  := $(EXTRA_LDFLAGS)
+ifneq ($(SAN),)
+CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=$(SAN)
+endif
+ifneq ($(CROSS),)
+LDFLAGS  += -static
+endif
+
+# ---- core library -----------------------------------------------------------------------------
+CORE_ROOMS := base gguf tensor kernels model tokenizer sampler engine
+CORE_SRC   := $(foreach r,$(CORE_ROOMS),$(wildcard src/$(r)/*.c))
+# ISA files compile with their own flags; the other architecture's files are left out.
+ifeq ($(ARCH),x86)
+CORE_SRC   := $(filter-out src/kernels/arm_%.c,$(CORE_SRC))
+else
+CORE_SRC   := $(filter-out src/kernels/x86_%.c,$(CORE_SRC))
+endif
+CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o)
+LIB        := $(BUILD)/libpocketbrain.a
+
+$(BUILD)/src/kernels/x86_avx2.o:   ISA_FLAGS := -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/x86_avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/arm_neon.o:   ISA_FLAGS := -march=armv8.2-a+dotprod+fp16
+
+# ---- service rooms (Debian libraries allowed; linked into the CLI, not into the core) ----------
+SVC_SRC    := $(wildcard src/store/*.c src/server/*.c)
+SVC_OBJ    := $(SVC_SRC:%.c=$(BUILD)/%.o)
+
+# ---- CLI --------------------------------------------------------------------------------------
+TOOL_SRC   := $(wildcard tools/*.c)
+TOOL_OBJ   := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+BIN        := $(BUILD)/pocketbrain
+SYS_LIBS   := -lsqlite3 -lmicrohttpd -lcjson -lcurl -lcrypto -ledit
+ifneq ($(wildcard src/store/*.c),)
+SYS_LIBS   += $(shell pkg-config --libs poppler-glib 2>/dev/null)
+$(BUILD)/src/store/%.o: EXTRA_INC := $(shell pkg-config --cflags poppler-glib 2>/dev/null)
+endif
+CORE_LIBS  := -lm -lpthread
+
+# web UI embedded at build time (web/* -> generated C array)
+WEB_FILES  := $(wildcard web/*.html web/*.js web/*.css)
+WEB_C      := $(BUILD)/gen/web_assets.c
+WEB_OBJ    := $(BUILD)/gen/web_assets.o
+
+# ---- tests ------------------------------------------------------------------------------------
+# tests/test_*.c   unit tests against the core library only (also built for ARM64 under qemu)
+# tests/itest_*.c  tests that also link the service rooms and system libraries
+UNIT_SRC   := $(wildcard tests/test_*.c)
+UNIT_BIN   := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+ITEST_SRC  := $(wildcard tests/itest_*.c)
+ITEST_BIN  := $(ITEST_SRC:tests/%.c=$(BUILD)/tests/%)
+FUZZ_SRC   := $(wildcard tests/fuzz_*.c)
+EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
+.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test
+all: lib cli tests
+
+lib: $(LIB)
+cli: $(BIN)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(EXAMPLES)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_FLAGS) $(EXTRA_INC) -MMD -MP -c $< -o $@
+
+$(LIB): $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(CROSS)ar rcs $@ $^
+
+$(WEB_C): $(WEB_FILES) scripts/embed_web.sh
+	@mkdir -p $(dir $@)
+	sh scripts/embed_web.sh $@ $(WEB_FILES)
+
+$(WEB_OBJ): $(WEB_C)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BIN): $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(LIB) $(SYS_LIBS) $(CORE_LIBS)
+
+$(BUILD)/tests/test_%: tests/test_%.c tests/pb_test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP $< -o $@ $(LDFLAGS) $(LIB) $(CORE_LIBS)
+
+$(BUILD)/tests/itest_%: tests/itest_%.c tests/pb_test.h $(SVC_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EXTRA_INC) $(shell pkg-config --cflags poppler-glib 2>/dev/null) -MMD -MP $< -o $@ $(LDFLAGS) $(SVC_OBJ) $(LIB) $(SYS_LIBS) $(CORE_LIBS)
+
+$(BUILD)/examples/%: examples/%.c include/pocketbrain.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iinclude $< -o $@ $(LDFLAGS) $(LIB) $(CORE_LIBS)
+
+# libFuzzer targets (clang): make fuzz -> build-fuzz/fuzz_*
+FUZZ_BUILD := build-fuzz
+fuzz:
+	@mkdir -p $(FUZZ_BUILD)
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  echo "clang $$n"; \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
+	    $$f $(filter-out src/kernels/arm_%.c,$(CORE_SRC)) -mavx2 -mfma -mf16c -o $(FUZZ_BUILD)/$$n -lm -lpthread || exit 1; \
+	done
+
+deps:
+	@sh scripts/deps.sh
+
+run: deps all
+	@sh scripts/run_default.sh $(BIN)
+
+test: deps all
+	@sh tests/run.sh $(BUILD)
+
+cross-test:
+	@$(MAKE) --no-print-directory CROSS=aarch64-linux-gnu- lib tests-unit-only
+	@sh tests/run.sh build-arm64 --unit-only --qemu
+
+tests-unit-only: $(UNIT_BIN)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-san build-tsan build-arm64 build-fuzz
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

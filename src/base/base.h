@@ -1,0 +1,124 @@
+/* base.h -- internal foundation shared by every room: errors, asserts, files/mmap, time, threads, CPU. */
+#ifndef PB_BASE_H
+#define PB_BASE_H
+
+#include "pocketbrain.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* Records a thread-local message for pb_last_error() and returns s, so callers can write
+ * `return pb_error(PB_ERR_FORMAT, "gguf: tensor '%s' offset past end of file", name);` */
+pb_status pb_error(pb_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message: "convert: " + previous text. Returns s. */
+pb_status pb_error_prefix(pb_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pb_error_clear(void);
+
+/* Programmer bugs only (never for bytes from files or the network). Always on. */
+void pb_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define PB_ASSERT(x) ((x) ? (void)0 : pb_assert_fail(#x, __FILE__, __LINE__))
+
+void pb_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Overflow-checked size arithmetic: false on overflow. */
+static inline bool pb_mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool pb_add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+#define PB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PB_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define PB_PAD(x, n) (((x) + (n) - 1) & ~((size_t)(n) - 1))
+
+/* ---- allocation -----------------------------------------------------------------------------  */
+/* malloc/calloc that set PB_ERR_NOMEM text on failure (return NULL). Aligned memory is 64-byte. */
+void *pb_malloc(size_t n);
+void *pb_calloc(size_t count, size_t size);
+void *pb_aligned_alloc(size_t n); /* free with pb_aligned_free */
+void pb_aligned_free(void *p);
+char *pb_strdup(const char *s);
+
+/* ---- files (os_unix.c) ----------------------------------------------------------------------- */
+
+typedef struct pb_map {
+    const uint8_t *data; /* read-only view of the whole file */
+    size_t size;
+    bool mapped;         /* true: munmap on close; false: heap copy */
+} pb_map;
+
+/* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false). */
+pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out);
+void pb_map_close(pb_map *m);
+
+/* Reads a whole file into a NUL-terminated heap buffer (free with free()). */
+pb_status pb_read_file(const char *path, char **out, size_t *len);
+
+/* Atomic file output: writes go to "<path>.tmp.<pid>" and pb_atomic_commit renames it over path
+ * (after fsync). pb_atomic_abort removes the temp file. A crashed writer never leaves a partial path. */
+typedef struct pb_atomic_file {
+    int fd;
+    char *path;
+    char *tmp_path;
+} pb_atomic_file;
+
+pb_status pb_atomic_open(const char *path, pb_atomic_file *out);
+pb_status pb_atomic_write(pb_atomic_file *f, const void *data, size_t n);
+pb_status pb_atomic_commit(pb_atomic_file *f);
+void pb_atomic_abort(pb_atomic_file *f);
+/* Removes every temp file still open in this process (called from SIGINT/SIGTERM handlers by tools;
+ * async-signal-safe: uses only unlink()). */
+void pb_atomic_cleanup_all(void);
+
+/* Monotonic time in nanoseconds / milliseconds. */
+uint64_t pb_time_ns(void);
+double pb_time_ms(void);
+
+/* Memory: bytes available to this process (min of MemAvailable and cgroup v1/v2 limit - usage);
+ * 0 when unknown. Peak resident set size of this process in bytes (0 when unknown). */
+size_t pb_mem_available(void);
+size_t pb_peak_rss(void);
+size_t pb_current_rss(void);
+
+/* ---- CPU features (cpu.c) -------------------------------------------------------------------- */
+
+enum {
+    PB_CPU_AVX2 = 1 << 0,
+    PB_CPU_FMA = 1 << 1,
+    PB_CPU_F16C = 1 << 2,
+    PB_CPU_AVX512F = 1 << 3,
+    PB_CPU_AVX512BW = 1 << 4,
+    PB_CPU_AVX512VL = 1 << 5,
+    PB_CPU_AVX512VNNI = 1 << 6,
+    PB_CPU_AVX512DQ = 1 << 7,
+    PB_CPU_NEON = 1 << 8,
+    PB_CPU_DOTPROD = 1 << 9,
+};
+/* Detected once; PB_CPU env var ("scalar", "avx2", "avx512") can restrict it for tests/benches. */
+unsigned pb_cpu_features(void);
+int pb_cpu_physical_cores(void);
+
+/* ---- thread pool (pool.c, the only <pthread.h> user besides engine cancellation) -------------- */
+
+typedef struct pb_pool pb_pool;
+/* fn is called once for each ith in [0, nth) with the same ctx; pb_pool_run returns when all done.
+ * The calling thread takes part as ith 0. */
+typedef void (*pb_pool_fn)(void *ctx, int ith, int nth);
+
+pb_status pb_pool_new(int n_threads, pb_pool **out);
+void pb_pool_free(pb_pool *p);
+int pb_pool_size(const pb_pool *p);
+void pb_pool_run(pb_pool *p, pb_pool_fn fn, void *ctx);
+/* Runs with only the first n threads (1 <= n <= size); used by the thermal governor. */
+void pb_pool_run_n(pb_pool *p, int n, pb_pool_fn fn, void *ctx);
+
+/* Splits [0, n) evenly: the range of part ith of nth. */
+static inline void pb_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = (n + nth - 1) / nth;
+    *lo = per * ith;
+    *hi = *lo + per;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+#endif

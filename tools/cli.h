@@ -1,0 +1,45 @@
+/* cli.h -- shared helpers of the pocketbrain CLI (the only code that may exit()). One command per file. */
+#ifndef PB_CLI_H
+#define PB_CLI_H
+
+#include "pocketbrain.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Each command lives in tools/cmd_<name>.c and defines: int cmd_<name>(int argc, char **argv);
+ * argv[0] is the command name. Return the process exit status (0 ok, 1 failure, 2 usage error). */
+#define PB_CMD(name) int cmd_##name(int argc, char **argv)
+
+/* Prints "pocketbrain <cmd>: <message>" to stderr. */
+void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the library's last error for a failed status: "pocketbrain <cmd>: <what>: <pb_last_error()>". */
+int cli_fail(const char *cmd, pb_status s, const char *what);
+/* Usage error naming the flag: prints the message and the command's usage line, returns 2. */
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Strict number parsing: false (and a message) when s is not entirely a number in [lo, hi]. */
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+/* Parses sizes like "512M", "2G", "1000000" (bytes). */
+bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out);
+
+/* Progress bar on stderr when it is a terminal (no output otherwise). */
+typedef struct cli_progress {
+    const char *label;
+    double t_start;
+    int last_pct;
+    bool tty;
+} cli_progress;
+void cli_progress_init(cli_progress *p, const char *label);
+void cli_progress_update(cli_progress *p, double done, double total);
+void cli_progress_done(cli_progress *p);
+
+/* Path of the embedded default model (models/<name>.gguf next to the binary's repo, or $PB_MODEL),
+ * or NULL when none is found. */
+const char *cli_default_model(void);
+
+/* Installs SIGINT/SIGTERM handlers that remove temp files (pb_atomic_cleanup_all) and exit 130. */
+void cli_install_cleanup_handlers(void);
+
+#endif

@@ -1,0 +1,204 @@
+/* pocketbrain.c -- CLI entry: dispatches `pocketbrain <command>` to tools/cmd_<command>.c. */
+#include "cli.h"
+#include "base/base.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Commands are weak symbols: a command exists once its cmd_<name>.c is linked in. */
+#define X(name, help) int cmd_##name(int argc, char **argv) __attribute__((weak));
+#define COMMANDS                                                                                    \
+    X(run, "generate an answer to one prompt, streamed to stdout")                                  \
+    X(chat, "interactive multi-turn chat (REPL)")                                                   \
+    X(serve, "OpenAI-compatible HTTP server with a web chat UI")                                    \
+    X(bench, "measure load time, prefill and decode speed")                                         \
+    X(info, "show a GGUF model's metadata, tensors and memory needs")                              \
+    X(quantize, "convert a GGUF to another weight format (Q4_K_M, Q8_0, ...)")                     \
+    X(convert, "convert a Hugging Face model folder to GGUF")                                       \
+    X(verify, "check a file's SHA-256 and GGUF structure")                                          \
+    X(synth, "make a random-weight model with real shapes (for benchmarks)")                       \
+    X(logits, "write the logits of every position of a token sequence")                            \
+    X(perplexity, "perplexity of a model on a text file")                                           \
+    X(tokenize, "text to token ids")                                                                \
+    X(detokenize, "token ids to text")                                                              \
+    X(ingest, "add documents to a knowledge base")                                                  \
+    X(search, "search a knowledge base")                                                            \
+    X(ask, "answer a question from a knowledge base, with citations")                              \
+    X(faq, "manage the FAQ fallback (add, import, list)")
+COMMANDS
+#undef X
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+#define X(name, help) {#name, cmd_##name, help},
+static const command commands[] = {COMMANDS};
+#undef X
+
+static void print_help(FILE *f) {
+    fprintf(f, "pocketbrain %s -- a private, offline LLM engine for Gemma models\n\n", pb_version());
+    fprintf(f, "usage: pocketbrain <command> [options]   (pocketbrain <command> --help for details)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].fn) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        print_help(stdout);
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("pocketbrain %s (ABI %d)\n", pb_version(), pb_abi_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].fn && strcmp(commands[i].name, name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pocketbrain: unknown command '%s' (try 'pocketbrain --help')\n", name);
+    return 2;
+}
+
+/* ---- helpers shared by commands ---------------------------------------------------------------- */
+
+void cli_err(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pocketbrain %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_fail(const char *cmd, pb_status s, const char *what) {
+    const char *e = pb_last_error();
+    fprintf(stderr, "pocketbrain %s: %s: %s\n", cmd, what, e[0] ? e : pb_status_name(s));
+    return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pocketbrain %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nusage: %s\n", usage);
+    va_end(ap);
+    return 2;
+}
+
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi) {
+        cli_err(cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s ? s : "(nothing)");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !(v >= lo && v <= hi)) {
+        cli_err(cmd, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s ? s : "(nothing)");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : -1;
+    if (s && *s && !errno && v >= 0) {
+        double mul = 1;
+        switch (*end) {
+        case 'k': case 'K': mul = 1024.0; end++; break;
+        case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+        case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+        default: break;
+        }
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'b' || *end == 'B') end++;
+        if (*end == 0 && v * mul < 1.8e19) {
+            *out = (size_t)(v * mul);
+            return true;
+        }
+    }
+    cli_err(cmd, "%s expects a size such as 512M or 4G, got '%s'", flag, s ? s : "(nothing)");
+    return false;
+}
+
+void cli_progress_init(cli_progress *p, const char *label) {
+    p->label = label;
+    p->t_start = pb_time_ms();
+    p->last_pct = -1;
+    p->tty = isatty(2);
+}
+
+void cli_progress_update(cli_progress *p, double done, double total) {
+    if (!p->tty || total <= 0) return;
+    int pct = (int)(100.0 * done / total);
+    if (pct == p->last_pct) return;
+    p->last_pct = pct;
+    int w = 30, fill = pct * w / 100;
+    double el = (pb_time_ms() - p->t_start) / 1000.0;
+    double eta = done > 0 ? el * (total - done) / done : 0;
+    fprintf(stderr, "\r%s [", p->label);
+    for (int i = 0; i < w; i++) fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %3d%%  %.1fs elapsed, ~%.0fs left ", pct, el, eta);
+    fflush(stderr);
+}
+
+void cli_progress_done(cli_progress *p) {
+    if (p->tty && p->last_pct >= 0) fprintf(stderr, "\n");
+}
+
+const char *cli_default_model(void) {
+    static char path[PATH_MAX + 32];
+    const char *env = getenv("PB_MODEL");
+    if (env && *env) return env;
+    /* next to the binary: <repo>/build/pocketbrain -> <repo>/models/default.gguf */
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash) break;
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/models/default.gguf", exe);
+            if (access(path, R_OK) == 0) return path;
+        }
+    }
+    if (access("models/default.gguf", R_OK) == 0) return "models/default.gguf";
+    return NULL;
+}
+
+static void on_signal(int sig) {
+    pb_atomic_cleanup_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void cli_install_cleanup_handlers(void) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+}

@@ -92,7 +92,7 @@ ITEST_BIN  := $(ITEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SRC   := $(wildcard tests/fuzz_*.c)
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test
+.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench
 all: lib cli tests
 
 lib: $(LIB)
@@ -121,13 +121,27 @@ $(BUILD)/tests/test_%: tests/test_%.c tests/pb_test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP $< -o $@ $(LDFLAGS) $(LIB) $(CORE_LIBS)
 
-$(BUILD)/tests/itest_%: tests/itest_%.c tests/pb_test.h $(SVC_OBJ) $(LIB)
+$(BUILD)/tests/itest_%: tests/itest_%.c tests/pb_test.h $(SVC_OBJ) $(WEB_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(EXTRA_INC) $(shell pkg-config --cflags poppler-glib 2>/dev/null) -MMD -MP $< -o $@ $(LDFLAGS) $(SVC_OBJ) $(LIB) $(SYS_LIBS) $(CORE_LIBS)
+	$(CC) $(CFLAGS) $(EXTRA_INC) $(shell pkg-config --cflags poppler-glib 2>/dev/null) -MMD -MP $< -o $@ $(LDFLAGS) $(SVC_OBJ) $(WEB_OBJ) $(LIB) $(SYS_LIBS) $(CORE_LIBS)
 
 $(BUILD)/examples/%: examples/%.c include/pocketbrain.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iinclude $< -o $@ $(LDFLAGS) $(LIB) $(CORE_LIBS)
+
+# benchmarks (not tests): make bench -> $(BUILD)/bench/<name>, run by hand. Benches that link only the
+# core library go in this list; others need their own rule.
+BENCH_BIN  := $(BUILD)/bench/quant_bench $(BUILD)/bench/tokenizer_bench
+bench: $(BENCH_BIN)
+
+# tokenizer_bench also reads tokenizer.json (tools/hf_vocab.c, cJSON)
+$(BUILD)/bench/tokenizer_bench: bench/tokenizer_bench.c tools/hf_vocab.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP bench/tokenizer_bench.c tools/hf_vocab.c -o $@ $(LDFLAGS) $(LIB) -lcjson $(CORE_LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP $< -o $@ $(LDFLAGS) $(LIB) $(CORE_LIBS)
 
 # libFuzzer targets (clang): make fuzz -> build-fuzz/fuzz_*
 FUZZ_BUILD := build-fuzz

@@ -155,60 +155,120 @@ typedef struct pb_chat_msg {
 pb_status pb_chat_format(const pb_model *m, const pb_chat_msg *msgs, int n_msgs,
                          bool add_generation_prompt, char *buf, size_t cap, size_t *len_out);
 
+/* Formats and tokenizes a conversation in one step (BOS first): turn markers become control tokens
+ * while message text is tokenized as plain text, so a user who types "<start_of_turn>" cannot inject a
+ * turn. Same result as tokenizing pb_chat_format's text with PB_TOK_PARSE_SPECIAL when the messages
+ * contain no control-token text. *n_out and cap behave as in pb_tokenize. */
+pb_status pb_chat_tokenize(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                           int32_t *ids, int64_t cap, int64_t *n_out);
+
 /* ---- sampling -------------------------------------------------------------------------------- */
+
+/* The sampler chain, applied in this order to the logits of the last position:
+ *   logit bias -> repetition / presence / frequency penalties (over the last penalty_last_n tokens of
+ *   the context) -> temperature 0: argmax (lowest id on ties), done -> top-k -> temperature ->
+ *   softmax -> min-p (drop p < min_p * p_max) -> top-p (smallest set of most likely tokens whose mass
+ *   reaches top_p) -> one draw from the seeded PRNG (xoshiro256**).
+ * The PRNG is seeded from seed at the start of every pb_session_generate / pb_session_chat call, so
+ * the same context, prompt and params always give the same tokens (also after save/load). */
+#define PB_SEED_RANDOM UINT64_MAX /* seed: pick one from the clock at each call */
 
 typedef struct pb_sampler_params {
     float temperature;       /* 0 = greedy */
     int top_k;               /* 0 = off */
     float top_p;             /* 1 = off */
     float min_p;             /* 0 = off */
-    float repeat_penalty;    /* 1 = off (multiplicative, llama.cpp style) */
-    float presence_penalty;  /* 0 = off (OpenAI style) */
-    float frequency_penalty; /* 0 = off */
-    int penalty_last_n;      /* window of recent tokens the penalties look at (default 64) */
-    uint64_t seed;           /* same seed and settings -> same tokens */
-    const int32_t *bias_ids; /* logit bias: ids and values, n_bias entries (borrowed) */
+    float repeat_penalty;    /* 1 = off (multiplicative, llama.cpp style: logit > 0 ? l/p : l*p) */
+    float presence_penalty;  /* 0 = off (OpenAI style: l -= presence if the token occurred) */
+    float frequency_penalty; /* 0 = off (l -= frequency * occurrences) */
+    int penalty_last_n;      /* window of recent context tokens the penalties look at (default 64) */
+    uint64_t seed;           /* same seed and settings -> same tokens; PB_SEED_RANDOM = from the clock */
+    const int32_t *bias_ids; /* logit bias: ids and values added to the logits, n_bias entries (borrowed;
+                                -INFINITY bans a token). Ids outside the vocabulary are an error. */
     const float *bias_values;
     int n_bias;
 } pb_sampler_params;
 
+/* Presets are starting points, not tuned truths; every field can be overridden afterwards.
+ *   precise  T 0.35 top-p 0.80     balanced T 0.60 top-p 0.90 (the default)
+ *   creative T 0.90 top-p 0.95     code     T 0.20 top-p 0.60
+ * All presets: top-k 40, min-p 0.05, repeat_penalty 1.0 (off), penalty_last_n 64, seed 42. */
 typedef enum pb_preset { PB_PRESET_PRECISE, PB_PRESET_BALANCED, PB_PRESET_CREATIVE, PB_PRESET_CODE } pb_preset;
 
 pb_sampler_params pb_sampler_default_params(void); /* = balanced */
-pb_sampler_params pb_sampler_preset(pb_preset p);
+pb_sampler_params pb_sampler_preset(pb_preset p);  /* an unknown value gives balanced */
 /* "precise" | "balanced" | "creative" | "code" -> preset; PB_ERR_INVALID_ARG otherwise. */
 pb_status pb_preset_from_name(const char *name, pb_preset *out);
+/* The name of a preset ("balanced"); "?" for an unknown value. */
+const char *pb_preset_name(pb_preset p);
+/* Checks every field (ranges, bias ids against n_vocab when n_vocab > 0); PB_ERR_INVALID_ARG naming
+ * the field otherwise. Called by generate; exposed so front ends can reject a request early. */
+pb_status pb_sampler_params_check(const pb_sampler_params *p, int32_t n_vocab);
 
 /* ---- session --------------------------------------------------------------------------------- */
 
 typedef struct pb_session pb_session;
 
 typedef enum pb_kv_type { PB_KV_F16 = 0, PB_KV_Q8_0 = 1, PB_KV_F32 = 2 } pb_kv_type;
+/* What happens when the context window is full:
+ *   PB_CTX_ERROR (default): the call fails with PB_ERR_CONTEXT_FULL; nothing is dropped.
+ *   PB_CTX_SHIFT: the oldest whole turns are dropped while the system prompt (the head of the first
+ *   chat turn) is kept, then the kept tokens are re-prefilled at their new positions. Outside chat
+ *   turns (plain generate) the oldest half of the tokens after BOS is dropped. When even that cannot
+ *   make room (one turn longer than the window) the call fails with PB_ERR_CONTEXT_FULL.
+ * Text is never truncated silently: each shift is counted in pb_gen_stats.n_shifts. */
 typedef enum pb_ctx_policy { PB_CTX_ERROR = 0, PB_CTX_SHIFT = 1 } pb_ctx_policy;
 
 typedef struct pb_session_params {
-    int n_ctx;              /* context length in tokens; 0 = min(model's, 4096) */
-    int n_threads;          /* 0 = the model's default */
-    int n_batch;            /* prefill chunk size (default 512) */
-    pb_kv_type kv_type;     /* default F16 */
+    int n_ctx;                /* context length in tokens; 0 = min(model's, 4096) */
+    int n_threads;            /* 0 = the model's default */
+    int n_batch;              /* prefill chunk size (default 512) */
+    pb_kv_type kv_type;       /* default F16 */
     pb_ctx_policy ctx_policy; /* full context: error (default) or shift (keep system, drop oldest turns) */
-    bool warmup;            /* run a tiny decode at creation so the first answer is not cold */
+    bool warmup;              /* run a one-token decode at creation so the first answer is not cold */
+    /* Thermal governor (see pb_thermal_state): NULL or "off" = off (default); "auto" = the hottest
+     * /sys/class/thermal/thermal_zone<N>/temp; anything else = path of a file holding millidegrees C. */
+    const char *thermal;
+    float thermal_warm_c;     /* at or above: half the threads (default 75) */
+    float thermal_hot_c;      /* at or above: one thread and a pause between tokens (default 85) */
+    float thermal_hysteresis_c; /* a level is left only below its threshold minus this (default 5) */
+    int thermal_pause_ms;     /* pause between tokens when hot (default 100) */
+    int thermal_interval_ms;  /* re-read the temperature at most this often (default 1000; 0 = every token) */
 } pb_session_params;
 
 pb_session_params pb_session_default_params(void);
 
+/* Creates a session: KV cache, forward scratch, sampler scratch, token history and thread pool, all
+ * sized once from params and the model (nothing is allocated per token afterwards). The model must
+ * outlive the session. Errors: PB_ERR_INVALID_ARG (a field out of range, named), PB_ERR_NOMEM,
+ * PB_ERR_NOT_FOUND (a thermal file that cannot be read). */
 pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_session **out);
 void pb_session_free(pb_session *s);
 
-/* Feeds tokens at the end of the session's context (they are not sampled). */
+/* Feeds tokens at the end of the session's context (they are not sampled). All or nothing with
+ * PB_CTX_ERROR: PB_ERR_CONTEXT_FULL when they do not fit, before anything is fed. On PB_ERR_CANCELLED
+ * the tokens of the chunks already processed stay in the context (pb_session_n_past tells). */
 pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n);
 /* Logits of the last position fed (n_vocab floats, owned by the session, valid until the next call). */
 const float *pb_session_logits(const pb_session *s);
-/* Number of tokens in the context. */
+/* Number of tokens in the context (fed to the model). A token sampled last but not yet fed (the one
+ * that ended a generation) is fed at the start of the next prefill/generate/chat call. */
 int64_t pb_session_n_past(const pb_session *s);
-/* Forgets everything after the first n tokens (0 = reset). */
+/* The context length this session was created with. */
+int64_t pb_session_n_ctx(const pb_session *s);
+/* The tokens now in the context (pb_session_n_past of them, owned by the session, valid until the next
+ * call that changes the session). Used for prefix reuse: compare with a new prompt, pb_session_truncate
+ * to the common prefix, then feed only the rest (pb_session_reuse_prefix does both). */
+const int32_t *pb_session_tokens(const pb_session *s, int64_t *n);
+/* Forgets everything after the first n tokens (0 = reset; chat turns after n are forgotten too).
+ * When a sliding-window layer no longer holds what the kept prefix needs, the kept tokens are
+ * re-prefilled (so this may take time, and may return PB_ERR_CANCELLED). */
 pb_status pb_session_truncate(pb_session *s, int64_t n);
-/* Thread-safe: asks the running prefill/generate to stop soon with PB_ERR_CANCELLED. */
+/* Keeps the longest common prefix of the context and ids[0..n) and drops the rest of the context;
+ * *n_kept = how many leading ids are already in the context (feed ids + *n_kept next). */
+pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, int64_t *n_kept);
+/* Thread-safe and async-signal-safe: asks the running prefill/generate/chat to stop soon with
+ * PB_ERR_CANCELLED. Each call that starts work clears a cancel left from before. */
 void pb_session_cancel(pb_session *s);
 
 /* Streaming callback: piece is whole UTF-8 characters (len bytes, not NUL-terminated).
@@ -217,44 +277,129 @@ typedef bool (*pb_piece_fn)(const char *piece, size_t len, void *user);
 
 typedef struct pb_gen_params {
     pb_sampler_params sampler;
-    int max_tokens;            /* 0 = until a stop or the context is full */
-    const char *const *stop;   /* stop strings (borrowed), n_stop entries; never emitted */
+    int max_tokens;                /* 0 = until a stop or the context is full */
+    const char *const *stop;       /* stop strings (borrowed), n_stop entries (each 1..256 bytes); never
+                                      emitted, found across token boundaries; text that only looked
+                                      like the start of a stop string is released once it is not */
     int n_stop;
-    bool stop_at_eos;          /* stop on <eos> / <end_of_turn> (default true) */
+    const int32_t *stop_tokens;    /* extra token ids that end generation (borrowed), not emitted */
+    int n_stop_tokens;
+    bool stop_at_eos;              /* stop on <eos> / <end_of_turn> (default true) */
 } pb_gen_params;
 
-pb_gen_params pb_gen_default_params(void);
+pb_gen_params pb_gen_default_params(void); /* balanced sampler, no limit, no stop strings */
+
+typedef enum pb_stop_reason {
+    PB_STOP_EOS = 0,          /* <eos>, <end_of_turn> or a stop token */
+    PB_STOP_MAX_TOKENS = 1,   /* max_tokens sampled */
+    PB_STOP_STRING = 2,       /* a stop string appeared */
+    PB_STOP_CALLBACK = 3,     /* the piece callback returned false */
+    PB_STOP_CANCELLED = 4,    /* pb_session_cancel (the call returns PB_ERR_CANCELLED) */
+    PB_STOP_CONTEXT_FULL = 5, /* no room left (the call returns PB_ERR_CONTEXT_FULL) */
+    PB_STOP_ERROR = 6         /* any other failure (the status says which) */
+} pb_stop_reason;
+/* "eos", "max_tokens", "stop", "callback", "cancelled", "context_full", "error". */
+const char *pb_stop_reason_name(int reason);
 
 typedef struct pb_gen_stats {
-    int64_t n_prompt;         /* tokens prefilled by this call */
+    int64_t n_prompt;         /* new prompt tokens prefilled by this call (never the reused history) */
     int64_t n_generated;      /* tokens sampled */
-    double t_prefill_ms, t_generate_ms, t_first_token_ms;
-    int stop_reason;          /* 0 eos, 1 max_tokens, 2 stop string, 3 callback, 4 cancelled, 5 context full */
+    double t_prefill_ms, t_generate_ms, t_first_token_ms; /* first token: from the call's start */
+    int stop_reason;          /* pb_stop_reason */
+    int n_shifts;             /* context shifts done by this call (PB_CTX_SHIFT) */
+    int64_t n_reprefilled;    /* kept tokens fed again after shifts */
 } pb_gen_stats;
 
-/* Prefills prompt (may be empty) then samples until a stop, streaming pieces to cb. */
+/* Prefills prompt (may be empty) then samples until a stop, streaming pieces to cb (may be NULL).
+ * stats (may be NULL) is filled also when the call fails. Returns PB_OK for every normal stop
+ * (eos, max_tokens, stop string, callback), PB_ERR_CANCELLED, PB_ERR_CONTEXT_FULL (policy error, or
+ * shift could not make room), PB_ERR_INVALID_ARG for bad params. The text streamed so far stays in
+ * the context in every case. */
 pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_prompt,
                               const pb_gen_params *params, pb_piece_fn cb, void *user,
                               pb_gen_stats *stats);
 
-/* State save/restore: the whole conversation (tokens + KV), bound to the model's fingerprint. */
-pb_status pb_session_save(const pb_session *s, const char *path); /* atomic: temp file + rename */
+/* One chat turn with the model's turn markers: closes the previous model turn, adds
+ * "<start_of_turn>user\n{user_text}<end_of_turn>\n<start_of_turn>model\n" and generates the answer.
+ * Only this turn is prefilled: the history already in the KV cache is reused (stats->n_prompt counts
+ * the new tokens only). system (may be NULL) is used when the session is empty: it is folded into the
+ * first user turn as Gemma expects ("{system}\n\n{user_text}") and is what PB_CTX_SHIFT keeps.
+ * Marker text typed by the user is tokenized as plain text (no turn injection). Errors as in
+ * pb_session_generate; when the turn's prompt cannot be fed, the context is left as before the call. */
+pb_status pb_session_chat(pb_session *s, const char *system, const char *user_text, const pb_gen_params *params,
+                          pb_piece_fn cb, void *user, pb_gen_stats *stats);
+/* Number of chat turns in the context (0 for an empty session or a plain-generate one). */
+int pb_session_n_turns(const pb_session *s);
+
+/* Totals over the session's life (reset by pb_session_truncate(s, 0) or a load). */
+typedef struct pb_session_totals {
+    int64_t n_prefilled;   /* tokens fed as prompts (new turns, prefill calls) */
+    int64_t n_reprefilled; /* tokens fed again after context shifts or truncation of ring layers */
+    int64_t n_generated;   /* tokens sampled */
+    int64_t n_shifts;      /* context shifts */
+    int n_calls;           /* generate/chat calls */
+} pb_session_totals;
+void pb_session_get_totals(const pb_session *s, pb_session_totals *out);
+
+/* State save/restore: the conversation (tokens, chat turns, the pending token) and the KV cache,
+ * bound to the model's fingerprint. File layout: a versioned header (magic "PBSESSN1", version,
+ * fingerprint, n_ctx, KV type, counts, payload size, 64-bit checksum of the payload), then the payload.
+ * pb_session_save writes atomically (temp file + rename): a failed save never touches an existing file.
+ * pb_session_load and pb_session_state_read check everything before changing the session:
+ * PB_ERR_FORMAT for a damaged/truncated file or checksum error, PB_ERR_MISMATCH for another model,
+ * another KV type, or more tokens than this session's n_ctx; the session is unchanged on error. */
+pb_status pb_session_save(const pb_session *s, const char *path);
 pb_status pb_session_load(pb_session *s, const char *path);
-pb_status pb_session_state_size(const pb_session *s, size_t *out);
+pb_status pb_session_state_size(const pb_session *s, size_t *out); /* exact bytes state_write needs */
 pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, size_t *len_out);
 pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len);
+
+/* ---- thermal governor ------------------------------------------------------------------------ */
+
+/* Between tokens the governor reads the temperature (at most every thermal_interval_ms):
+ *   level 0 (cool): all threads, no pause;  level 1 (warm, >= thermal_warm_c): half the threads;
+ *   level 2 (hot, >= thermal_hot_c): one thread and thermal_pause_ms between tokens.
+ * A level is left when the temperature falls below its threshold minus thermal_hysteresis_c. */
+typedef struct pb_thermal_state {
+    bool enabled;
+    float temp_c;         /* last reading in degrees C (0 before the first) */
+    int level;            /* 0 cool, 1 warm, 2 hot */
+    int n_threads;        /* threads used now */
+    int n_threads_max;    /* threads the session was created with */
+    int pause_ms;         /* pause inserted between tokens now */
+    int64_t n_throttled;  /* tokens generated while level > 0 */
+    char source[256];     /* the file read ("auto": the hottest zone at the last reading) */
+} pb_thermal_state;
+
+/* Safe to call from any thread while the session generates (fields are read atomically one by one). */
+void pb_session_thermal(const pb_session *s, pb_thermal_state *out);
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
 typedef struct pb_mem_estimate {
-    size_t weights, kv, scratch, total; /* bytes */
-    size_t available;                    /* what admission compares with */
-    int max_n_ctx;                       /* largest n_ctx that would fit (0 if none) */
+    size_t weights, kv, scratch, total; /* bytes (total = weights + kv + scratch) */
+    size_t available;                    /* what admission compares with (mem_limit or detected) */
+    int max_n_ctx;                       /* largest n_ctx that would fit with this KV type (0 if none) */
+    int n_ctx;                           /* the n_ctx estimated (0 in params resolved) */
+    pb_kv_type kv_type;                  /* the KV type estimated */
+    bool adjusted;                       /* pb_session_admit with fit changed n_ctx or kv_type */
 } pb_mem_estimate;
 
-/* Estimates the memory a session with these params would need, without loading weights. */
+/* Estimates the memory a session with these params would need, reading only the GGUF header (no
+ * weights are touched): weights = tensor bytes; kv = K and V for n_ctx positions (sliding-window
+ * layers: the window only) in the KV type; scratch = forward buffers for n_batch tokens, logits and
+ * the sampler. available = mem_limit when > 0, else pb_mem_available() (MemAvailable and cgroup
+ * v1/v2 limits). params may be NULL (defaults). */
 pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params,
                              size_t mem_limit, pb_mem_estimate *out);
+
+/* Admission: estimates as above and returns PB_ERR_MEMORY_LIMIT when total > available, with a message
+ * giving the numbers (MiB) and the largest n_ctx that would fit. With fit = true it instead adapts
+ * params: first a Q8_0 KV cache (when F16/F32 was asked), then the largest fitting n_ctx (a multiple
+ * of 256 when >= 256), sets out->adjusted and still fails when not even n_ctx 256 (or the weights)
+ * fit. out may be NULL. */
+pb_status pb_session_admit(const char *model_path, pb_session_params *params, size_t mem_limit, bool fit,
+                           pb_mem_estimate *out);
 
 #ifdef __cplusplus
 }

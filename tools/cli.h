@@ -10,6 +10,23 @@
 /* Each command lives in tools/cmd_<name>.c and defines: int cmd_<name>(int argc, char **argv);
  * argv[0] is the command name. Return the process exit status (0 ok, 1 failure, 2 usage error). */
 #define PB_CMD(name) int cmd_##name(int argc, char **argv)
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_ingest(int argc, char **argv);
+int cmd_search(int argc, char **argv);
+int cmd_ask(int argc, char **argv);
+int cmd_faq(int argc, char **argv);
 
 /* Prints "pocketbrain <cmd>: <message>" to stderr. */
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -111,6 +111,10 @@ int pb_pool_size(const pb_pool *p);
 void pb_pool_run(pb_pool *p, pb_pool_fn fn, void *ctx);
 /* Runs with only the first n threads (1 <= n <= size); used by the thermal governor. */
 void pb_pool_run_n(pb_pool *p, int n, pb_pool_fn fn, void *ctx);
+/* Caps the threads pb_pool_run uses from now on (1..size; out-of-range values are clamped); the
+ * thermal governor lowers it when the CPU is hot. Thread-safe. pb_pool_limit reads the cap. */
+void pb_pool_set_limit(pb_pool *p, int n);
+int pb_pool_limit(const pb_pool *p);
 
 /* Splits [0, n) evenly: the range of part ith of nth. */
 static inline void pb_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {

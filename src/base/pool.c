@@ -18,6 +18,7 @@ struct pb_pool {
     int nth;
     atomic_uint_fast64_t generation; /* bumped per job */
     atomic_int pending;              /* workers still running the job */
+    atomic_int limit;                /* threads pb_pool_run uses (thermal governor); 0 = all */
     bool stop;
 };
 
@@ -130,4 +131,15 @@ void pb_pool_run_n(pb_pool *p, int n, pb_pool_fn fn, void *ctx) {
     }
 }
 
-void pb_pool_run(pb_pool *p, pb_pool_fn fn, void *ctx) { pb_pool_run_n(p, p ? p->n : 1, fn, ctx); }
+void pb_pool_set_limit(pb_pool *p, int n) {
+    if (!p) return;
+    atomic_store(&p->limit, n < 1 ? 1 : n > p->n ? p->n : n);
+}
+
+int pb_pool_limit(const pb_pool *p) {
+    if (!p) return 1;
+    int l = atomic_load(&((pb_pool *)p)->limit);
+    return l > 0 ? l : p->n;
+}
+
+void pb_pool_run(pb_pool *p, pb_pool_fn fn, void *ctx) { pb_pool_run_n(p, pb_pool_limit(p), fn, ctx); }

@@ -41,6 +41,24 @@ typedef struct pb_gguf_tensor {
     const void *data;    /* points into the mapping */
 } pb_gguf_tensor;
 
+/* Reader policy (what "valid" means here; stricter than the prose spec where ggml is stricter):
+ *  - magic "GGUF", version 2 or 3 (little-endian only); counts bounded by the file size.
+ *  - value types 0..12; arrays of arrays are rejected (as ggml); empty arrays are accepted.
+ *    BOOL: any non-zero byte reads as true (as ggml).
+ *  - keys and tensor names unique, without NUL bytes; tensor names < 64 bytes.
+ *  - general.alignment, when present, is UINT32 and a power of two (default 32).
+ *  - tensors: n_dims 1..4, every ne >= 1 (zero dims are rejected), ne[0] a multiple of the block
+ *    size, byte size without overflow. Type ids with a non-zero block size in the traits table are
+ *    accepted structurally, including IQ* / TQ* / I8..I64 / F64 that the engine cannot compute with:
+ *    the model loader rejects those (PB_ERR_UNSUPPORTED). Removed ids (block size 0) and ids >= 39
+ *    are format errors.
+ *  - data: offset a multiple of the alignment, [offset, offset + nbytes) inside the file, no two
+ *    tensors overlapping. Gaps and any order are accepted (llama.cpp itself requires the contiguous
+ *    padded layout; pb_gguf_layout_contiguous() tells whether a file has it).
+ * Errors: PB_ERR_FORMAT "gguf: <kv/tensor i 'name'>: <problem> at offset <N>" (pb_gguf_open prefixes
+ * the path), PB_ERR_IO when the file cannot be read, PB_ERR_NOMEM. All accessors are thread-safe
+ * (the handle is immutable after open). */
+
 /* Opens and validates path (mmap). */
 pb_status pb_gguf_open(const char *path, pb_gguf **out);
 /* Validates a buffer already in memory (not copied: it must outlive the pb_gguf). For fuzzing/tests. */
@@ -51,6 +69,16 @@ uint32_t pb_gguf_version(const pb_gguf *g);
 size_t pb_gguf_alignment(const pb_gguf *g);
 size_t pb_gguf_data_offset(const pb_gguf *g); /* absolute file offset of the data section */
 size_t pb_gguf_file_size(const pb_gguf *g);
+/* Start of the mapped file (the bytes that every pointer handed out points into). */
+const void *pb_gguf_base(const pb_gguf *g);
+/* True when tensor offsets follow llama.cpp's layout: in file order, each offset = previous offset +
+ * PAD(previous nbytes, alignment), the first 0. */
+bool pb_gguf_layout_contiguous(const pb_gguf *g);
+
+/* "UINT32", "STRING", ... ("INVALID" for ids >= 13); bytes of one fixed-size value (0 for STRING,
+ * ARRAY and invalid ids). */
+const char *pb_gguf_vtype_name(pb_gguf_vtype t);
+size_t pb_gguf_vtype_size(pb_gguf_vtype t);
 
 /* ---- metadata ---- */
 int64_t pb_gguf_n_kv(const pb_gguf *g);
@@ -97,7 +125,10 @@ const pb_gguf_tensor *pb_gguf_find_tensor(const pb_gguf *g, const char *name); /
 
 /* ---- writer ---------------------------------------------------------------------------------- */
 /* Produces files llama.cpp accepts: version 3, no duplicate keys, no nested/empty arrays, contiguous
- * padded tensor layout, names <= 63 bytes, zero padding. Output is atomic (temp + rename). */
+ * padded tensor layout, names <= 63 bytes, zero padding (after the tensor infos only when there are
+ * tensors; after every tensor, the last included). Output is atomic (temp + rename). Not thread-safe:
+ * one writer per thread. Errors: PB_ERR_INVALID_ARG for a rule broken by the caller (message names the
+ * key/tensor), PB_ERR_IO, PB_ERR_NOMEM, or whatever a fill callback returned. */
 typedef struct pb_gguf_writer pb_gguf_writer;
 
 pb_gguf_writer *pb_gguf_writer_new(void);
@@ -122,7 +153,8 @@ pb_status pb_gguf_set_arr(pb_gguf_writer *w, const char *key, pb_gguf_vtype elem
 /* Array of strings, copied; lens may be NULL (then strlen). */
 pb_status pb_gguf_set_arr_str(pb_gguf_writer *w, const char *key, const char *const *strs, const size_t *lens,
                               uint64_t n);
-/* Copies KV i of src (any type) under the same key. */
+/* Copies KV i of src (any type) under the same key. An empty array is skipped (PB_OK, key not written),
+ * as llama.cpp's writers never emit one; a key the writer refuses (empty) gives PB_ERR_INVALID_ARG. */
 pb_status pb_gguf_copy_kv(pb_gguf_writer *w, const pb_gguf *src, int64_t i);
 pb_status pb_gguf_remove_key(pb_gguf_writer *w, const char *key);
 

@@ -51,10 +51,12 @@ typedef struct pb_type_traits {
     int64_t blck;              /* elements per block; 0 = unknown/removed id */
     size_t type_size;          /* bytes per block */
     bool supported;            /* we can read (dequantize) it */
-    bool quantizable;          /* we can write it (from_float) */
+    bool quantizable;          /* we can write it (from_float): every supported type */
     pb_to_float_fn to_float;   /* dequantize n elements (n % blck == 0) */
     pb_from_float_fn from_float; /* reference quantizer, n % blck == 0 */
-    pb_type vec_dot_type;      /* the activation type vec_dot expects */
+    pb_type vec_dot_type;      /* the activation type vec_dot expects: F32 for F32/F16/BF16 weights, Q8_0 for
+                                  the 32-element types (also Q4_1/Q5_1, where ggml uses Q8_1), Q8_K for the
+                                  K-quants; the kernels room documents why (kernels/kernels.h) */
     pb_vec_dot_fn vec_dot;     /* filled by the kernels' dispatch with the best ISA version */
 } pb_type_traits;
 
@@ -64,8 +66,16 @@ const pb_type_traits *pb_type_get(int type);
 const char *pb_type_name(int type);
 /* Parses "q4_k"/"Q4_K"/"f16"... -> id; -1 if unknown. */
 int pb_type_from_name(const char *name);
-/* Bytes of one row of ne0 elements (ne0 % blck must be 0). */
+/* Bytes of one row of ne0 elements; 0 when the id is unknown/removed, ne0 < 0, ne0 % blck != 0 or the
+ * size overflows (so file-derived shapes can be checked with it). */
 size_t pb_row_size(int type, int64_t ne0);
+/* PB_OK when we can read type; else PB_ERR_UNSUPPORTED with "type iq2_xxs is not supported" (or
+ * "tensor type id 4 is unknown ..."). */
+pb_status pb_type_check_supported(int type);
+
+/* Provided by the kernels room (kernels/dispatch.c): fills table[i].vec_dot for every type with the
+ * best kernel for pb_cpu_features(). Called exactly once, by the first pb_type_get(). */
+void pb_kernels_init(pb_type_traits *table, int n);
 
 /* fp16/bf16 conversion (round-to-nearest-even, as ggml). */
 float pb_fp16_to_fp32(uint16_t h);

@@ -1,0 +1,130 @@
+/* engine.h -- internal API of the engine room: the session struct shared by its files, the stop-string
+ * matcher, the thermal governor and the memory formulas. Not for other rooms (they use pocketbrain.h). */
+#ifndef PB_ENGINE_H
+#define PB_ENGINE_H
+
+#include "base/base.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+
+#include <stdatomic.h>
+
+/* ---- stop strings ------------------------------------------------------------------------------ */
+
+#define PB_STOP_MAX_LEN 256  /* bytes of one stop string */
+#define PB_STOP_BUF_CAP 4096 /* held-back text buffer (>= 2 * PB_STOP_MAX_LEN) */
+
+/* Streams text to cb while holding back any tail that could be the start of a stop string. The
+ * buffer is caller-owned (sized once with the session); nothing is allocated. */
+typedef struct pb_stopper {
+    const char *const *stop;
+    int n_stop;
+    char *buf;
+    size_t cap, n;
+    pb_piece_fn cb;
+    void *user;
+    bool hit_stop;     /* a stop string was found (text from it on is dropped) */
+    bool hit_callback; /* cb returned false */
+} pb_stopper;
+
+/* Checks stop strings: each non-NULL, 1..PB_STOP_MAX_LEN bytes. PB_ERR_INVALID_ARG otherwise. */
+pb_status pb_stopper_check(const char *const *stop, int n_stop);
+void pb_stopper_init(pb_stopper *st, char *buf, size_t cap, const char *const *stop, int n_stop, pb_piece_fn cb,
+                     void *user);
+/* Adds text (whole UTF-8 characters). Returns false once generation must end (hit_stop/hit_callback). */
+bool pb_stopper_push(pb_stopper *st, const char *text, size_t len);
+/* End of generation without a stop string: releases the held text. Returns false if cb said stop. */
+bool pb_stopper_flush(pb_stopper *st);
+
+/* ---- thermal governor -------------------------------------------------------------------------- */
+
+#define PB_THERMAL_MAX_ZONES 32
+
+typedef struct pb_thermal {
+    bool enabled;
+    int n_paths;
+    char paths[PB_THERMAL_MAX_ZONES][160];
+    float warm_c, hot_c, hyst_c;
+    int pause_cfg_ms, interval_ms;
+    int n_max;
+    double t_last_ms; /* last reading (pb_time_ms), < 0 = never */
+    /* read from other threads through pb_session_thermal */
+    atomic_int temp_mc, level, n_threads, pause_ms, source;
+    atomic_llong n_throttled;
+} pb_thermal;
+
+/* Sets up the governor from the session params ("off"/NULL, "auto", or a file path). An explicit path
+ * that cannot be read gives PB_ERR_NOT_FOUND; "auto" without zones leaves the governor disabled. */
+pb_status pb_thermal_init(pb_thermal *t, const pb_session_params *p, int n_threads_max);
+/* Called between tokens (and prefill chunks): re-reads the temperature when interval_ms has passed,
+ * moves between levels with hysteresis, caps the pool's threads. Returns the pause (ms) to take now. */
+int pb_thermal_tick(pb_thermal *t, pb_pool *pool, bool counting_token);
+void pb_thermal_get(const pb_thermal *t, pb_thermal_state *out);
+
+/* ---- memory formulas (memory.c) ---------------------------------------------------------------- */
+
+/* Bytes of K+V for n_ctx positions (sliding-window layers hold min(window, n_ctx)). */
+size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type);
+/* Bytes of a session's buffers besides the KV: forward scratch for n_batch tokens, logits, sampler,
+ * token history. An upper bound of what pb_session_new allocates. */
+size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch);
+
+/* ---- the session ------------------------------------------------------------------------------- */
+
+typedef struct pb_turn {
+    int64_t start;   /* first token of the turn (closing of the previous model turn) */
+    int64_t content; /* first token of the user's text */
+} pb_turn;
+
+struct pb_session {
+    pb_model *model;
+    const pb_hparams *hp;
+    const pb_vocab *vocab;
+    pb_session_params params;
+    int32_t n_vocab;
+    int n_ctx, n_batch, n_threads;
+    int32_t bos, eos, eot, sot; /* special ids (-1 when absent); sot = <start_of_turn> */
+
+    pb_kv_cache *kv;
+    pb_forward_ctx *fc;
+    pb_pool *pool;
+    pb_sampler *smp;
+    pb_detok_stream *detok;
+
+    float *logits; /* [n_vocab] of the last position fed */
+    bool has_logits;
+    int32_t *tokens; /* [n_ctx] the context */
+    int64_t n_past;
+    int32_t pending; /* sampled last, not yet fed; -1 none */
+
+    int64_t n_keep; /* chat head (BOS + first user-turn opening + system): kept by shifts */
+    pb_turn *turns; /* [cap_turns] */
+    int n_turns, cap_turns;
+
+    int32_t *tmp;   /* [n_ctx] scratch for a turn's ids */
+    char *stop_buf; /* [PB_STOP_BUF_CAP] */
+
+    volatile int cancel;
+    pb_session_totals totals;
+    pb_thermal thermal;
+};
+
+/* Feeds n ids (n_past + n <= n_ctx is the caller's duty) in n_batch chunks. *counter += tokens fed. */
+pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *counter);
+/* Feeds the pending token, if any (room must exist). */
+pb_status pb_engine_feed_pending(pb_session *s, int64_t *counter);
+/* Makes room for need more tokens: nothing (fits), PB_ERR_CONTEXT_FULL (policy error), or a shift that
+ * drops whole old turns (never tokens at or after protect). stats may be NULL. */
+pb_status pb_engine_make_room(pb_session *s, int64_t need, int64_t protect, pb_gen_stats *stats);
+/* Forgets turn records that are no longer wholly inside the context. */
+void pb_engine_fix_turns(pb_session *s);
+/* Appends a turn record (grows the array: once per turn, never per token). */
+pb_status pb_engine_add_turn(pb_session *s, int64_t start, int64_t content);
+/* Keeps the first n tokens (drops the pending token); re-feeds them when a ring layer cannot keep them. */
+pb_status pb_engine_keep(pb_session *s, int64_t n, int64_t *reprefilled);
+/* Makes sure logits of the last position exist (re-runs the last token after a truncation or load). */
+pb_status pb_engine_refresh_logits(pb_session *s);
+/* Resets to an empty context (tokens, turns, pending, logits, KV). */
+pb_status pb_engine_reset(pb_session *s);
+
+#endif

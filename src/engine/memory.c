@@ -1,0 +1,169 @@
+/* memory.c -- memory estimate (weights + KV + scratch) from a GGUF header, and admission against the
+ * memory available (MemAvailable, cgroup v1/v2, or an explicit limit). Touches no weights. */
+#include "engine/engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+
+static size_t kv_row_bytes(int64_t n, pb_kv_type type) {
+    switch (type) {
+    case PB_KV_F32: return (size_t)n * 4;
+    case PB_KV_Q8_0: return (size_t)((n + 31) / 32) * 34; /* 32 int8 + one f16 scale per block */
+    case PB_KV_F16: break;
+    }
+    return (size_t)n * 2;
+}
+
+size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type) {
+    size_t total = 0;
+    int64_t width = (int64_t)hp->n_head_kv * hp->head_dim;
+    for (int il = 0; il < hp->n_layer; il++) {
+        int cells = n_ctx;
+        if (hp->sliding_window > 0 && hp->swa_layer[il] && hp->sliding_window < n_ctx) cells = hp->sliding_window;
+        total += 2 * (size_t)cells * kv_row_bytes(width, type); /* K and V */
+    }
+    return total;
+}
+
+size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) {
+    size_t nb = (size_t)n_batch, d = (size_t)hp->n_embd, f = (size_t)hp->n_ff;
+    size_t q = (size_t)hp->n_head * hp->head_dim, kv = (size_t)hp->n_head_kv * hp->head_dim;
+    /* forward buffers per token (residual, normed, q, k, v, attention out, projection, FFN gate/up,
+     * hidden, RoPE tables) + quantized activations for the matmuls (<= 2 bytes per value) */
+    size_t widest = PB_MAX(PB_MAX(d, f), q);
+    size_t act = nb * ((5 * d + 2 * q + 2 * kv + 2 * f + 2 * (size_t)hp->head_dim) * 4 + widest * 2);
+    /* sliding-window layers stash the chunk's K/V rows (attention is online: no n_ctx-sized scores) */
+    int n_swa = 0;
+    for (int il = 0; il < hp->n_layer; il++) n_swa += hp->sliding_window > 0 && hp->swa_layer[il];
+    size_t stash = (size_t)n_swa * 2 * nb * kv * 4;
+    size_t logits = 2 * (size_t)hp->n_vocab * 4; /* forward's + the session's */
+    size_t session = pb_sampler_bytes(hp->n_vocab) + (size_t)n_ctx * 8 + PB_STOP_BUF_CAP;
+    return act + stash + logits + session + (4u << 20); /* + thread stacks, tables, slack */
+}
+
+static void resolve(const pb_hparams *hp, const pb_session_params *p, int *n_ctx, int *n_batch) {
+    int c = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (c <= 0) c = 4096;
+    int b = p->n_batch > 0 ? p->n_batch : 512;
+    if (b > c) b = c;
+    *n_ctx = c;
+    *n_batch = b;
+}
+
+static size_t total_for(const pb_hparams *hp, size_t weights, int n_ctx, int n_batch, pb_kv_type type) {
+    return weights + pb_engine_kv_estimate(hp, n_ctx, type) +
+           pb_engine_scratch_estimate(hp, n_ctx, n_batch < n_ctx ? n_batch : n_ctx);
+}
+
+/* Largest n_ctx in [1, limit] whose total fits in avail (0 if none). The total grows with n_ctx. */
+static int max_fit(const pb_hparams *hp, size_t weights, int n_batch, pb_kv_type type, size_t avail, int limit) {
+    if (total_for(hp, weights, 1, n_batch, type) > avail) return 0;
+    int lo = 1, hi = limit;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (total_for(hp, weights, mid, n_batch, type) <= avail)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static void fill(pb_mem_estimate *e, const pb_hparams *hp, size_t weights, int n_ctx, int n_batch, pb_kv_type type,
+                 size_t avail) {
+    e->weights = weights;
+    e->kv = pb_engine_kv_estimate(hp, n_ctx, type);
+    e->scratch = pb_engine_scratch_estimate(hp, n_ctx, n_batch);
+    e->total = e->weights + e->kv + e->scratch;
+    e->available = avail;
+    e->n_ctx = n_ctx;
+    e->kv_type = type;
+    int limit = hp->n_ctx_train > 0 ? hp->n_ctx_train : n_ctx;
+    e->max_n_ctx = max_fit(hp, weights, n_batch, type, avail, limit);
+}
+
+static pb_status open_header(const char *path, pb_gguf **g, pb_hparams *hp, size_t *weights) {
+    pb_status st = pb_gguf_open(path, g);
+    if (st != PB_OK) return st;
+    st = pb_hparams_from_gguf(*g, hp);
+    if (st != PB_OK) {
+        pb_gguf_close(*g);
+        *g = NULL;
+        return st;
+    }
+    size_t w = 0;
+    for (int64_t i = 0; i < pb_gguf_n_tensors(*g); i++) w += pb_gguf_tensor_at(*g, i)->nbytes;
+    *weights = w;
+    return PB_OK;
+}
+
+pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params, size_t mem_limit,
+                             pb_mem_estimate *out) {
+    if (!model_path || !out) return pb_error(PB_ERR_INVALID_ARG, "estimate: model path or out is NULL");
+    memset(out, 0, sizeof *out);
+    pb_session_params p = params ? *params : pb_session_default_params();
+    if (p.n_ctx < 0 || p.n_batch < 0) return pb_error(PB_ERR_INVALID_ARG, "estimate: negative n_ctx or n_batch");
+    pb_gguf *g;
+    pb_hparams hp;
+    size_t weights;
+    pb_status st = open_header(model_path, &g, &hp, &weights);
+    if (st != PB_OK) return st;
+    int n_ctx, n_batch;
+    resolve(&hp, &p, &n_ctx, &n_batch);
+    fill(out, &hp, weights, n_ctx, n_batch, p.kv_type, mem_limit > 0 ? mem_limit : pb_mem_available());
+    pb_gguf_close(g);
+    return PB_OK;
+}
+
+static const char *kv_name(pb_kv_type t) { return t == PB_KV_Q8_0 ? "q8_0" : t == PB_KV_F32 ? "f32" : "f16"; }
+
+pb_status pb_session_admit(const char *model_path, pb_session_params *params, size_t mem_limit, bool fit,
+                           pb_mem_estimate *out) {
+    if (!model_path || !params) return pb_error(PB_ERR_INVALID_ARG, "admit: model path or params is NULL");
+    pb_mem_estimate local, *e = out ? out : &local;
+    memset(e, 0, sizeof *e);
+    pb_gguf *g;
+    pb_hparams hp;
+    size_t weights;
+    pb_status st = open_header(model_path, &g, &hp, &weights);
+    if (st != PB_OK) return st;
+    pb_gguf_close(g);
+    size_t avail = mem_limit > 0 ? mem_limit : pb_mem_available();
+    int n_ctx, n_batch;
+    resolve(&hp, params, &n_ctx, &n_batch);
+    fill(e, &hp, weights, n_ctx, n_batch, params->kv_type, avail);
+    if (avail == 0) return PB_OK; /* unknown: nothing to compare with */
+    if (e->total <= avail) return PB_OK;
+    if (!fit)
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "needs %.0f MiB (weights %.0f + KV %.0f for n_ctx %d %s + scratch %.0f) but %.0f MiB are "
+                        "available; the largest n_ctx that fits is %d (use --ctx %d, a q8_0 KV cache, or --fit)",
+                        (double)e->total / MIB, (double)e->weights / MIB, (double)e->kv / MIB, n_ctx,
+                        kv_name(params->kv_type), (double)e->scratch / MIB, (double)avail / MIB, e->max_n_ctx,
+                        e->max_n_ctx);
+    /* fit: a Q8_0 cache first (about half the KV bytes, little quality loss), then a shorter context */
+    pb_kv_type type = params->kv_type;
+    if (type != PB_KV_Q8_0) {
+        fill(e, &hp, weights, n_ctx, n_batch, PB_KV_Q8_0, avail);
+        type = PB_KV_Q8_0;
+    }
+    int ctx = n_ctx;
+    if (e->total > avail) {
+        ctx = e->max_n_ctx >= 256 ? e->max_n_ctx / 256 * 256 : 0;
+        int min_ctx = hp.n_ctx_train > 0 && hp.n_ctx_train < 256 ? hp.n_ctx_train : 256;
+        if (ctx < min_ctx) {
+            return pb_error(PB_ERR_MEMORY_LIMIT,
+                            "does not fit even with --fit: weights %.0f MiB + KV and scratch for n_ctx %d need more "
+                            "than the %.0f MiB available (largest n_ctx with a q8_0 KV cache: %d)",
+                            (double)weights / MIB, min_ctx, (double)avail / MIB, e->max_n_ctx);
+        }
+        fill(e, &hp, weights, ctx, n_batch < ctx ? n_batch : ctx, type, avail);
+    }
+    e->adjusted = true;
+    params->kv_type = type;
+    params->n_ctx = ctx;
+    if (params->n_batch > ctx) params->n_batch = ctx;
+    return PB_OK;
+}

@@ -1,0 +1,321 @@
+/* forward.c -- the Gemma 1/2/3 forward pass over a batch of tokens, with the session's KV cache.
+ * Reads like the papers: embed -> N x (norm, attention, [post-norm], residual, norm, GeGLU, [post-norm],
+ * residual) -> norm -> tied output. Versions differ only by flags in pb_hparams. Nothing is allocated per
+ * call: every buffer lives in pb_forward_ctx (sized for n_batch tokens) or in the KV cache. */
+#include "model/kv_impl.h"
+#include "tensor/matmul.h"
+#include "tensor/ops.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- scratch ---------------------------------------------------------------------------------------------
+
+struct pb_forward_ctx {
+    const pb_model *m;
+    int n_batch;
+    int n_last;                           /* rows in hidden from the last call */
+    float *x;                             /* [n_batch, d]     residual stream            */
+    float *xn;                            /* [n_batch, d]     normed input of a block    */
+    float *q;                             /* [n_batch, H*hd]  queries                    */
+    float *k, *v;                         /* [n_batch, Hkv*hd] new keys / values         */
+    float *att;                           /* [n_batch, H*hd]  attention output per head  */
+    float *o;                             /* [n_batch, d]     block output               */
+    float *gate, *up;                     /* [n_batch, F]     GeGLU branches             */
+    float *hidden;                        /* [n_batch, d]     after the output norm      */
+    float *cos_g, *sin_g, *cos_l, *sin_l; /* [n_batch, hd/2] RoPE angles, global / local layers */
+    uint8_t *stash;                       /* [n_swa_layers][2][n_batch] rows (F32-sized) of new K/V for ring layers */
+    size_t stash_layer;                   /* bytes per ring layer */
+    int swa_slot[PB_MAX_LAYERS];          /* index of a ring layer's stash, -1 for full layers */
+    void *act;                            /* pb_matmul activation scratch */
+    void *mem;
+    size_t bytes;
+};
+
+static size_t fsize(int64_t n) { return PB_PAD((size_t)n * sizeof(float), 64); }
+
+pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **out) {
+    if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or out");
+    *out = NULL;
+    if (n_batch < 1 || n_batch > 65536)
+        return pb_error(PB_ERR_INVALID_ARG, "forward: n_batch %d out of range", n_batch);
+    const pb_hparams *hp = &m->hp;
+    int64_t B = n_batch, d = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
+    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    pb_forward_ctx *fc = pb_calloc(1, sizeof *fc);
+    if (!fc) return PB_ERR_NOMEM;
+    fc->m = m;
+    fc->n_batch = n_batch;
+    int n_swa = 0;
+    for (int il = 0; il < hp->n_layer; il++) fc->swa_slot[il] = hp->swa_layer[il] ? n_swa++ : -1;
+    fc->stash_layer = PB_PAD(2 * (size_t)B * (size_t)kv_dim * sizeof(float), 64);
+    /* activation scratch: the largest any matrix of the model needs */
+    size_t act = 0;
+    const pb_gguf_tensor *mats[] = {m->output};
+    act = PB_MAX(act, pb_matmul_scratch_size(mats[0]->type, mats[0]->ne[0], B));
+    for (int il = 0; il < hp->n_layer; il++) {
+        const pb_layer_w *w = &m->layers[il];
+        const pb_gguf_tensor *ts[] = {w->wq, w->wk, w->wv, w->wo, w->gate, w->up, w->down};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            act = PB_MAX(act, pb_matmul_scratch_size(ts[i]->type, ts[i]->ne[0], B));
+    }
+    size_t sizes[] = {fsize(B * d),
+                      fsize(B * d),
+                      fsize(B * q_dim),
+                      fsize(B * kv_dim),
+                      fsize(B * kv_dim),
+                      fsize(B * q_dim),
+                      fsize(B * d),
+                      fsize(B * F),
+                      fsize(B * F),
+                      fsize(B * d),
+                      fsize(B * hd / 2) * 4,
+                      fsize(1) + PB_PAD(act, 64),
+                      fc->stash_layer * (size_t)n_swa};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
+    fc->mem = pb_aligned_alloc(total);
+    if (!fc->mem) {
+        free(fc);
+        return pb_error(PB_ERR_NOMEM, "forward: cannot allocate %zu MiB of scratch", total >> 20);
+    }
+    fc->bytes = total;
+    uint8_t *p = fc->mem;
+    float **bufs[] = {&fc->x, &fc->xn, &fc->q, &fc->k, &fc->v, &fc->att, &fc->o, &fc->gate, &fc->up, &fc->hidden};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i] = (float *)p;
+        p += sizes[i];
+    }
+    size_t rs = fsize(B * hd / 2);
+    fc->cos_g = (float *)p;
+    fc->sin_g = (float *)(p + rs);
+    fc->cos_l = (float *)(p + 2 * rs);
+    fc->sin_l = (float *)(p + 3 * rs);
+    p += 4 * rs;
+    fc->act = p;
+    p += fsize(1) + PB_PAD(act, 64);
+    fc->stash = p;
+    *out = fc;
+    return PB_OK;
+}
+
+void pb_forward_ctx_free(pb_forward_ctx *fc) {
+    if (!fc) return;
+    pb_aligned_free(fc->mem);
+    free(fc);
+}
+
+size_t pb_forward_ctx_bytes(const pb_forward_ctx *fc) { return fc ? fc->bytes : 0; }
+const float *pb_forward_hidden(const pb_forward_ctx *fc) { return fc->hidden; }
+
+// --- helpers ---------------------------------------------------------------------------------------------
+
+/* y[n, N] = x[n, K] . W^T for a GGUF matrix W of ne [K, N] (quantized weights used in place). */
+static pb_status linear(pb_forward_ctx *fc, pb_pool *pool, const pb_gguf_tensor *w, const float *x, int n, float *y) {
+    return pb_matmul(w->data, w->type, w->ne[0], w->ne[1], x, n, y, fc->act, pool);
+}
+
+/* Row-wise RMSNorm of n rows of width d. */
+static void norm_rows(float *y, const float *x, const float *w, int n, int64_t d, float eps) {
+    for (int t = 0; t < n; t++) pb_rmsnorm(y + t * d, x + t * d, w, d, eps);
+}
+
+static void run_pool(pb_pool *pool, pb_pool_fn fn, void *ctx) {
+    if (pool)
+        pb_pool_run(pool, fn, ctx);
+    else
+        fn(ctx, 0, 1);
+}
+
+// --- attention -----------------------------------------------------------------------------------------
+
+typedef struct {
+    const pb_model *m;
+    const pb_kv_cache *kv;
+    pb_forward_ctx *fc;
+    int il, n, n_past;
+    const uint8_t *stash_k, *stash_v; /* ring layers: rows of positions n_past.. (else NULL) */
+} attn_job;
+
+/* Storage row of position t (a new position of a ring layer lives in the stash until commit). */
+static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint8_t *stash, int t) {
+    const pb_kv_cache *kv = j->kv;
+    if (stash && t >= j->n_past) return stash + (size_t)(t - j->n_past) * kv->row_bytes;
+    int slot = kv->ring[j->il] ? t % kv->cap[j->il] : t;
+    return cache + (size_t)slot * kv->row_bytes;
+}
+
+/* One (token, query head) pair: softmax(scale * q.K^T [softcapped], causal/sliding mask) . V, with a
+ * single-pass (online) softmax so no score buffer is needed. Keys are read in position order, so a
+ * token's result does not depend on how the prompt was split into batches. */
+static void attend_one(const attn_job *j, int t, int h) {
+    const pb_hparams *hp = &j->m->hp;
+    const pb_kv_cache *kv = j->kv;
+    int hd = hp->head_dim, g = h / (hp->n_head / hp->n_head_kv); /* GQA: kv head of query head h */
+    int p = j->n_past + t;
+    int lo = hp->swa_layer[j->il] ? PB_MAX(0, p - hp->sliding_window + 1) : 0; /* key t' visible: p-W < t' <= p */
+    const float *qv = j->fc->q + ((int64_t)t * hp->n_head + h) * hd;
+    pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
+    size_t hoff = (size_t)g * kv->head_bytes;
+    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], acc[PB_MAX_HEAD_DIM];
+    memset(acc, 0, sizeof(float) * (size_t)hd);
+    float mx = -INFINITY, sum = 0.0f;
+    for (int tk = lo; tk <= p; tk++) {
+        to_f(kv_row(j, kv->k[j->il], j->stash_k, tk) + hoff, kb, hd);
+        float s = pb_vec_dot(qv, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * query_pre_attn_scalar^-0.5 */
+        if (hp->attn_softcap > 0.0f) s = tanhf(s / hp->attn_softcap) * hp->attn_softcap; /* Gemma 2: cap 50 */
+        if (s > mx) {
+            float c = expf(mx - s); /* 0 on the first key */
+            sum *= c;
+            pb_vec_scale(acc, hd, c);
+            mx = s;
+        }
+        float e = expf(s - mx);
+        sum += e;
+        to_f(kv_row(j, kv->v[j->il], j->stash_v, tk) + hoff, vb, hd);
+        pb_vec_mad(acc, vb, e, hd);
+    }
+    float *out = j->fc->att + ((int64_t)t * hp->n_head + h) * hd;
+    float inv = 1.0f / sum;
+    for (int i = 0; i < hd; i++) out[i] = acc[i] * inv;
+}
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    int H = j->m->hp.n_head;
+    int64_t lo, hi;
+    pb_split((int64_t)j->n * H, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) attend_one(j, (int)(i / H), (int)(i % H));
+}
+
+// --- one transformer block -----------------------------------------------------------------------------
+
+/* Appends this block's new K/V rows (converted to the cache type) and runs attention for n tokens. */
+static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
+    int64_t kv_dim = kv->kv_dim;
+    pb_from_float_fn from_f = pb_type_get(kv->st)->from_float;
+    attn_job j = {m, kv, fc, il, n, kv->n_past, NULL, NULL};
+    uint8_t *dk, *dv;
+    if (fc->swa_slot[il] >= 0) { /* ring layer: keep new rows aside until the whole call succeeded */
+        dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
+        dv = dk + (size_t)fc->n_batch * kv->row_bytes;
+        j.stash_k = dk;
+        j.stash_v = dv;
+    } else { /* full layer: positions >= n_past are free, write in place */
+        dk = kv->k[il] + (size_t)kv->n_past * kv->row_bytes;
+        dv = kv->v[il] + (size_t)kv->n_past * kv->row_bytes;
+    }
+    for (int t = 0; t < n; t++) {
+        from_f(fc->k + t * kv_dim, dk + (size_t)t * kv->row_bytes, kv_dim);
+        from_f(fc->v + t * kv_dim, dv + (size_t)t * kv->row_bytes, kv_dim);
+    }
+    run_pool(pool, attn_worker, &j);
+}
+
+static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
+    const pb_hparams *hp = &m->hp;
+    const pb_layer_w *w = &m->layers[il];
+    int64_t d = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
+    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    float eps = hp->norm_eps;
+    pb_status s;
+
+    /* --- attention: h = RMSNorm(x; attn_norm); q,k,v = Wq h, Wk h, Wv h --- */
+    norm_rows(fc->xn, fc->x, w->attn_norm, n, d, eps);
+    if ((s = linear(fc, pool, w->wq, fc->xn, n, fc->q)) || /* [n, H*hd]   */
+        (s = linear(fc, pool, w->wk, fc->xn, n, fc->k)) || /* [n, Hkv*hd] */
+        (s = linear(fc, pool, w->wv, fc->xn, n, fc->v)))   /* [n, Hkv*hd] */
+        return s;
+    if (hp->has_qk_norm) { /* Gemma 3: per-head RMSNorm of q and k, before RoPE */
+        norm_rows(fc->q, fc->q, w->q_norm, n * hp->n_head, hd, eps);
+        norm_rows(fc->k, fc->k, w->k_norm, n * hp->n_head_kv, hd, eps);
+    }
+    bool local = hp->swa_layer[il] != 0;
+    const float *cs = local ? fc->cos_l : fc->cos_g, *sn = local ? fc->sin_l : fc->sin_g;
+    for (int t = 0; t < n; t++) { /* RoPE (NeoX halves) at position n_past + t */
+        pb_rope_neox(fc->q + t * q_dim, hp->n_head, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
+        pb_rope_neox(fc->k + t * kv_dim, hp->n_head_kv, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
+    }
+    attention(m, kv, fc, pool, il, n);                              /* att: [n, H*hd] */
+    if ((s = linear(fc, pool, w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
+    if (w->post_attn_norm) norm_rows(fc->o, fc->o, w->post_attn_norm, n, d, eps);
+    pb_vec_add(fc->x, fc->o, n * d);
+
+    /* --- MLP: x += [post-norm] W_down (gelu(W_gate h) * W_up h), h = RMSNorm(x; ffn_norm) --- */
+    norm_rows(fc->xn, fc->x, w->ffn_norm, n, d, eps);
+    if ((s = linear(fc, pool, w->gate, fc->xn, n, fc->gate)) || /* [n, F] */
+        (s = linear(fc, pool, w->up, fc->xn, n, fc->up)))
+        return s;
+    pb_geglu(fc->gate, fc->up, n * F);
+    if ((s = linear(fc, pool, w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
+    if (w->post_ffw_norm) norm_rows(fc->o, fc->o, w->post_ffw_norm, n, d, eps);
+    pb_vec_add(fc->x, fc->o, n * d);
+    return PB_OK;
+}
+
+// --- the whole pass ---------------------------------------------------------------------------------------
+
+/* Moves the stashed rows of ring layers into their slots (only the last cap rows matter). */
+static void commit_rings(pb_kv_cache *kv, const pb_forward_ctx *fc, int n) {
+    for (int il = 0; il < kv->n_layer; il++) {
+        if (fc->swa_slot[il] < 0) continue;
+        const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
+        const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_bytes;
+        int cap = kv->cap[il];
+        for (int t = PB_MAX(0, n - cap); t < n; t++) {
+            size_t slot = (size_t)((kv->n_past + t) % cap) * kv->row_bytes;
+            memcpy(kv->k[il] + slot, sk + (size_t)t * kv->row_bytes, kv->row_bytes);
+            memcpy(kv->v[il] + slot, sv + (size_t)t * kv->row_bytes, kv->row_bytes);
+        }
+    }
+}
+
+pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
+                     int n, float *logits, bool all_logits, const volatile int *cancel) {
+    if (!m || !kv || !fc || !tokens || !logits) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");
+    if (fc->m != m) return pb_error(PB_ERR_INVALID_ARG, "forward: scratch was made for another model");
+    const pb_hparams *hp = &m->hp;
+    if (kv->n_layer != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
+        return pb_error(PB_ERR_INVALID_ARG, "forward: KV cache was made for another model");
+    if (n < 1 || n > fc->n_batch)
+        return pb_error(PB_ERR_INVALID_ARG, "forward: %d tokens (batch holds 1..%d)", n, fc->n_batch);
+    if (kv->n_past + n > kv->n_ctx)
+        return pb_error(PB_ERR_CONTEXT_FULL, "forward: context full (%d + %d tokens > n_ctx %d)", kv->n_past, n,
+                        kv->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return pb_error(PB_ERR_INVALID_ARG, "forward: token %d at index %d is outside the vocabulary (0..%d)",
+                            tokens[t], t, hp->n_vocab - 1);
+    int64_t d = hp->n_embd, half = hp->head_dim / 2;
+
+    /* x = E[tok] * sqrt(d) */
+    const pb_type_traits *te = pb_type_get(m->tok_embd->type);
+    size_t erow = pb_row_size(m->tok_embd->type, d);
+    for (int t = 0; t < n; t++) {
+        te->to_float((const uint8_t *)m->tok_embd->data + (size_t)tokens[t] * erow, fc->x + t * d, d);
+        pb_vec_scale(fc->x + t * d, d, m->embd_scale);
+    }
+    for (int t = 0; t < n; t++) { /* RoPE angles of each position, for global and local layers */
+        pb_rope_angles(fc->cos_g + t * half, fc->sin_g + t * half, m->rope_inv_global, (int)half, kv->n_past + t);
+        pb_rope_angles(fc->cos_l + t * half, fc->sin_l + t * half, m->rope_inv_local, (int)half, kv->n_past + t);
+    }
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (cancel && *cancel) return pb_error(PB_ERR_CANCELLED, "forward: cancelled at layer %d", il);
+        pb_status s = block(m, kv, fc, pool, il, n);
+        if (s) return s;
+    }
+    commit_rings(kv, fc, n);
+    kv->n_past += n;
+
+    /* logits = E . RMSNorm(x; output_norm) [, 30 tanh(./30) on Gemma 2] */
+    norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);
+    fc->n_last = n;
+    int first = all_logits ? 0 : n - 1, rows = n - first;
+    pb_status s = linear(fc, pool, m->output, fc->hidden + first * d, rows, logits);
+    if (s) return s;
+    if (hp->final_softcap > 0.0f) pb_softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
+    return PB_OK;
+}

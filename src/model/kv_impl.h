@@ -1,0 +1,22 @@
+/* kv_impl.h -- private layout of pb_kv_cache shared by kv_cache.c and forward.c. Not for other rooms. */
+#ifndef PB_KV_IMPL_H
+#define PB_KV_IMPL_H
+
+#include "model/model_impl.h"
+
+struct pb_kv_cache {
+    pb_kv_type type;
+    int st; /* storage type id (PB_TYPE_F16 / Q8_0 / F32) */
+    int n_ctx, n_past, n_layer;
+    int kv_dim, head_dim, window;
+    size_t row_bytes;          /* bytes of one position's row (n_head_kv * head_dim values) */
+    size_t head_bytes;         /* bytes of one kv head inside a row */
+    bool ring[PB_MAX_LAYERS];  /* sliding-window layer: ring of cap rows */
+    int cap[PB_MAX_LAYERS];    /* rows held per layer */
+    uint8_t *k[PB_MAX_LAYERS]; /* [cap][row_bytes] */
+    uint8_t *v[PB_MAX_LAYERS];
+    void *mem;
+    size_t bytes;
+};
+
+#endif

@@ -1,0 +1,535 @@
+/* model.c -- opens a Gemma GGUF: hparams from metadata, weight binding with shape checks, fingerprint, info.
+ * No math of the forward pass here (forward.c) and no K/V storage (kv_cache.c). */
+#include "model/model_impl.h"
+#include "tensor/ops.h"
+#include "tensor/types.h"
+#include "tokenizer/vocab.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- hyperparameters ------------------------------------------------------------------------------
+
+static const char *arch_name(pb_arch a) {
+    switch (a) {
+    case PB_ARCH_GEMMA: return "gemma";
+    case PB_ARCH_GEMMA2: return "gemma2";
+    case PB_ARCH_GEMMA3: return "gemma3";
+    }
+    return "?";
+}
+
+/* "{arch}.suffix" */
+static const char *akey(char *buf, size_t cap, pb_arch a, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", arch_name(a), suffix);
+    return buf;
+}
+
+/* Reads an integer key into *out (kept as is when absent). PB_ERR_FORMAT when out of [lo, hi]. */
+static pb_status get_int(const pb_gguf *g, pb_arch a, const char *suffix, bool required, int64_t lo, int64_t hi,
+                         int *out) {
+    char k[128];
+    int64_t v;
+    pb_status s = pb_gguf_get_i64(g, akey(k, sizeof k, a, suffix), &v);
+    if (s == PB_ERR_NOT_FOUND) {
+        if (required) return pb_error(PB_ERR_FORMAT, "model: required key '%s' is missing", k);
+        return PB_OK;
+    }
+    if (s) return s;
+    if (v < lo || v > hi)
+        return pb_error(PB_ERR_FORMAT, "model: key '%s' = %lld is out of range [%lld, %lld]", k, (long long)v,
+                        (long long)lo, (long long)hi);
+    *out = (int)v;
+    return PB_OK;
+}
+
+static pb_status get_float(const pb_gguf *g, pb_arch a, const char *suffix, float lo, float hi, float *out) {
+    char k[128];
+    float v;
+    pb_status s = pb_gguf_get_f32(g, akey(k, sizeof k, a, suffix), &v);
+    if (s == PB_ERR_NOT_FOUND) return PB_OK;
+    if (s) return s;
+    if (!(v >= lo && v <= hi))
+        return pb_error(PB_ERR_FORMAT, "model: key '%s' = %g is out of range [%g, %g]", k, (double)v, (double)lo,
+                        (double)hi);
+    *out = v;
+    return PB_OK;
+}
+
+static pb_status arch_from_gguf(const pb_gguf *g, pb_arch *out) {
+    pb_gguf_str s;
+    pb_status st = pb_gguf_get_str(g, "general.architecture", &s);
+    if (st == PB_ERR_NOT_FOUND) return pb_error(PB_ERR_FORMAT, "model: key 'general.architecture' is missing");
+    if (st) return st;
+    static const struct {
+        const char *name;
+        pb_arch a;
+    } known[] = {{"gemma", PB_ARCH_GEMMA}, {"gemma2", PB_ARCH_GEMMA2}, {"gemma3", PB_ARCH_GEMMA3}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
+            *out = known[i].a;
+            return PB_OK;
+        }
+    int n = s.len > 64 ? 64 : (int)s.len;
+    return pb_error(PB_ERR_UNSUPPORTED, "model: architecture '%.*s' is not supported (gemma, gemma2, gemma3)", n,
+                    s.ptr);
+}
+
+pb_status pb_hparams_from_gguf(const pb_gguf *g, pb_hparams *hp) {
+    memset(hp, 0, sizeof *hp);
+    pb_status s = arch_from_gguf(g, &hp->arch);
+    if (s) return s;
+    pb_arch a = hp->arch;
+    hp->n_ctx_train = 8192;
+    if ((s = get_int(g, a, "context_length", false, 1, 1 << 24, &hp->n_ctx_train)) ||
+        (s = get_int(g, a, "embedding_length", true, 1, 1 << 16, &hp->n_embd)) ||
+        (s = get_int(g, a, "block_count", true, 1, PB_MAX_LAYERS, &hp->n_layer)) ||
+        (s = get_int(g, a, "feed_forward_length", true, 1, 1 << 20, &hp->n_ff)) ||
+        (s = get_int(g, a, "attention.head_count", true, 1, 1024, &hp->n_head)))
+        return s;
+    hp->n_head_kv = hp->n_head; /* llama.cpp: defaults to n_head */
+    hp->head_dim = hp->n_embd / hp->n_head;
+    int v_len = -1;
+    if ((s = get_int(g, a, "attention.head_count_kv", false, 1, 1024, &hp->n_head_kv)) ||
+        (s = get_int(g, a, "attention.key_length", false, 2, PB_MAX_HEAD_DIM, &hp->head_dim)) ||
+        (s = get_int(g, a, "attention.value_length", false, 2, PB_MAX_HEAD_DIM, &v_len)))
+        return s;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return pb_error(PB_ERR_FORMAT, "model: head_count %d is not a multiple of head_count_kv %d", hp->n_head,
+                        hp->n_head_kv);
+    if (hp->head_dim % 2 != 0 || hp->head_dim < 2 || hp->head_dim > PB_MAX_HEAD_DIM)
+        return pb_error(PB_ERR_FORMAT, "model: head dimension %d must be even and <= %d", hp->head_dim,
+                        PB_MAX_HEAD_DIM);
+    if (v_len != -1 && v_len != hp->head_dim)
+        return pb_error(PB_ERR_UNSUPPORTED, "model: value_length %d differs from key_length %d", v_len, hp->head_dim);
+
+    hp->norm_eps = 1e-6f;
+    if ((s = get_float(g, a, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->norm_eps))) return s;
+
+    /* RoPE: Gemma 1/2 write no base (llama.cpp default 10000); Gemma 3 global layers use freq_base (HF
+     * default 1e6), local layers 10000; optional linear scaling on global layers only. */
+    hp->rope_base = a == PB_ARCH_GEMMA3 ? 1000000.0f : 10000.0f;
+    hp->rope_base_local = 10000.0f;
+    hp->rope_scale = 1.0f;
+    if ((s = get_float(g, a, "rope.freq_base", 1.0f, 1e12f, &hp->rope_base))) return s;
+    if (a != PB_ARCH_GEMMA3) hp->rope_base_local = hp->rope_base;
+    {
+        char k[128];
+        pb_gguf_str type = {0};
+        pb_status ts = pb_gguf_get_str(g, akey(k, sizeof k, a, "rope.scaling.type"), &type);
+        if (ts && ts != PB_ERR_NOT_FOUND) return ts;
+        bool linear = ts == PB_ERR_NOT_FOUND || (type.len == 6 && memcmp(type.ptr, "linear", 6) == 0) ||
+                      (type.len == 4 && memcmp(type.ptr, "none", 4) == 0);
+        if (!linear)
+            return pb_error(PB_ERR_UNSUPPORTED, "model: rope scaling type '%.*s' is not supported (linear)",
+                            (int)(type.len > 32 ? 32 : type.len), type.ptr);
+        if (!(ts == PB_OK && type.len == 4) &&
+            (s = get_float(g, a, "rope.scaling.factor", 1e-3f, 1e6f, &hp->rope_scale)))
+            return s;
+    }
+
+    /* Soft-capping and sliding windows: llama.cpp's gemma2 defaults (50, 30, 4096) when keys are absent. */
+    if (a == PB_ARCH_GEMMA2) {
+        hp->attn_softcap = 50.0f;
+        hp->final_softcap = 30.0f;
+        hp->sliding_window = 4096;
+    }
+    if (a != PB_ARCH_GEMMA) {
+        if ((s = get_float(g, a, "attn_logit_softcapping", 0.0f, 1e6f, &hp->attn_softcap)) ||
+            (s = get_float(g, a, "final_logit_softcapping", 0.0f, 1e6f, &hp->final_softcap)) ||
+            (s = get_int(g, a, "attention.sliding_window", a == PB_ARCH_GEMMA3, 1, 1 << 24, &hp->sliding_window)))
+            return s;
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        /* Gemma 2: even layers local; Gemma 3: 5 local then 1 global (il % 6 < 5 local). */
+        bool local = a == PB_ARCH_GEMMA2 ? (il % 2 == 0) : a == PB_ARCH_GEMMA3 ? (il % 6 < 5) : false;
+        hp->swa_layer[il] = (uint8_t)(local && hp->sliding_window > 0);
+    }
+
+    /* Attention scale (no standard GGUF key): 1/sqrt(head_dim), except llama.cpp's rule for the 27B models
+     * (gemma2 46 layers, gemma3 62 layers): 1/sqrt(n_embd/n_head). An explicit
+     * {arch}.attention.query_pre_attn_scalar key (our converter may write it) wins. */
+    float qpas = (float)hp->head_dim;
+    if ((a == PB_ARCH_GEMMA2 && hp->n_layer == 46) || (a == PB_ARCH_GEMMA3 && hp->n_layer == 62))
+        qpas = (float)hp->n_embd / (float)hp->n_head;
+    if ((s = get_float(g, a, "attention.query_pre_attn_scalar", 1e-6f, 1e9f, &qpas))) return s;
+    hp->query_scale = (float)(1.0 / sqrt((double)qpas));
+
+    hp->has_qk_norm = a == PB_ARCH_GEMMA3;
+    hp->has_post_norms = a != PB_ARCH_GEMMA;
+
+    /* n_vocab: rows of token_embd (the tokenizer may list fewer or more pieces). */
+    const pb_gguf_tensor *te = pb_gguf_find_tensor(g, "token_embd.weight");
+    if (te) {
+        if (te->ne[1] < 1 || te->ne[1] > (1 << 24))
+            return pb_error(PB_ERR_FORMAT, "model: tensor 'token_embd.weight' has %lld rows", (long long)te->ne[1]);
+        hp->n_vocab = (int)te->ne[1];
+    } else {
+        int64_t ki = pb_gguf_find_key(g, "tokenizer.ggml.tokens");
+        pb_gguf_vtype et;
+        uint64_t n = 0;
+        const void *d;
+        if (ki >= 0 && pb_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &d) == PB_OK && n <= (1u << 24))
+            hp->n_vocab = (int)n;
+    }
+    return PB_OK;
+}
+
+// --- tensor table check -----------------------------------------------------------------------------
+
+typedef struct {
+    void (*report)(void *, const char *, const char *);
+    void *user;
+    pb_status first;
+} checker;
+
+static void problem(checker *c, pb_status s, const char *tensor, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void problem(checker *c, pb_status s, const char *tensor, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->report) c->report(c->user, tensor, msg);
+    if (c->first == PB_OK) {
+        c->first = s;
+        pb_error(s, "model: tensor '%s': %s", tensor, msg);
+    }
+}
+
+/* Checks one tensor: present (unless optional), n_dims, ne, and a type we can use. matrix: used by a matmul
+ * (needs dequantization and a dot kernel); otherwise a norm vector (any readable type). */
+static const pb_gguf_tensor *check_one(checker *c, const pb_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                                       bool matrix, bool optional) {
+    const pb_gguf_tensor *t = pb_gguf_find_tensor(g, name);
+    if (!t) {
+        if (!optional) problem(c, PB_ERR_FORMAT, name, "missing");
+        return NULL;
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        problem(c, PB_ERR_FORMAT, name, "shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", (long long)t->ne[0],
+                (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)ne0, (long long)ne1);
+        return NULL;
+    }
+    const pb_type_traits *tr = pb_type_get(t->type);
+    if (tr->blck == 0 || !tr->supported || !tr->to_float) {
+        problem(c, PB_ERR_UNSUPPORTED, name, "tensor type %s is not supported", pb_type_name(t->type));
+        return NULL;
+    }
+    if (ne0 % tr->blck != 0) {
+        problem(c, PB_ERR_FORMAT, name, "row of %lld is not a multiple of the %s block (%lld)", (long long)ne0,
+                pb_type_name(t->type), (long long)tr->blck);
+        return NULL;
+    }
+    if (matrix && !tr->vec_dot) {
+        problem(c, PB_ERR_UNSUPPORTED, name, "no dot-product kernel for type %s", pb_type_name(t->type));
+        return NULL;
+    }
+    return t;
+}
+
+/* Binds (or only checks, when lw == NULL) every tensor of the architecture. */
+static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c, pb_model *m) {
+    int64_t d = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, hd = hp->head_dim;
+    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    if (V < 1) problem(c, PB_ERR_FORMAT, "token_embd.weight", "missing (and no tokenizer.ggml.tokens)");
+    const pb_gguf_tensor *te = check_one(c, g, "token_embd.weight", d, V, true, false);
+    const pb_gguf_tensor *out = check_one(c, g, "output.weight", d, V, true, true);
+    const pb_gguf_tensor *on = check_one(c, g, "output_norm.weight", d, 1, false, false);
+    if (m) {
+        m->tok_embd = te;
+        m->output = out ? out : te; /* tied: HF tie_word_embeddings, llama.cpp TENSOR_DUPLICATED */
+        (void)on;
+    }
+    char name[96];
+#define T(suffix, ne0, ne1, mat, opt)                                                                                  \
+    (snprintf(name, sizeof name, "blk.%d." suffix ".weight", il), check_one(c, g, name, ne0, ne1, mat, opt))
+    for (int il = 0; il < hp->n_layer; il++) {
+        pb_layer_w w = {0};
+        w.wq = T("attn_q", d, q_dim, true, false);
+        w.wk = T("attn_k", d, kv_dim, true, false);
+        w.wv = T("attn_v", d, kv_dim, true, false);
+        w.wo = T("attn_output", q_dim, d, true, false);
+        w.gate = T("ffn_gate", d, F, true, false);
+        w.up = T("ffn_up", d, F, true, false);
+        w.down = T("ffn_down", F, d, true, false);
+        T("attn_norm", d, 1, false, false);
+        T("ffn_norm", d, 1, false, false);
+        if (hp->has_post_norms) {
+            T("post_attention_norm", d, 1, false, false);
+            T("post_ffw_norm", d, 1, false, false);
+        }
+        if (hp->has_qk_norm) {
+            T("attn_q_norm", hd, 1, false, false);
+            T("attn_k_norm", hd, 1, false, false);
+        }
+        if (m) m->layers[il] = w;
+    }
+#undef T
+    return c->first;
+}
+
+pb_status pb_arch_check_tensors(const pb_gguf *g, const pb_hparams *hp,
+                                void (*report)(void *user, const char *tensor, const char *problem), void *user) {
+    checker c = {report, user, PB_OK};
+    return bind_tensors(g, hp, &c, NULL);
+}
+
+// --- fingerprint: 256-bit hash, four 64-bit lanes -----------------------------------------------------
+
+typedef struct {
+    uint64_t h[4];
+} fp_hash;
+
+static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static void fp_init(fp_hash *f) {
+    for (int i = 0; i < 4; i++) f->h[i] = 0xcbf29ce484222325ULL ^ mix64((uint64_t)i + 1);
+}
+
+static void fp_bytes(fp_hash *f, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++)
+        for (int l = 0; l < 4; l++) f->h[l] = (f->h[l] ^ (p[i] + (uint64_t)l * 131u)) * 0x100000001b3ULL;
+}
+
+static void fp_u64(fp_hash *f, uint64_t v) {
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+    fp_bytes(f, b, 8);
+}
+
+static void fp_final(fp_hash *f, uint8_t out[32]) {
+    uint64_t a = f->h[0], b = f->h[1], c = f->h[2], d = f->h[3];
+    for (int r = 0; r < 2; r++) { /* cross-lane avalanche */
+        a = mix64(a ^ d);
+        b = mix64(b ^ a);
+        c = mix64(c ^ b);
+        d = mix64(d ^ c);
+    }
+    uint64_t v[4] = {a, b, c, d};
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < 8; i++) out[l * 8 + i] = (uint8_t)(v[l] >> (8 * i));
+}
+
+/* hparams (field by field, so padding never enters) + tensor table + up to 3 x 1 KiB of every tensor. */
+static void fingerprint(const pb_model *m, uint8_t out[32]) {
+    const pb_hparams *hp = &m->hp;
+    fp_hash f;
+    fp_init(&f);
+    int64_t ints[] = {hp->arch, hp->n_layer, hp->n_embd,      hp->n_head,         hp->n_head_kv,   hp->head_dim,
+                      hp->n_ff, hp->n_vocab, hp->n_ctx_train, hp->sliding_window, hp->has_qk_norm, hp->has_post_norms};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) fp_u64(&f, (uint64_t)ints[i]);
+    float fl[] = {hp->norm_eps,     hp->rope_base,     hp->rope_base_local, hp->rope_scale,
+                  hp->attn_softcap, hp->final_softcap, hp->query_scale};
+    fp_bytes(&f, fl, sizeof fl);
+    fp_bytes(&f, hp->swa_layer, (size_t)hp->n_layer);
+    int64_t nt = pb_gguf_n_tensors(m->g);
+    for (int64_t i = 0; i < nt; i++) {
+        const pb_gguf_tensor *t = pb_gguf_tensor_at(m->g, i);
+        fp_bytes(&f, t->name, strlen(t->name) + 1);
+        fp_u64(&f, (uint64_t)t->type);
+        for (int k = 0; k < 4; k++) fp_u64(&f, (uint64_t)t->ne[k]);
+        fp_u64(&f, t->nbytes);
+        const uint8_t *p = t->data;
+        size_t chunk = 1024;
+        if (t->nbytes <= 3 * chunk) {
+            fp_bytes(&f, p, t->nbytes);
+        } else {
+            fp_bytes(&f, p, chunk);
+            fp_bytes(&f, p + t->nbytes / 2, chunk);
+            fp_bytes(&f, p + t->nbytes - chunk, chunk);
+        }
+    }
+    fp_final(&f, out);
+}
+
+// --- open / close -------------------------------------------------------------------------------------
+
+pb_model_params pb_model_default_params(void) {
+    pb_model_params p;
+    memset(&p, 0, sizeof p);
+    p.n_threads = 0;
+    p.use_mmap = true;
+    p.mem_limit = 0;
+    p.check_memory = true;
+    return p;
+}
+
+static const char *ftype_name(uint32_t ft) {
+    switch (ft) { /* llama.cpp's LLAMA_FTYPE numbering */
+    case 0: return "F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K_S";
+    case 12: return "Q3_K_M";
+    case 13: return "Q3_K_L";
+    case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M";
+    case 16: return "Q5_K_S";
+    case 17: return "Q5_K_M";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    }
+    return NULL;
+}
+
+static void fill_info(pb_model *m) {
+    pb_model_info *in = &m->info;
+    const pb_hparams *hp = &m->hp;
+    memset(in, 0, sizeof *in);
+    snprintf(in->arch, sizeof in->arch, "%s", arch_name(hp->arch));
+    pb_gguf_str s;
+    if (pb_gguf_get_str(m->g, "general.name", &s) == PB_OK)
+        snprintf(in->name, sizeof in->name, "%.*s", (int)(s.len > 127 ? 127 : s.len), s.ptr);
+    in->n_layer = hp->n_layer;
+    in->n_embd = hp->n_embd;
+    in->n_head = hp->n_head;
+    in->n_head_kv = hp->n_head_kv;
+    in->head_dim = hp->head_dim;
+    in->n_ff = hp->n_ff;
+    in->n_vocab = hp->n_vocab;
+    in->n_ctx_train = hp->n_ctx_train;
+    in->sliding_window = hp->sliding_window;
+    int64_t nt = pb_gguf_n_tensors(m->g);
+    int64_t count[PB_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < nt; i++) {
+        const pb_gguf_tensor *t = pb_gguf_tensor_at(m->g, i);
+        in->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        in->weight_bytes += t->nbytes;
+        if (t->ne[1] > 1 && t->type >= 0 && t->type < PB_TYPE_COUNT) count[t->type] += t->ne[0] * t->ne[1];
+    }
+    uint32_t ft;
+    const char *fn = pb_gguf_get_u32(m->g, "general.file_type", &ft) == PB_OK ? ftype_name(ft) : NULL;
+    if (!fn) { /* best effort: the type holding most matrix elements */
+        int best = 0;
+        for (int t = 1; t < PB_TYPE_COUNT; t++)
+            if (count[t] > count[best]) best = t;
+        fn = pb_type_name(best);
+    }
+    snprintf(in->file_type, sizeof in->file_type, "%s", fn);
+    fingerprint(m, in->fingerprint);
+}
+
+/* Copies a norm vector (any readable type) to float32. */
+static void copy_norm(const pb_gguf_tensor *t, float *dst) { pb_type_get(t->type)->to_float(t->data, dst, t->ne[0]); }
+
+static pb_status copy_norms(pb_model *m) {
+    const pb_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd, hd = hp->head_dim;
+    int64_t per_layer = 2 * d + (hp->has_post_norms ? 2 * d : 0) + (hp->has_qk_norm ? 2 * hd : 0);
+    m->norm_mem = pb_malloc(sizeof(float) * (size_t)(d + per_layer * hp->n_layer));
+    if (!m->norm_mem) return PB_ERR_NOMEM;
+    float *p = m->norm_mem;
+    m->output_norm = p;
+    copy_norm(pb_gguf_find_tensor(m->g, "output_norm.weight"), p);
+    p += d;
+    char name[96];
+    for (int il = 0; il < hp->n_layer; il++) {
+        pb_layer_w *w = &m->layers[il];
+#define NORM(field, suffix, n)                                                                                         \
+    do {                                                                                                               \
+        snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                                                   \
+        w->field = p;                                                                                                  \
+        copy_norm(pb_gguf_find_tensor(m->g, name), p);                                                                 \
+        p += (n);                                                                                                      \
+    } while (0)
+        NORM(attn_norm, "attn_norm", d);
+        NORM(ffn_norm, "ffn_norm", d);
+        if (hp->has_post_norms) {
+            NORM(post_attn_norm, "post_attention_norm", d);
+            NORM(post_ffw_norm, "post_ffw_norm", d);
+        }
+        if (hp->has_qk_norm) {
+            NORM(q_norm, "attn_q_norm", hd);
+            NORM(k_norm, "attn_k_norm", hd);
+        }
+#undef NORM
+    }
+    return PB_OK;
+}
+
+pb_status pb_model_open(const char *path, const pb_model_params *params, pb_model **out) {
+    if (!path || !out) return pb_error(PB_ERR_INVALID_ARG, "model: NULL path or out");
+    *out = NULL;
+    pb_model *m = pb_calloc(1, sizeof *m);
+    if (!m) return PB_ERR_NOMEM;
+    m->params = params ? *params : pb_model_default_params();
+    pb_status s = pb_map_open(path, m->params.use_mmap, &m->map);
+    if (s) {
+        free(m);
+        return s;
+    }
+    if ((s = pb_gguf_open_memory(m->map.data, m->map.size, &m->g))) goto fail;
+    if ((s = pb_hparams_from_gguf(m->g, &m->hp))) goto fail;
+    m->layers = pb_calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        s = PB_ERR_NOMEM;
+        goto fail;
+    }
+    checker c = {NULL, NULL, PB_OK};
+    if ((s = bind_tensors(m->g, &m->hp, &c, m))) goto fail;
+    fill_info(m);
+    if (m->params.check_memory) {
+        /* Weights-only admission (the engine's pb_estimate_memory adds KV and scratch per session). */
+        size_t avail = m->params.mem_limit ? m->params.mem_limit : pb_mem_available();
+        if (avail && m->info.weight_bytes > avail) {
+            s = pb_error(PB_ERR_MEMORY_LIMIT, "model: weights need %zu MiB but only %zu MiB are available%s",
+                         m->info.weight_bytes >> 20, avail >> 20, m->params.mem_limit ? " (mem_limit)" : "");
+            goto fail;
+        }
+    }
+    if ((s = copy_norms(m))) goto fail;
+    pb_rope_inv_freq(m->rope_inv_global, m->hp.head_dim, m->hp.rope_base, m->hp.rope_scale);
+    pb_rope_inv_freq(m->rope_inv_local, m->hp.head_dim, m->hp.rope_base_local, 1.0f);
+    /* HF f32: hidden * torch.tensor(sqrt(d), dtype=float32) */
+    m->embd_scale = (float)sqrt((double)m->hp.n_embd);
+    if ((s = pb_vocab_from_gguf(m->g, &m->vocab))) goto fail;
+    *out = m;
+    return PB_OK;
+fail:
+    pb_error_prefix(s, "%s: ", path);
+    pb_model_close(m);
+    return s;
+}
+
+void pb_model_close(pb_model *m) {
+    if (!m) return;
+    pb_vocab_free(m->vocab);
+    free(m->norm_mem);
+    free(m->layers);
+    pb_gguf_close(m->g);
+    pb_map_close(&m->map);
+    free(m);
+}
+
+pb_status pb_model_get_info(const pb_model *m, pb_model_info *out) {
+    if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "model: NULL model or info");
+    *out = m->info;
+    return PB_OK;
+}
+
+const pb_vocab *pb_model_vocab(const pb_model *m) { return m ? m->vocab : NULL; }
+const pb_hparams *pb_model_hparams(const pb_model *m) { return &m->hp; }
+const pb_gguf *pb_model_gguf(const pb_model *m) { return m->g; }
+
+int pb_model_default_threads(const pb_model *m) {
+    if (m && m->params.n_threads > 0) return m->params.n_threads;
+    int n = pb_cpu_physical_cores();
+    return n > 0 ? n : 1;
+}

@@ -1,0 +1,89 @@
+/* model.h -- internal API of the model room: hparams, weight views, KV cache, and the forward pass.
+ * Contract between the model room (forward) and the engine room (sessions, generation). */
+#ifndef PB_MODEL_H
+#define PB_MODEL_H
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+
+typedef enum pb_arch { PB_ARCH_GEMMA = 1, PB_ARCH_GEMMA2 = 2, PB_ARCH_GEMMA3 = 3 } pb_arch;
+
+typedef struct pb_hparams {
+    pb_arch arch;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    float norm_eps;
+    float rope_base;       /* global layers */
+    float rope_base_local; /* sliding-window layers (Gemma 3: 10000) */
+    float rope_scale;      /* linear scaling factor for global layers (1 = none) */
+    float attn_softcap;    /* 0 = off (Gemma 2: 50) */
+    float final_softcap;   /* 0 = off (Gemma 2: 30) */
+    float query_scale;     /* attention score multiplier (applied to q.k as HF does): query_pre_attn_scalar^-0.5;
+                              1/sqrt(head_dim), or llama.cpp's 27B rule 1/sqrt(n_embd/n_head) */
+    int sliding_window;    /* 0 = none */
+    /* layer il uses the sliding window when swa_layer[il] != 0 */
+    uint8_t swa_layer[256];
+    bool has_qk_norm;    /* Gemma 3 */
+    bool has_post_norms; /* Gemma 2/3: post-attention and post-FFN norms */
+} pb_hparams;
+
+/* Reads hyperparameters from metadata (llama.cpp's defaults where keys are absent). */
+pb_status pb_hparams_from_gguf(const pb_gguf *g, pb_hparams *hp);
+
+/* Checks that every tensor the architecture needs is present with the right shape and a supported
+ * type. Calls report(user, tensor_name, problem) for each problem (it may be NULL) and returns
+ * PB_ERR_FORMAT/PB_ERR_UNSUPPORTED (with the first problem as error text) if any. */
+pb_status pb_arch_check_tensors(const pb_gguf *g, const pb_hparams *hp,
+                                void (*report)(void *user, const char *tensor, const char *problem), void *user);
+
+/* ---- KV cache: per session. Sliding-window layers keep a window-sized ring. ---- */
+typedef struct pb_kv_cache pb_kv_cache;
+
+pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache **out);
+void pb_kv_free(pb_kv_cache *kv);
+size_t pb_kv_bytes(const pb_kv_cache *kv); /* bytes allocated for K and V */
+int pb_kv_n_past(const pb_kv_cache *kv);   /* positions stored so far */
+int pb_kv_n_ctx(const pb_kv_cache *kv);
+/* Forgets positions >= n. Fails with PB_ERR_INVALID_ARG when a ring layer no longer holds what it
+ * would need: a ring keeps the last min(window, n_ctx) positions, so going back is possible only while
+ * max(0, n - window + 1) >= n_past - window, i.e. n >= n_past - 1 once n_past > window; n = 0 (reset)
+ * always works. The caller must otherwise reset and re-prefill. */
+pb_status pb_kv_truncate(pb_kv_cache *kv, int n);
+/* Serialized state (positions + K/V rows actually in use), for session files. Format: "PBKV", version,
+ * cache type, n_layer, kv_dim, n_past, then per layer the first position, the row count and the rows.
+ * Reading checks everything before touching the cache: PB_ERR_FORMAT (truncated/garbled),
+ * PB_ERR_MISMATCH (another cache type or model shape), PB_ERR_CONTEXT_FULL (n_past > this n_ctx). */
+size_t pb_kv_state_size(const pb_kv_cache *kv);
+pb_status pb_kv_state_write(const pb_kv_cache *kv, void *buf, size_t cap, size_t *len_out);
+pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len);
+
+/* ---- forward pass ---- */
+/* Scratch sized once for up to n_batch tokens: activations, RoPE angles, pb_matmul's activation buffer
+ * and, for each sliding-window layer, a stash of the batch's new K/V rows (2 * n_batch * kv_dim floats)
+ * that are moved into the ring only when the whole call succeeded. Thread-compatible: one call at a time. */
+typedef struct pb_forward_ctx pb_forward_ctx;
+
+pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **out);
+void pb_forward_ctx_free(pb_forward_ctx *fc);
+size_t pb_forward_ctx_bytes(const pb_forward_ctx *fc);
+
+/* Runs n (1..n_batch) tokens at positions n_past..n_past+n-1, appending their K/V to kv.
+ * logits: n_vocab floats for the last token, or n*n_vocab (row-major) when all_logits.
+ * Token ids outside 0..n_vocab-1 give PB_ERR_INVALID_ARG. pool may be NULL (calling thread only); matmuls
+ * split rows and attention splits (token, head) pairs over it. The result of a token does not depend on
+ * how the prompt is split into calls nor on the thread count (bit-identical).
+ * Returns PB_ERR_CONTEXT_FULL if n_past + n > n_ctx (nothing is changed then).
+ * cancel (may be NULL) is polled between layers; when it becomes non-zero returns PB_ERR_CANCELLED
+ * and the KV is left as it was before the call. Allocates nothing. */
+pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
+                     int n, float *logits, bool all_logits, const volatile int *cancel);
+
+/* Accessors the engine needs. */
+const pb_hparams *pb_model_hparams(const pb_model *m);
+const pb_gguf *pb_model_gguf(const pb_model *m);
+int pb_model_default_threads(const pb_model *m);
+
+/* Final hidden state (after the output norm) of the last n tokens of the previous pb_forward call,
+ * n_embd floats each; used for embeddings (mean pooling). Valid until the next call. */
+const float *pb_forward_hidden(const pb_forward_ctx *fc);
+
+#endif

@@ -1,0 +1,44 @@
+/* model_impl.h -- private layout of pb_model shared by model.c, kv_cache.c and forward.c. Not for other rooms. */
+#ifndef PB_MODEL_IMPL_H
+#define PB_MODEL_IMPL_H
+
+#include "model/model.h"
+
+#define PB_MAX_LAYERS   256
+#define PB_MAX_HEAD_DIM 512
+
+/* Weight views of one transformer block (pointers into the GGUF mapping; ne fastest first). */
+typedef struct pb_layer_w {
+    const pb_gguf_tensor *wq;   /* attn_q      [d, H*hd]   */
+    const pb_gguf_tensor *wk;   /* attn_k      [d, Hkv*hd] */
+    const pb_gguf_tensor *wv;   /* attn_v      [d, Hkv*hd] */
+    const pb_gguf_tensor *wo;   /* attn_output [H*hd, d]   */
+    const pb_gguf_tensor *gate; /* ffn_gate    [d, F]      */
+    const pb_gguf_tensor *up;   /* ffn_up      [d, F]      */
+    const pb_gguf_tensor *down; /* ffn_down    [F, d]      */
+    /* norm gains as float32 copies (GGUF stores 1 + w_HF; used as is) */
+    float *attn_norm;       /* [d]  HF input_layernorm */
+    float *post_attn_norm;  /* [d]  Gemma 2/3 post_attention_layernorm, else NULL */
+    float *ffn_norm;        /* [d]  Gemma 1 post_attention_layernorm / Gemma 2/3 pre_feedforward_layernorm */
+    float *post_ffw_norm;   /* [d]  Gemma 2/3 post_feedforward_layernorm, else NULL */
+    float *q_norm, *k_norm; /* [hd] Gemma 3 per-head q/k norms, else NULL */
+} pb_layer_w;
+
+struct pb_model {
+    pb_map map;
+    pb_gguf *g;
+    pb_hparams hp;
+    pb_model_params params;
+    const pb_gguf_tensor *tok_embd; /* [d, V] */
+    const pb_gguf_tensor *output;   /* [d, V]: output.weight, or tok_embd when tied */
+    float *output_norm;             /* [d] */
+    pb_layer_w *layers;             /* [n_layer] */
+    float *norm_mem;                /* one block holding every norm copy */
+    float rope_inv_global[PB_MAX_HEAD_DIM / 2];
+    float rope_inv_local[PB_MAX_HEAD_DIM / 2];
+    float embd_scale; /* sqrt(n_embd) in float32 (HF f32 run) */
+    pb_vocab *vocab;
+    pb_model_info info;
+};
+
+#endif

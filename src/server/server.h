@@ -1,0 +1,44 @@
+/* server.h -- the HTTP server room: OpenAI-compatible API + web UI over libmicrohttpd. Not in the core lib. */
+#ifndef PB_SERVER_H
+#define PB_SERVER_H
+
+#include "pocketbrain.h"
+
+typedef struct pb_server pb_server;
+
+/* Optional answer sources the CLI wires in (the server room does not include sqlite3.h). */
+typedef struct pb_server_hooks {
+    /* FAQ fallback: best answer for a question; returns true and fills buf when one is found. */
+    bool (*faq_match)(void *user, const char *question, char *buf, size_t cap);
+    void *faq_user;
+    /* Knowledge base: builds a grounded prompt for the question (prompt_out, malloc'd) and a JSON array
+     * of sources (sources_json_out, malloc'd; cJSON text). Returns false when no KB is configured. */
+    bool (*kb_prompt)(void *user, const char *question, char **prompt_out, char **sources_json_out);
+    void *kb_user;
+} pb_server_hooks;
+
+typedef struct pb_server_params {
+    const char *host;       /* bind address; default "127.0.0.1" (loopback only) */
+    int port;               /* default 8080; 0 = any free port (see pb_server_port) */
+    int n_parallel;         /* slots = sessions generating at once (default 1) */
+    int queue_max;          /* requests waiting beyond the slots before 429 (default 16) */
+    const char *api_key;    /* when set, "Authorization: Bearer KEY" is required on /v1/ routes */
+    size_t max_body;        /* bytes of a request body (default 1 MiB) */
+    int max_tokens_cap;     /* upper bound for max_tokens (default 2048) */
+    int n_ctx;              /* context per slot (default 2048) */
+    int n_threads;          /* forward threads per slot (0 = model default) */
+    const char *model_id;   /* name shown in /v1/models */
+    double fallback_after;  /* seconds without a first token before the FAQ answer is used (0 = off) */
+    pb_server_hooks hooks;
+} pb_server_params;
+
+pb_server_params pb_server_default_params(void);
+
+/* Starts listening and the slot workers. The model must outlive the server. */
+pb_status pb_server_start(pb_model *m, const pb_server_params *p, pb_server **out);
+/* The port actually bound. */
+int pb_server_port(const pb_server *s);
+/* Graceful stop: no new requests; in-flight streams get a final event; workers joined. Accepts NULL. */
+void pb_server_stop(pb_server *s);
+
+#endif

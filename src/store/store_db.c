@@ -1,0 +1,600 @@
+/* store_db.c -- the knowledge base's SQLite file: open, WAL, versioned schema + migrations, documents,
+ * chunks, embeddings, metadata. No text processing here. */
+#include "store/store_internal.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- schema ------------------------------------------------------------------------------------ */
+
+/* Version 1: the first layout (kept so that old files can be created by tests and migrated). */
+static const char schema_v1[] =
+    "PRAGMA application_id = 1346521922;" /* 0x50424b42 */
+    "CREATE TABLE documents(id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, hash TEXT NOT NULL,"
+    " mtime INTEGER NOT NULL, size INTEGER NOT NULL);"
+    "CREATE TABLE chunks(id INTEGER PRIMARY KEY, doc_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,"
+    " seq INTEGER NOT NULL, byte_start INTEGER NOT NULL, byte_end INTEGER NOT NULL, text TEXT NOT NULL);"
+    "CREATE INDEX chunks_doc ON chunks(doc_id);"
+    "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='id');"
+    "CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN"
+    " INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text); END;"
+    "CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN"
+    " INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text); END;";
+
+/* 1 -> 2: positions, titles, heading paths, token counts; FTS5 gains the heading column and the porter
+ * stemmer, so it is rebuilt. Version-1 chunks have no line numbers: their documents get an empty hash so
+ * the next ingest re-chunks them (search keeps working meanwhile). */
+static const char migrate_v2[] =
+    "ALTER TABLE documents ADD COLUMN title TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE chunks ADD COLUMN line_start INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE chunks ADD COLUMN line_end INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE chunks ADD COLUMN page INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE chunks ADD COLUMN heading TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE chunks ADD COLUMN n_tokens INTEGER NOT NULL DEFAULT 0;"
+    "DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TABLE chunks_fts;"
+    "CREATE VIRTUAL TABLE chunks_fts USING fts5(heading, text, content='chunks', content_rowid='id',"
+    " tokenize='porter unicode61 remove_diacritics 2');"
+    "CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN"
+    " INSERT INTO chunks_fts(rowid, heading, text) VALUES (new.id, new.heading, new.text); END;"
+    "CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN"
+    " INSERT INTO chunks_fts(chunks_fts, rowid, heading, text) VALUES ('delete', old.id, old.heading, old.text); END;"
+    "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');"
+    "UPDATE documents SET hash = '';";
+
+/* 2 -> 3: metadata, float16 embeddings, the FAQ with its own FTS5 index. */
+static const char migrate_v3[] =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE embeddings(chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,"
+    " model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL);"
+    "CREATE INDEX embeddings_model ON embeddings(model);"
+    "CREATE TABLE faq(id INTEGER PRIMARY KEY, question TEXT NOT NULL UNIQUE, answer TEXT NOT NULL,"
+    " added INTEGER NOT NULL);"
+    "CREATE VIRTUAL TABLE faq_fts USING fts5(question, answer, content='faq', content_rowid='id',"
+    " tokenize='porter unicode61 remove_diacritics 2');"
+    "CREATE TRIGGER faq_ai AFTER INSERT ON faq BEGIN"
+    " INSERT INTO faq_fts(rowid, question, answer) VALUES (new.id, new.question, new.answer); END;"
+    "CREATE TRIGGER faq_ad AFTER DELETE ON faq BEGIN"
+    " INSERT INTO faq_fts(faq_fts, rowid, question, answer) VALUES ('delete', old.id, old.question, old.answer); END;"
+    "CREATE TRIGGER faq_au AFTER UPDATE ON faq BEGIN"
+    " INSERT INTO faq_fts(faq_fts, rowid, question, answer) VALUES ('delete', old.id, old.question, old.answer);"
+    " INSERT INTO faq_fts(rowid, question, answer) VALUES (new.id, new.question, new.answer); END;";
+
+static const char *const steps[PB_STORE_SCHEMA_VERSION] = {schema_v1, migrate_v2, migrate_v3};
+
+/* ---- helpers ----------------------------------------------------------------------------------- */
+
+pb_status pb_store_sql_error(pb_store *st, const char *what) {
+    int rc = sqlite3_errcode(st->db);
+    pb_status s = PB_ERR_IO;
+    if (rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT) s = PB_ERR_FORMAT;
+    if (rc == SQLITE_NOMEM) s = PB_ERR_NOMEM;
+    return pb_error(s, "store '%s': %s: %s", st->path, what, sqlite3_errmsg(st->db));
+}
+
+pb_status pb_store_exec(pb_store *st, const char *sql) {
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        pb_status s = pb_error(sqlite3_errcode(st->db) == SQLITE_NOTADB ? PB_ERR_FORMAT : PB_ERR_IO,
+                               "store '%s': %s", st->path, msg ? msg : sqlite3_errmsg(st->db));
+        sqlite3_free(msg);
+        return s;
+    }
+    return PB_OK;
+}
+
+pb_status pb_store_prepare(pb_store *st, const char *sql, sqlite3_stmt **out) {
+    if (sqlite3_prepare_v2(st->db, sql, -1, out, NULL) != SQLITE_OK) return pb_store_sql_error(st, "prepare");
+    return PB_OK;
+}
+
+pb_status pb_store_query_int(pb_store *st, const char *sql, int64_t *out) {
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, sql, &q);
+    if (s) return s;
+    *out = 0;
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(q, 0);
+    else if (rc != SQLITE_DONE) s = pb_store_sql_error(st, "query");
+    sqlite3_finalize(q);
+    return s;
+}
+
+char *pb_store_col_dup(sqlite3_stmt *q, int col) {
+    const unsigned char *t = sqlite3_column_text(q, col);
+    return pb_strdup(t ? (const char *)t : "");
+}
+
+/* ---- open / migrate ---------------------------------------------------------------------------- */
+
+static pb_status open_db(const char *path, pb_store **out) {
+    *out = NULL;
+    if (!path || !*path) return pb_error(PB_ERR_INVALID_ARG, "store: empty database path");
+    pb_store *st = pb_calloc(1, sizeof *st);
+    if (!st) return PB_ERR_NOMEM;
+    st->path = pb_strdup(path);
+    if (!st->path) {
+        free(st);
+        return PB_ERR_NOMEM;
+    }
+    int rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        pb_status s = pb_error(PB_ERR_IO, "store '%s': cannot open: %s", path,
+                               st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+        pb_store_close(st);
+        return s;
+    }
+    sqlite3_busy_timeout(st->db, 10000);
+    sqlite3_extended_result_codes(st->db, 0);
+    /* Reading the application id is the first real access: a non-SQLite file fails here. */
+    int64_t app = 0;
+    pb_status s = pb_store_query_int(st, "PRAGMA application_id", &app);
+    if (s) {
+        pb_error_prefix(s, "not a knowledge base: ");
+        pb_store_close(st);
+        return s;
+    }
+    if (app != 0 && app != PB_STORE_APP_ID) {
+        pb_store_close(st);
+        return pb_error(PB_ERR_FORMAT, "store '%s': not a pocketbrain knowledge base (application_id %lld)", path,
+                        (long long)app);
+    }
+    int64_t ver = 0, n_tables = 0;
+    if ((s = pb_store_query_int(st, "PRAGMA user_version", &ver)) ||
+        (s = pb_store_query_int(st, "SELECT count(*) FROM sqlite_master", &n_tables))) {
+        pb_store_close(st);
+        return s;
+    }
+    if (app == 0 && n_tables > 0) {
+        pb_store_close(st);
+        return pb_error(PB_ERR_FORMAT, "store '%s': an SQLite database of another program (no pocketbrain id)", path);
+    }
+    if (ver > PB_STORE_SCHEMA_VERSION) {
+        pb_store_close(st);
+        return pb_error(PB_ERR_UNSUPPORTED, "store '%s': schema version %lld is newer than this build's %d", path,
+                        (long long)ver, PB_STORE_SCHEMA_VERSION);
+    }
+    st->version = (int)ver;
+    /* WAL: readers never block the writer, and a killed writer leaves the last committed state. */
+    if ((s = pb_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"))) {
+        pb_store_close(st);
+        return s;
+    }
+    *out = st;
+    return PB_OK;
+}
+
+static pb_status migrate_to(pb_store *st, int target) {
+    while (st->version < target) {
+        int next = st->version + 1;
+        char sql[64];
+        pb_status s = pb_store_begin(st);
+        if (s) return s;
+        if ((s = pb_store_exec(st, steps[next - 1]))) {
+            pb_store_rollback(st);
+            return pb_error_prefix(s, "migration to schema version %d: ", next);
+        }
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", next);
+        if ((s = pb_store_exec(st, sql)) || (s = pb_store_commit(st))) {
+            pb_store_rollback(st);
+            return s;
+        }
+        st->version = next;
+    }
+    return PB_OK;
+}
+
+pb_status pb_store_migrate(pb_store *st) { return migrate_to(st, PB_STORE_SCHEMA_VERSION); }
+
+pb_status pb_store_open(const char *path, pb_store **out) {
+    pb_status s = open_db(path, out);
+    if (s) return s;
+    if ((s = pb_store_migrate(*out))) {
+        pb_store_close(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+pb_status pb_store_open_at_version(const char *path, int version, pb_store **out) {
+    if (version < 1 || version > PB_STORE_SCHEMA_VERSION)
+        return pb_error(PB_ERR_INVALID_ARG, "store: no schema version %d", version);
+    pb_status s = open_db(path, out);
+    if (s) return s;
+    if ((*out)->version > version) {
+        pb_store_close(*out);
+        *out = NULL;
+        return pb_error(PB_ERR_INVALID_ARG, "store '%s': already at schema version > %d", path, version);
+    }
+    if ((s = migrate_to(*out, version))) {
+        pb_store_close(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+void pb_store_close(pb_store *st) {
+    if (!st) return;
+    if (st->put_doc) sqlite3_finalize(st->put_doc);
+    if (st->put_chunk) sqlite3_finalize(st->put_chunk);
+    if (st->db) sqlite3_close_v2(st->db);
+    free(st->path);
+    free(st);
+}
+
+int pb_store_schema_version(pb_store *st) { return st->version; }
+const char *pb_store_path(const pb_store *st) { return st->path; }
+
+pb_status pb_store_begin(pb_store *st) { return pb_store_exec(st, "BEGIN IMMEDIATE"); }
+pb_status pb_store_commit(pb_store *st) { return pb_store_exec(st, "COMMIT"); }
+void pb_store_rollback(pb_store *st) {
+    if (!sqlite3_get_autocommit(st->db)) sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+pb_status pb_store_integrity(pb_store *st, bool *ok, char *msg, size_t cap) {
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "PRAGMA integrity_check", &q);
+    if (s) return s;
+    *ok = false;
+    if (cap) msg[0] = 0;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(q, 0);
+        *ok = t && strcmp(t, "ok") == 0;
+        if (cap) snprintf(msg, cap, "%s", t ? t : "");
+    } else {
+        s = pb_store_sql_error(st, "integrity_check");
+    }
+    sqlite3_finalize(q);
+    return s;
+}
+
+pb_status pb_store_get_stats(pb_store *st, pb_store_stats *out) {
+    memset(out, 0, sizeof *out);
+    pb_status s;
+    if ((s = pb_store_query_int(st, "SELECT count(*) FROM documents", &out->n_docs)) ||
+        (s = pb_store_query_int(st, "SELECT count(*) FROM chunks", &out->n_chunks)) ||
+        (s = pb_store_query_int(st, "SELECT coalesce(sum(length(CAST(text AS BLOB))),0) FROM chunks",
+                                &out->text_bytes)))
+        return s;
+    if (st->version >= 3) {
+        if ((s = pb_store_query_int(st, "SELECT count(*) FROM embeddings", &out->n_embeddings)) ||
+            (s = pb_store_query_int(st, "SELECT count(*) FROM faq", &out->n_faq)))
+            return s;
+    }
+    return PB_OK;
+}
+
+pb_status pb_store_meta_set(pb_store *st, const char *key, const char *value) {
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", &q);
+    if (s) return s;
+    sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, value, -1, SQLITE_STATIC);
+    if (sqlite3_step(q) != SQLITE_DONE) s = pb_store_sql_error(st, "meta set");
+    sqlite3_finalize(q);
+    return s;
+}
+
+pb_status pb_store_meta_get(pb_store *st, const char *key, char *buf, size_t cap) {
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "SELECT value FROM meta WHERE key = ?", &q);
+    if (s) return s;
+    sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) snprintf(buf, cap, "%s", (const char *)sqlite3_column_text(q, 0));
+    else if (rc == SQLITE_DONE) s = pb_error(PB_ERR_NOT_FOUND, "store: no meta key '%s'", key);
+    else s = pb_store_sql_error(st, "meta get");
+    sqlite3_finalize(q);
+    return s;
+}
+
+/* ---- documents --------------------------------------------------------------------------------- */
+
+pb_status pb_store_doc_lookup(pb_store *st, const char *path, pb_store_doc_info *out) {
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "SELECT id, hash, mtime, size FROM documents WHERE path = ?", &q);
+    if (s) return s;
+    sqlite3_bind_text(q, 1, path, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+        out->id = sqlite3_column_int64(q, 0);
+        snprintf(out->hash, sizeof out->hash, "%s", (const char *)sqlite3_column_text(q, 1));
+        out->mtime = sqlite3_column_int64(q, 2);
+        out->size = sqlite3_column_int64(q, 3);
+    } else if (rc == SQLITE_DONE) {
+        s = pb_error(PB_ERR_NOT_FOUND, "store: no document '%s'", path);
+    } else {
+        s = pb_store_sql_error(st, "document lookup");
+    }
+    sqlite3_finalize(q);
+    return s;
+}
+
+static pb_status delete_doc_id(pb_store *st, int64_t id) {
+    char sql[256];
+    pb_status s;
+    if (st->version >= 3) {
+        snprintf(sql, sizeof sql,
+                 "DELETE FROM embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE doc_id = %lld)",
+                 (long long)id);
+        if ((s = pb_store_exec(st, sql))) return s;
+    }
+    snprintf(sql, sizeof sql, "DELETE FROM chunks WHERE doc_id = %lld; DELETE FROM documents WHERE id = %lld",
+             (long long)id, (long long)id);
+    return pb_store_exec(st, sql);
+}
+
+pb_status pb_store_doc_delete(pb_store *st, const char *path) {
+    pb_store_doc_info info;
+    pb_status s = pb_store_doc_lookup(st, path, &info);
+    if (s) return s;
+    return delete_doc_id(st, info.id);
+}
+
+pb_status pb_store_doc_touch(pb_store *st, int64_t doc_id, int64_t mtime) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE documents SET mtime = %lld WHERE id = %lld", (long long)mtime, (long long)doc_id);
+    return pb_store_exec(st, sql);
+}
+
+pb_status pb_store_doc_put(pb_store *st, const pb_store_doc *doc, const pb_store_chunk *chunks, int64_t n_chunks,
+                           int64_t *doc_id) {
+    if (st->version < 2) return pb_error(PB_ERR_UNSUPPORTED, "store: writing needs schema version >= 2");
+    pb_store_doc_info old;
+    pb_status s = pb_store_doc_lookup(st, doc->path, &old);
+    if (s == PB_OK) {
+        if ((s = delete_doc_id(st, old.id))) return s;
+    } else if (s != PB_ERR_NOT_FOUND) {
+        return s;
+    }
+    if (!st->put_doc &&
+        (s = pb_store_prepare(st, "INSERT INTO documents(path, hash, mtime, size, title) VALUES (?,?,?,?,?)",
+                              &st->put_doc)))
+        return s;
+    if (!st->put_chunk &&
+        (s = pb_store_prepare(st,
+                              "INSERT INTO chunks(doc_id, seq, byte_start, byte_end, text, line_start, line_end, page,"
+                              " heading, n_tokens) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                              &st->put_chunk)))
+        return s;
+    sqlite3_stmt *q = st->put_doc;
+    sqlite3_reset(q);
+    sqlite3_bind_text(q, 1, doc->path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, doc->hash, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, doc->mtime);
+    sqlite3_bind_int64(q, 4, doc->size);
+    sqlite3_bind_text(q, 5, doc->title ? doc->title : "", -1, SQLITE_STATIC);
+    if (sqlite3_step(q) != SQLITE_DONE) return pb_store_sql_error(st, "insert document");
+    int64_t id = sqlite3_last_insert_rowid(st->db);
+    q = st->put_chunk;
+    for (int64_t i = 0; i < n_chunks; i++) {
+        const pb_store_chunk *c = &chunks[i];
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, id);
+        sqlite3_bind_int64(q, 2, i);
+        sqlite3_bind_int64(q, 3, (sqlite3_int64)c->byte_start);
+        sqlite3_bind_int64(q, 4, (sqlite3_int64)c->byte_end);
+        sqlite3_bind_text(q, 5, c->text, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 6, c->line_start);
+        sqlite3_bind_int64(q, 7, c->line_end);
+        sqlite3_bind_int(q, 8, c->page);
+        sqlite3_bind_text(q, 9, c->heading ? c->heading : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 10, c->n_tokens);
+        if (sqlite3_step(q) != SQLITE_DONE) return pb_store_sql_error(st, "insert chunk");
+    }
+    if (doc_id) *doc_id = id;
+    return PB_OK;
+}
+
+/* ---- prune ------------------------------------------------------------------------------------- */
+
+pb_status pb_store_seen_reset(pb_store *st) {
+    return pb_store_exec(st, "CREATE TEMP TABLE IF NOT EXISTS seen(path TEXT PRIMARY KEY); DELETE FROM temp.seen;");
+}
+
+pb_status pb_store_seen_add(pb_store *st, const char *path) {
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "INSERT OR IGNORE INTO temp.seen(path) VALUES (?)", &q);
+    if (s) return s;
+    sqlite3_bind_text(q, 1, path, -1, SQLITE_STATIC);
+    if (sqlite3_step(q) != SQLITE_DONE) s = pb_store_sql_error(st, "seen");
+    sqlite3_finalize(q);
+    return s;
+}
+
+pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_roots,
+                                void (*on_removed)(void *user, const char *path), void *user, int64_t *n_removed) {
+    *n_removed = 0;
+    for (int r = 0; r < n_roots; r++) {
+        /* "under root": equal, or root + '/' as a prefix (compared with substr, not LIKE/GLOB, so that
+         * '%', '_', '*' in names mean nothing). */
+        sqlite3_stmt *q;
+        pb_status s = pb_store_prepare(st,
+                                       "SELECT id, path FROM documents WHERE (path = ?1 OR substr(path, 1, length(?2))"
+                                       " = ?2) AND path NOT IN (SELECT path FROM temp.seen)",
+                                       &q);
+        if (s) return s;
+        char *prefix = pb_malloc(strlen(roots[r]) + 2);
+        if (!prefix) {
+            sqlite3_finalize(q);
+            return PB_ERR_NOMEM;
+        }
+        size_t rl = strlen(roots[r]);
+        memcpy(prefix, roots[r], rl);
+        if (rl && prefix[rl - 1] == '/') prefix[rl] = 0;
+        else prefix[rl] = '/', prefix[rl + 1] = 0;
+        sqlite3_bind_text(q, 1, roots[r], -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, prefix, -1, SQLITE_STATIC);
+        int64_t *ids = NULL;
+        char **paths = NULL;
+        int64_t n = 0, cap = 0;
+        int rc;
+        while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                int64_t *ni = realloc(ids, (size_t)cap * sizeof *ids);
+                char **np = realloc(paths, (size_t)cap * sizeof *paths);
+                if (ni) ids = ni;
+                if (np) paths = np;
+                if (!ni || !np) {
+                    rc = SQLITE_NOMEM;
+                    break;
+                }
+            }
+            ids[n] = sqlite3_column_int64(q, 0);
+            paths[n] = pb_store_col_dup(q, 1);
+            n++;
+        }
+        if (rc != SQLITE_DONE) s = rc == SQLITE_NOMEM ? pb_error(PB_ERR_NOMEM, "store: out of memory")
+                                                      : pb_store_sql_error(st, "prune");
+        sqlite3_finalize(q);
+        free(prefix);
+        for (int64_t i = 0; i < n; i++) {
+            if (!s) s = delete_doc_id(st, ids[i]);
+            if (!s) {
+                (*n_removed)++;
+                if (on_removed) on_removed(user, paths[i] ? paths[i] : "");
+            }
+            free(paths[i]);
+        }
+        free(ids);
+        free(paths);
+        if (s) return s;
+    }
+    return PB_OK;
+}
+
+/* ---- embeddings -------------------------------------------------------------------------------- */
+
+/* IEEE binary16 conversion (round to nearest even), portable C. */
+uint16_t pb_store_f32_to_f16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
+    uint32_t x = v.u, sign = (x >> 16) & 0x8000u;
+    uint32_t e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xff) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
+    int32_t ne = (int32_t)e - 127 + 15;
+    if (ne >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+    if (ne <= 0) {
+        if (ne < -10) return (uint16_t)sign;
+        m |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - ne);
+        uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)ne << 10) | (m >> 13);
+    uint32_t rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) half++;
+    return (uint16_t)half;
+}
+
+float pb_store_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        if (m == 0) x = sign;
+        else {
+            e = 127 - 15 + 1;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                e--;
+            }
+            x = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 0x1f) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else {
+        x = sign | ((e - 15 + 127) << 23) | (m << 13);
+    }
+    union {
+        uint32_t u;
+        float f;
+    } v = {x};
+    return v.f;
+}
+
+pb_status pb_store_embedding_put(pb_store *st, int64_t chunk_id, const char *model, const float *vec, int dim) {
+    if (st->version < 3) return pb_error(PB_ERR_UNSUPPORTED, "store: embeddings need schema version 3");
+    if (dim <= 0 || dim > 65536) return pb_error(PB_ERR_INVALID_ARG, "store: embedding dim %d", dim);
+    uint16_t *h = pb_malloc((size_t)dim * sizeof *h);
+    if (!h) return PB_ERR_NOMEM;
+    for (int i = 0; i < dim; i++) h[i] = pb_store_f32_to_f16(vec[i]);
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "INSERT OR REPLACE INTO embeddings(chunk_id, model, dim, vec) VALUES (?,?,?,?)",
+                                   &q);
+    if (!s) {
+        sqlite3_bind_int64(q, 1, chunk_id);
+        sqlite3_bind_text(q, 2, model, -1, SQLITE_STATIC);
+        sqlite3_bind_int(q, 3, dim);
+        sqlite3_bind_blob(q, 4, h, dim * (int)sizeof *h, SQLITE_STATIC);
+        if (sqlite3_step(q) != SQLITE_DONE) s = pb_store_sql_error(st, "insert embedding");
+        sqlite3_finalize(q);
+    }
+    free(h);
+    return s;
+}
+
+pb_status pb_store_chunks_without_embedding(pb_store *st, const char *model,
+                                            bool (*fn)(void *user, int64_t chunk_id, const char *text), void *user) {
+    if (st->version < 3) return pb_error(PB_ERR_UNSUPPORTED, "store: embeddings need schema version 3");
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st,
+                                   "SELECT c.id, c.text FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM embeddings e"
+                                   " WHERE e.chunk_id = c.id AND e.model = ?) ORDER BY c.id",
+                                   &q);
+    if (s) return s;
+    sqlite3_bind_text(q, 1, model, -1, SQLITE_STATIC);
+    /* Collect ids first: fn may write embeddings while we would otherwise still be reading. */
+    int64_t *ids = NULL, n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            int64_t *ni = realloc(ids, (size_t)cap * sizeof *ids);
+            if (!ni) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            ids = ni;
+        }
+        ids[n++] = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        free(ids);
+        return rc == SQLITE_NOMEM ? pb_error(PB_ERR_NOMEM, "store: out of memory")
+                                  : pb_store_sql_error(st, "chunks without embedding");
+    }
+    if ((s = pb_store_prepare(st, "SELECT text FROM chunks WHERE id = ?", &q))) {
+        free(ids);
+        return s;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, ids[i]);
+        if (sqlite3_step(q) != SQLITE_ROW) continue;
+        if (!fn(user, ids[i], (const char *)sqlite3_column_text(q, 0))) break;
+    }
+    sqlite3_finalize(q);
+    free(ids);
+    return PB_OK;
+}
+
+/* ---- SHA-256 ----------------------------------------------------------------------------------- */
+
+pb_status pb_store_sha256_hex(const void *data, size_t len, char hex[65]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (!EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) || n != 32)
+        return pb_error(PB_ERR_INTERNAL, "store: OpenSSL SHA-256 failed");
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned i = 0; i < 32; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[64] = 0;
+    return PB_OK;
+}

@@ -1,0 +1,307 @@
+/* store_ingest.c -- walks files and directories and brings the knowledge base up to date: new files added,
+ * changed ones (by SHA-256) replaced, unchanged ones skipped, gone ones pruned; committed in batches. */
+#include "store/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_DOC_BYTES ((size_t)256 << 20) /* larger files are skipped, not mapped */
+
+pb_ingest_params pb_ingest_default_params(void) {
+    pb_ingest_params p;
+    memset(&p, 0, sizeof p);
+    p.chunk = pb_chunk_default_params();
+    p.batch_bytes = (size_t)8 << 20;
+    p.batch_files = 64;
+    return p;
+}
+
+typedef struct {
+    char *path;
+    size_t size;
+    int64_t mtime;
+    bool named; /* given on the command line: tried even with an unknown extension */
+} file_ent;
+
+typedef struct {
+    file_ent *f;
+    size_t n, cap;
+    size_t total;
+    bool oom;
+} file_list;
+
+static void list_add(file_list *l, const char *path, const struct stat *sb, bool named) {
+    if (l->oom) return;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 256;
+        file_ent *nf = realloc(l->f, nc * sizeof *nf);
+        if (!nf) {
+            l->oom = true;
+            return;
+        }
+        l->f = nf;
+        l->cap = nc;
+    }
+    char *p = pb_strdup(path);
+    if (!p) {
+        l->oom = true;
+        return;
+    }
+    l->f[l->n++] = (file_ent){p, (size_t)sb->st_size, (int64_t)sb->st_mtime, named};
+    l->total += (size_t)sb->st_size;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Recursive walk in name order; hidden entries and symlinked directories are not followed. */
+static void walk(file_list *l, const char *dir, int depth) {
+    if (depth > 64) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) {
+                l->oom = true;
+                break;
+            }
+            names = nn;
+        }
+        if (!(names[n] = pb_strdup(de->d_name))) {
+            l->oom = true;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (n) qsort(names, n, sizeof *names, cmp_name);
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path) {
+            struct stat sb, lsb;
+            if (lstat(path, &lsb) == 0 && stat(path, &sb) == 0) {
+                if (S_ISDIR(sb.st_mode)) {
+                    if (!S_ISLNK(lsb.st_mode)) walk(l, path, depth + 1);
+                } else if (S_ISREG(sb.st_mode)) {
+                    bool known;
+                    pb_store_kind_from_path(path, &known);
+                    if (known) list_add(l, path, &sb, false);
+                }
+            }
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* Absolute path without resolving (for a named path that no longer exists): cwd + '/' + path. */
+static char *absolute(const char *path) {
+    char buf[PATH_MAX];
+    if (realpath(path, buf)) return pb_strdup(buf);
+    if (path[0] == '/') return pb_strdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return pb_strdup(path);
+    size_t n = strlen(cwd) + strlen(path) + 2;
+    char *r = pb_malloc(n);
+    if (r) snprintf(r, n, "%s/%s", cwd, path);
+    size_t rl = r ? strlen(r) : 0;
+    while (rl > 1 && r[rl - 1] == '/') r[--rl] = 0;
+    return r;
+}
+
+static void event(const pb_ingest_params *p, pb_ingest_event ev, const char *path, const char *detail, size_t done,
+                  size_t total) {
+    if (p->on_event) p->on_event(p->user, ev, path, detail, done, total);
+}
+
+static void on_pruned(void *user, const char *path) {
+    const pb_ingest_params *p = user;
+    event(p, PB_INGEST_REMOVED, path, "file is gone", 0, 0);
+}
+
+/* Brings one file up to date. Returns PB_OK for every per-file outcome (reported as events); an error
+ * status only when the database fails. *changed is set when the database was written. */
+static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_params *p, pb_ingest_stats *stats,
+                             bool *changed) {
+    *changed = false;
+    if (p->prune) {
+        pb_status s = pb_store_seen_add(st, f->path);
+        if (s) return s;
+    }
+    if (f->size > MAX_DOC_BYTES) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "too large (%zu bytes; the limit is %zu)", f->size, MAX_DOC_BYTES);
+        stats->skipped++;
+        event(p, PB_INGEST_SKIPPED, f->path, msg, 0, 0);
+        return PB_OK;
+    }
+    if (f->size == 0) {
+        stats->skipped++;
+        event(p, PB_INGEST_SKIPPED, f->path, "empty file", 0, 0);
+        return PB_OK;
+    }
+    pb_map m;
+    if (pb_map_open(f->path, true, &m)) {
+        stats->skipped++;
+        event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
+        return PB_OK;
+    }
+    stats->bytes += m.size;
+    char hash[65];
+    pb_status s = pb_store_sha256_hex(m.data, m.size, hash);
+    pb_store_doc_info old;
+    pb_status ls = s ? s : pb_store_doc_lookup(st, f->path, &old);
+    if (ls && ls != PB_ERR_NOT_FOUND) {
+        pb_map_close(&m);
+        return ls;
+    }
+    bool exists = ls == PB_OK;
+    if (exists && strcmp(old.hash, hash) == 0) {
+        if (old.mtime != f->mtime) {
+            s = pb_store_doc_touch(st, old.id, f->mtime);
+            *changed = true;
+        }
+        pb_map_close(&m);
+        stats->unchanged++;
+        event(p, PB_INGEST_UNCHANGED, f->path, NULL, 0, 0);
+        return s;
+    }
+    bool known;
+    pb_doc_kind kind = pb_store_kind_from_path(f->path, &known);
+    pb_extracted ex;
+    if (pb_store_extract(f->path, kind, m.data, m.size, &ex)) {
+        pb_map_close(&m);
+        stats->skipped++;
+        event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
+        return PB_OK;
+    }
+    pb_store_chunk *chunks = NULL;
+    int64_t n_chunks = 0;
+    s = pb_store_chunk_doc(&ex, ex.title, &p->chunk, &chunks, &n_chunks);
+    if (s == PB_OK) {
+        pb_store_doc doc = {f->path, hash, f->mtime, (int64_t)m.size, ex.title};
+        s = pb_store_doc_put(st, &doc, chunks, n_chunks, NULL);
+        if (s == PB_OK) {
+            *changed = true;
+            stats->n_chunks += n_chunks;
+            if (exists) stats->updated++;
+            else stats->added++;
+            char msg[64];
+            snprintf(msg, sizeof msg, "%lld chunks", (long long)n_chunks);
+            event(p, exists ? PB_INGEST_UPDATED : PB_INGEST_ADDED, f->path, msg, 0, 0);
+        }
+    } else if (s != PB_ERR_NOMEM) {
+        stats->skipped++;
+        event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
+        s = PB_OK;
+    }
+    pb_store_chunks_free(chunks, n_chunks);
+    pb_store_extracted_free(&ex);
+    pb_map_close(&m);
+    return s;
+}
+
+pb_status pb_store_ingest(pb_store *st, const char *const *paths, int n_paths, const pb_ingest_params *params,
+                          pb_ingest_stats *stats) {
+    pb_ingest_params dp = pb_ingest_default_params();
+    const pb_ingest_params *p = params ? params : &dp;
+    memset(stats, 0, sizeof *stats);
+    double t0 = pb_time_ms();
+    file_list l = {0};
+    char **roots = pb_calloc(n_paths > 0 ? (size_t)n_paths : 1, sizeof *roots);
+    if (!roots) return PB_ERR_NOMEM;
+    int n_roots = 0;
+    pb_status s = PB_OK;
+    for (int i = 0; i < n_paths && !s; i++) {
+        char *abs = absolute(paths[i]);
+        if (!abs) {
+            s = PB_ERR_NOMEM;
+            break;
+        }
+        roots[n_roots++] = abs;
+        struct stat sb;
+        if (stat(abs, &sb) != 0) {
+            stats->skipped++;
+            event(p, PB_INGEST_SKIPPED, paths[i], p->prune ? "no such file or directory (documents under it are pruned)"
+                                                           : "no such file or directory",
+                  0, 0);
+        } else if (S_ISDIR(sb.st_mode)) {
+            walk(&l, abs, 0);
+        } else if (S_ISREG(sb.st_mode)) {
+            list_add(&l, abs, &sb, true);
+        } else {
+            stats->skipped++;
+            event(p, PB_INGEST_SKIPPED, paths[i], "not a regular file or directory", 0, 0);
+        }
+    }
+    if (!s && l.oom) s = pb_error(PB_ERR_NOMEM, "ingest: out of memory listing files");
+    stats->n_files = (int64_t)l.n;
+    if (!s && p->prune) s = pb_store_seen_reset(st);
+    size_t done = 0, batch_bytes = 0;
+    int batch_files = 0;
+    bool in_tx = false;
+    for (size_t i = 0; i < l.n && !s; i++) {
+        if (p->cancel && *p->cancel) {
+            s = pb_error(PB_ERR_CANCELLED, "ingest: cancelled after %zu of %zu files", i, l.n);
+            break;
+        }
+        if (!in_tx) {
+            if ((s = pb_store_begin(st))) break;
+            in_tx = true;
+        }
+        bool changed;
+        s = ingest_file(st, &l.f[i], p, stats, &changed);
+        if (s) break;
+        done += l.f[i].size;
+        if (changed) {
+            batch_files++;
+            batch_bytes += l.f[i].size;
+        }
+        /* A batch is one transaction: a kill -9 loses at most the current batch, never half a document. */
+        if (batch_files >= p->batch_files || batch_bytes >= p->batch_bytes) {
+            if ((s = pb_store_commit(st))) break;
+            in_tx = false;
+            batch_files = 0;
+            batch_bytes = 0;
+        }
+        event(p, PB_INGEST_PROGRESS, l.f[i].path, NULL, done, l.total);
+    }
+    if (!s && p->prune) {
+        if (!in_tx && !(s = pb_store_begin(st))) in_tx = true;
+        int64_t removed = 0;
+        if (!s) s = pb_store_prune_unseen(st, (const char *const *)roots, n_roots, on_pruned, (void *)p, &removed);
+        stats->removed = removed;
+    }
+    if (in_tx) {
+        /* cancellation keeps what was done; a database error rolls the current batch back */
+        if (s == PB_OK || s == PB_ERR_CANCELLED) {
+            pb_status cs = pb_store_commit(st);
+            if (cs) {
+                pb_store_rollback(st);
+                s = cs;
+            }
+        } else {
+            char keep[1024];
+            snprintf(keep, sizeof keep, "%s", pb_last_error());
+            pb_store_rollback(st);
+            pb_error(s, "%s", keep);
+        }
+    }
+    for (size_t i = 0; i < l.n; i++) free(l.f[i].path);
+    free(l.f);
+    for (int i = 0; i < n_roots; i++) free(roots[i]);
+    free(roots);
+    stats->ms = pb_time_ms() - t0;
+    return s;
+}

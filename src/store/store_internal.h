@@ -1,0 +1,27 @@
+/* store_internal.h -- private to the .c files of src/store: the pb_store struct and SQLite helpers (the one place
+ * <sqlite3.h> is included). Never include this from tools/ or tests/; use store.h. */
+#ifndef PB_STORE_INTERNAL_H
+#define PB_STORE_INTERNAL_H
+
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+struct pb_store {
+    sqlite3 *db;
+    char *path;
+    int version;              /* PRAGMA user_version as last read or migrated */
+    sqlite3_stmt *put_doc;    /* cached: hot in ingest */
+    sqlite3_stmt *put_chunk;
+};
+
+/* pb_error() with SQLite's message: "store '<path>': <what>: <sqlite message>". */
+pb_status pb_store_sql_error(pb_store *st, const char *what);
+pb_status pb_store_prepare(pb_store *st, const char *sql, sqlite3_stmt **out);
+/* Copy of a text column ("" for NULL); NULL only when out of memory. */
+char *pb_store_col_dup(sqlite3_stmt *q, int col);
+
+uint16_t pb_store_f32_to_f16(float f);
+float pb_store_f16_to_f32(uint16_t h);
+
+#endif

@@ -1,0 +1,533 @@
+/* quant_k.c -- dequantize + reference quantizers (no importance matrix) of the 256-element K-quants
+ * Q2_K Q3_K Q4_K Q5_K Q6_K and the Q8_K activation format (quant-formats.md §2, §3). Scalar C only. */
+#include "tensor/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#define QK_K          PB_QK_K
+#define GROUP_MAX_EPS 1e-15f
+
+/* Bit-exactness with ggml (built without FMA) needs every a*b+c rounded twice: no contraction here. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* Round half to even via the 1.5*2^23 trick (valid for |f| <= 4194303); ggml's nearest_int. */
+static inline int nearest_int(float f) {
+    float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007FFFFF) - 0x00400000;
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ---- dequantize ------------------------------------------------------------------------------ */
+
+void pb_dequant_q2_K(const void *src, float *y, int64_t n) {
+    const pb_block_q2_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = pb_fp16_to_fp32(b[i].d), dmin = pb_fp16_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        int is = 0;
+        for (int half = 0; half < 2; half++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int k = 0; k < 2; k++) { /* two 16-value sub-blocks per (half, shift) */
+                    uint8_t sc = b[i].scales[is++];
+                    const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+                    for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[16 * k + l] >> shift) & 3) - ml;
+                }
+            }
+        }
+    }
+}
+
+void pb_dequant_q3_K(const void *src, float *y, int64_t n) {
+    const pb_block_q3_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = pb_fp16_to_fp32(b[i].d);
+        const uint8_t *q = b[i].qs;
+        int is = 0;
+        uint8_t m = 1;
+        for (int half = 0; half < 2; half++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+                for (int k = 0; k < 2; k++) {
+                    const float dl = d * (float)pb_quant_scale_q3(is++, b[i].scales);
+                    for (int l = 0; l < 16; l++) {
+                        int ql = (q[16 * k + l] >> shift) & 3;
+                        int hb = (b[i].hmask[16 * k + l] & m) ? 0 : 4;
+                        *y++ = dl * (float)(ql - hb);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void pb_dequant_q4_K(const void *src, float *y, int64_t n) {
+    const pb_block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = pb_fp16_to_fp32(b[i].d), dmin = pb_fp16_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        for (int j = 0; j < 8; j += 2, q += 32) {
+            uint8_t sc, m;
+            pb_quant_scale_min_k4(j, b[i].scales, &sc, &m);
+            const float d1 = d * (float)sc, m1 = dmin * (float)m;
+            pb_quant_scale_min_k4(j + 1, b[i].scales, &sc, &m);
+            const float d2 = d * (float)sc, m2 = dmin * (float)m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+void pb_dequant_q5_K(const void *src, float *y, int64_t n) {
+    const pb_block_q5_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = pb_fp16_to_fp32(b[i].d), dmin = pb_fp16_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs, *qh = b[i].qh;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < 8; j += 2, q += 32, u1 <<= 2, u2 <<= 2) {
+            uint8_t sc, m;
+            pb_quant_scale_min_k4(j, b[i].scales, &sc, &m);
+            const float d1 = d * (float)sc, m1 = dmin * (float)m;
+            pb_quant_scale_min_k4(j + 1, b[i].scales, &sc, &m);
+            const float d2 = d * (float)sc, m2 = dmin * (float)m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (float)((q[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (float)((q[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+        }
+    }
+}
+
+void pb_dequant_q6_K(const void *src, float *y, int64_t n) {
+    const pb_block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = pb_fp16_to_fp32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+void pb_dequant_q8_K(const void *src, float *y, int64_t n) {
+    const pb_block_q8_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++)
+        for (int j = 0; j < QK_K; j++) *y++ = b[i].d * (float)b[i].qs[j];
+}
+
+/* ---- fitting helpers (§3.1 - §3.3) ----------------------------------------------------------- */
+
+/* Asymmetric fit x ~ scale*L + min with L in [0, nmax], min <= 0, weights w; the error is squared
+ * (or absolute when use_mad). Tries nstep+1 inverse scales around nmax/(max-min) and a weighted
+ * least-squares refit for each. Returns scale; *the_min receives -min (>= 0). */
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                              uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+    float min = x[0], max = x[0];
+    float sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.0f;
+    }
+    float iscale = (float)nmax / (max - min);
+    float scale = 1.0f / iscale;
+    float best = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        L[i] = (uint8_t)l;
+        float diff = scale * (float)l + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best += w[i] * diff;
+    }
+    if (nstep < 1) {
+        *the_min = -min;
+        return scale;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            float wl = w[i] * (float)l;
+            sum_l += wl;
+            sum_l2 += wl * (float)l;
+            sum_xl += wl * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float err = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * (float)Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                err += w[i] * diff;
+            }
+            if (err < best) {
+                memcpy(L, Laux, (size_t)n);
+                best = err;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Signed value with the largest magnitude (first wins) and the magnitude. */
+static inline float signed_absmax(const float *x, int n, float *amax_out) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) {
+            amax = a;
+            max = x[i];
+        }
+    }
+    *amax_out = amax;
+    return max;
+}
+
+/* Symmetric fit x ~ scale*l, l in [-nmax, nmax-1], weights x^2 (rmse_type 1, the only one Q6_K uses);
+ * searches 18 inverse scales around -nmax/max. Stores L = l + nmax; returns scale. */
+static float make_qx_quants(int n, int nmax, const float *x, uint8_t *L) {
+    float amax, max = signed_absmax(x, n, &amax);
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = -(float)nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (uint8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -((float)nmax + 0.1f * (float)is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * (float)l;
+            suml2 += w * (float)l * (float)l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) L[i] = (uint8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Symmetric fit for Q3_K: start from l = round(-nmax/max * x), then up to 5 passes of coordinate
+ * descent on the x^2-weighted error. Stores L = l + nmax; returns scale. */
+static float make_q3_quants(int n, int nmax, const float *x, uint8_t *L) {
+    float amax, max = signed_absmax(x, n, &amax);
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = -(float)nmax / max;
+    int8_t l8[QK_K];
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        l8[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * (float)l8[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * (float)l8[i] * (float)l8[i];
+                int new_l = clampi(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+                if (new_l != l8[i]) {
+                    slx += w * x[i] * (float)new_l;
+                    sl2 += w * (float)new_l * (float)new_l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        l8[i] = (int8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)(l8[i] + nmax);
+    return suml2 > 0 ? sumlx / suml2 : 0.0f;
+}
+
+/* 2-bit packing shared by Q2_K and Q3_K: byte l of half h holds values l, l+32, l+64, l+96. */
+static void pack_2bit(const uint8_t *L, uint8_t *qs) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *p = L + 128 * h + l;
+            qs[32 * h + l] = (uint8_t)(p[0] | (p[32] << 2) | (p[64] << 4) | (p[96] << 6));
+        }
+}
+
+/* ---- reference quantizers -------------------------------------------------------------------- */
+
+void pb_quant_q2_K(const float *x, void *dst, int64_t n) {
+    pb_block_q2_K *y = dst;
+    uint8_t L[QK_K], Laux[16];
+    float w[16], mins[16], scales[16];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        if (max_scale > 0) {
+            float iscale = 15.0f / max_scale;
+            for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)clampi(nearest_int(iscale * scales[j]), 0, 15);
+            y[i].d = pb_fp32_to_fp16(max_scale / 15.0f);
+        } else {
+            memset(y[i].scales, 0, 16);
+            y[i].d = pb_fp32_to_fp16(0.0f);
+        }
+        if (max_min > 0) {
+            float iscale = 15.0f / max_min;
+            for (int j = 0; j < 16; j++) y[i].scales[j] |= (uint8_t)(clampi(nearest_int(iscale * mins[j]), 0, 15) << 4);
+            y[i].dmin = pb_fp32_to_fp16(max_min / 15.0f);
+        } else {
+            y[i].dmin = pb_fp32_to_fp16(0.0f);
+        }
+        const float d = pb_fp16_to_fp32(y[i].d), dmin = pb_fp16_to_fp32(y[i].dmin);
+        for (int j = 0; j < 16; j++) {
+            const float dd = d * (float)(y[i].scales[j] & 0xF);
+            if (dd == 0) continue; /* keep the first fit's L */
+            const float dm = dmin * (float)(y[i].scales[j] >> 4);
+            for (int l = 0; l < 16; l++) L[16 * j + l] = (uint8_t)clampi(nearest_int((x[16 * j + l] + dm) / dd), 0, 3);
+        }
+        pack_2bit(L, y[i].qs);
+    }
+}
+
+void pb_quant_q3_K(const float *x, void *dst, int64_t n) {
+    pb_block_q3_K *y = dst;
+    uint8_t L[QK_K];
+    float scales[16];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+            float a = fabsf(scales[j]);
+            if (a > amax) {
+                amax = a;
+                max_scale = scales[j];
+            }
+        }
+        memset(y[i].scales, 0, 12);
+        if (max_scale != 0) {
+            float iscale = -32.0f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = clampi(nearest_int(iscale * scales[j]), -32, 31) + 32;
+                if (j < 8)
+                    y[i].scales[j] = (uint8_t)(l & 0xF);
+                else
+                    y[i].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+                y[i].scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            y[i].d = pb_fp32_to_fp16(1.0f / iscale);
+        } else {
+            y[i].d = pb_fp32_to_fp16(0.0f);
+        }
+        const float d = pb_fp16_to_fp32(y[i].d);
+        for (int j = 0; j < 16; j++) {
+            const float dd = d * (float)pb_quant_scale_q3(j, y[i].scales);
+            if (dd == 0) continue;
+            for (int l = 0; l < 16; l++) L[16 * j + l] = (uint8_t)(clampi(nearest_int(x[16 * j + l] / dd), -4, 3) + 4);
+        }
+        memset(y[i].hmask, 0, 32);
+        for (int e = 0; e < QK_K; e++) {
+            if (L[e] > 3) {
+                y[i].hmask[e % 32] |= (uint8_t)(1u << (e / 32));
+                L[e] -= 4;
+            }
+        }
+        pack_2bit(L, y[i].qs);
+    }
+}
+
+/* Shared part of Q4_K and Q5_K: per-32 fits, 6-bit scales/mins, re-quantization into L (0..nmax). */
+static void quant_k_scales_mins(const float *x, int nmax, float rmin, int nstep, uint8_t *L, uint8_t packed[12],
+                                uint16_t *d_out, uint16_t *dmin_out) {
+    uint8_t Laux[32];
+    float w[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        const float av_x = sqrtf(sum_x2 / 32.0f);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
+        scales[j] = make_qkx2_quants(32, nmax, xs, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    memset(packed, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)clampi(nearest_int(inv_scale * scales[j]), 0, 63);
+        uint8_t lm = (uint8_t)clampi(nearest_int(inv_min * mins[j]), 0, 63);
+        if (j < 4) {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            packed[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            packed[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = pb_fp32_to_fp16(max_scale / 63.0f);
+    *dmin_out = pb_fp32_to_fp16(max_min / 63.0f);
+    const float d = pb_fp16_to_fp32(*d_out), dmin = pb_fp16_to_fp32(*dmin_out);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        pb_quant_scale_min_k4(j, packed, &sc, &m);
+        const float dd = d * (float)sc;
+        if (dd == 0) continue;
+        const float dm = dmin * (float)m;
+        for (int l = 0; l < 32; l++) L[32 * j + l] = (uint8_t)clampi(nearest_int((x[32 * j + l] + dm) / dd), 0, nmax);
+    }
+}
+
+void pb_quant_q4_K(const float *x, void *dst, int64_t n) {
+    pb_block_q4_K *y = dst;
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        quant_k_scales_mins(x, 15, -1.0f, 20, L, y[i].scales, &y[i].d, &y[i].dmin);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) y[i].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+    }
+}
+
+void pb_quant_q5_K(const float *x, void *dst, int64_t n) {
+    pb_block_q5_K *y = dst;
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        quant_k_scales_mins(x, 31, -0.5f, 15, L, y[i].scales, &y[i].d, &y[i].dmin);
+        memset(y[i].qh, 0, 32);
+        for (int c = 0; c < 4; c++) {
+            for (int j = 0; j < 32; j++) {
+                int l1 = L[64 * c + j], l2 = L[64 * c + 32 + j];
+                if (l1 > 15) {
+                    l1 -= 16;
+                    y[i].qh[j] |= (uint8_t)(1u << (2 * c));
+                }
+                if (l2 > 15) {
+                    l2 -= 16;
+                    y[i].qh[j] |= (uint8_t)(1u << (2 * c + 1));
+                }
+                y[i].qs[32 * c + j] = (uint8_t)(l1 | (l2 << 4));
+            }
+        }
+    }
+}
+
+void pb_quant_q6_K(const float *x, void *dst, int64_t n) {
+    pb_block_q6_K *y = dst;
+    uint8_t L[QK_K];
+    float scales[16];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, max_abs = 0;
+        for (int ib = 0; ib < 16; ib++) {
+            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            float a = fabsf(scales[ib]);
+            if (a > max_abs) {
+                max_abs = a;
+                max_scale = scales[ib];
+            }
+        }
+        if (max_abs < GROUP_MAX_EPS) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -128.0f / max_scale;
+        y[i].d = pb_fp32_to_fp16(1.0f / iscale);
+        for (int ib = 0; ib < 16; ib++) y[i].scales[ib] = (int8_t)clampi(nearest_int(iscale * scales[ib]), -128, 127);
+        const float d = pb_fp16_to_fp32(y[i].d);
+        for (int j = 0; j < 16; j++) {
+            const float dd = d * (float)y[i].scales[j];
+            if (dd == 0) continue;
+            for (int l = 0; l < 16; l++)
+                L[16 * j + l] = (uint8_t)(clampi(nearest_int(x[16 * j + l] / dd), -32, 31) + 32);
+        }
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *Lh = L + 128 * h;
+            uint8_t *ql = y[i].ql + 64 * h, *qh = y[i].qh + 32 * h;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
+                ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
+                qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
+                                  ((Lh[l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+
+/* Q8_K: d = max/-127 (max = signed value of largest magnitude), q = min(127, round_half_even(x/d)),
+ * bsums = sums of 16. All-zero input gives d = 0, q = 0, bsums = 0. */
+void pb_quant_q8_K(const float *x, void *dst, int64_t n) {
+    pb_block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax, max = signed_absmax(x, QK_K, &amax);
+        if (amax == 0 || !(amax == amax)) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clampi(nearest_int(iscale * x[j]), -127, 127);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += y[i].qs[16 * g + l];
+            y[i].bsums[g] = (int16_t)s;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}

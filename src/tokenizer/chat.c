@@ -1,0 +1,153 @@
+/* chat.c -- chat messages -> Gemma turns, as prompt text or as ids (markers as control tokens). */
+#include "tokenizer/vocab_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The turn logic writes through a sink: text pieces and control markers. */
+typedef struct sink {
+    const pb_vocab *v;
+    bool tokens; /* false: render markers as text into buf; true: ids */
+    /* text mode */
+    char *buf;
+    size_t cap, n;
+    /* token mode: text pending since the last marker, tokenized as plain text at the next marker */
+    int32_t *ids;
+    int64_t id_cap, n_ids;
+    pb_status st;
+} sink;
+
+static void put(sink *o, const char *s, size_t n) {
+    if (o->n + n < o->cap) memcpy(o->buf + o->n, s, n);
+    o->n += n;
+}
+
+static void flush_text(sink *o) {
+    if (!o->tokens || o->n == 0 || o->st != PB_OK) return;
+    int64_t got = 0, room = o->n_ids < o->id_cap ? o->id_cap - o->n_ids : 0;
+    pb_status st = pb_tokenize(o->v, o->buf, o->n, 0, room ? o->ids + o->n_ids : NULL, room, &got);
+    if (st != PB_OK && got <= room) o->st = st; /* a real failure, not just "does not fit" */
+    o->n_ids += got;
+    o->n = 0;
+}
+
+static void marker(sink *o, const char *name) {
+    if (!o->tokens) {
+        put(o, name, strlen(name));
+        return;
+    }
+    flush_text(o);
+    int32_t id = pb_vocab_lookup(o->v, name, strlen(name));
+    if (id < 0 && o->st == PB_OK) o->st = pb_error(PB_ERR_UNSUPPORTED, "chat: the vocabulary has no %s token", name);
+    if (o->n_ids < o->id_cap) o->ids[o->n_ids] = id;
+    o->n_ids++;
+}
+
+static void text(sink *o, const char *s) { put(o, s, strlen(s)); }
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* content trimmed of ASCII whitespace, as the Gemma template's `| trim` and llama.cpp do */
+static void trimmed(sink *o, const char *s) {
+    size_t n = strlen(s), a = 0;
+    while (a < n && is_ws(s[a])) a++;
+    while (n > a && is_ws(s[n - 1])) n--;
+    put(o, s + a, n - a);
+}
+
+static void turn(sink *o, const char *role, const char *prefix, const char *content) {
+    marker(o, "<start_of_turn>");
+    text(o, role);
+    text(o, "\n");
+    if (prefix) {
+        trimmed(o, prefix);
+        text(o, "\n\n");
+    }
+    trimmed(o, content);
+    marker(o, "<end_of_turn>");
+    text(o, "\n");
+}
+
+static pb_status check_msgs(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs) {
+    if (v->chat_kind != PB_CHAT_GEMMA)
+        return pb_error(PB_ERR_UNSUPPORTED, "chat: the vocabulary has no <start_of_turn>/<end_of_turn> and its chat "
+                                            "template is not a Gemma template");
+    for (int i = 0; i < n_msgs; i++) {
+        if (!msgs[i].role || !msgs[i].content)
+            return pb_error(PB_ERR_INVALID_ARG, "chat: message %d has no %s", i, msgs[i].role ? "content" : "role");
+        const char *r = msgs[i].role;
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "model"))
+            return pb_error(PB_ERR_INVALID_ARG,
+                            "chat: message %d has role '%s' (want system, user, assistant or model)", i, r);
+    }
+    return PB_OK;
+}
+
+static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt) {
+    const char *pending_system = NULL; /* waits for the next user turn */
+    for (int i = 0; i < n_msgs; i++) {
+        const char *r = msgs[i].role;
+        if (strcmp(r, "system") == 0) {
+            if (pending_system) turn(o, "user", NULL, pending_system); /* two in a row: the first stands alone */
+            pending_system = msgs[i].content;
+            continue;
+        }
+        bool user = strcmp(r, "user") == 0;
+        if (!user && pending_system) { /* system right before a model turn: a user turn of its own */
+            turn(o, "user", NULL, pending_system);
+            pending_system = NULL;
+        }
+        turn(o, user ? "user" : "model", user ? pending_system : NULL, msgs[i].content);
+        if (user) pending_system = NULL;
+    }
+    if (pending_system) turn(o, "user", NULL, pending_system);
+    if (add_generation_prompt) {
+        marker(o, "<start_of_turn>");
+        text(o, "model\n");
+    }
+}
+
+pb_status pb_chat_format_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                               char *buf, size_t cap, size_t *len_out) {
+    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !len_out || (!buf && cap))
+        return pb_error(PB_ERR_INVALID_ARG, "chat: NULL or negative argument");
+    *len_out = 0;
+    pb_status st = check_msgs(v, msgs, n_msgs);
+    if (st != PB_OK) return st;
+    sink o = {.v = v, .buf = buf, .cap = cap};
+    format(&o, msgs, n_msgs, add_generation_prompt);
+    *len_out = o.n;
+    if (o.n >= cap) {
+        if (cap) buf[cap - 1] = 0;
+        return pb_error(PB_ERR_INVALID_ARG, "chat: %zu bytes (+ NUL) do not fit in %zu", o.n, cap);
+    }
+    buf[o.n] = 0;
+    return PB_OK;
+}
+
+pb_status pb_chat_tokenize_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                                 int32_t *ids, int64_t cap, int64_t *n_out) {
+    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !n_out || cap < 0 || (!ids && cap))
+        return pb_error(PB_ERR_INVALID_ARG, "chat: NULL or negative argument");
+    *n_out = 0;
+    pb_status st = check_msgs(v, msgs, n_msgs);
+    if (st != PB_OK) return st;
+    /* text between two markers is at most the longest content + system + role; size it from the total */
+    size_t total = 64;
+    for (int i = 0; i < n_msgs; i++) total += strlen(msgs[i].content) + 16;
+    sink o = {.v = v, .tokens = true, .cap = total, .ids = ids, .id_cap = cap};
+    o.buf = malloc(total);
+    if (!o.buf) return pb_error(PB_ERR_NOMEM, "chat: out of memory");
+    if (v->add_bos && v->bos >= 0) {
+        if (cap > 0) ids[0] = v->bos;
+        o.n_ids = 1;
+    }
+    format(&o, msgs, n_msgs, add_generation_prompt);
+    flush_text(&o);
+    free(o.buf);
+    *n_out = o.n_ids;
+    if (o.st != PB_OK) return o.st;
+    if (o.n_ids > cap)
+        return pb_error(PB_ERR_INVALID_ARG, "chat: %lld tokens do not fit in %lld", (long long)o.n_ids, (long long)cap);
+    return PB_OK;
+}

@@ -1,0 +1,23 @@
+/* chat_model.c -- pb_chat_format / pb_chat_tokenize for a model: the vocabulary versions applied to the model's
+ * vocabulary (kept apart from chat.c so vocabulary-only users do not link the model room). */
+#include "tokenizer/vocab.h"
+
+static pb_status model_vocab(const pb_model *m, const pb_vocab **v) {
+    if (!m) return pb_error(PB_ERR_INVALID_ARG, "chat: NULL model");
+    *v = pb_model_vocab(m);
+    return *v ? PB_OK : pb_error(PB_ERR_NOT_FOUND, "chat: the model has no vocabulary");
+}
+
+pb_status pb_chat_format(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt, char *buf,
+                         size_t cap, size_t *len_out) {
+    const pb_vocab *v;
+    pb_status st = model_vocab(m, &v);
+    return st ? st : pb_chat_format_vocab(v, msgs, n_msgs, add_generation_prompt, buf, cap, len_out);
+}
+
+pb_status pb_chat_tokenize(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                           int32_t *ids, int64_t cap, int64_t *n_out) {
+    const pb_vocab *v;
+    pb_status st = model_vocab(m, &v);
+    return st ? st : pb_chat_tokenize_vocab(v, msgs, n_msgs, add_generation_prompt, ids, cap, n_out);
+}

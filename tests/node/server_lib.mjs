@@ -1,0 +1,53 @@
+// server_lib.mjs -- helpers for the server tests: start `pocketbrain serve` on a free port, TAP-style checks.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+
+export let failures = 0;
+export function check(cond, msg) {
+  if (cond) console.log('ok - ' + msg);
+  else { console.log('not ok - ' + msg); failures++; }
+}
+export function note(msg) { console.log('# ' + msg); }
+
+export function pickModel() {
+  if (process.env.PB_TEST_MODEL) return process.env.PB_TEST_MODEL;
+  if (existsSync('models/default.gguf')) return 'models/default.gguf';
+  const shared = process.env.PB_SHARED || '../shared';
+  return path.join(shared, 'fixtures/peer/model/gemma2-tiny-v.q8_0.gguf');
+}
+
+export function bin() { return process.env.PB_BIN || 'build/pocketbrain'; }
+
+// Starts the server; resolves { url, port, proc, stderr() } once it printed "listening PORT".
+export function startServer(extraArgs = [], env = {}) {
+  return new Promise((resolve, reject) => {
+    const args = ['serve', '-m', pickModel(), '--port', '0', '--ctx', '1024', ...extraArgs];
+    const proc = spawn(bin(), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start: ' + err)); }, 30000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening (\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        const port = Number(m[1]);
+        resolve({ url: `http://127.0.0.1:${port}`, port, proc, stderr: () => err });
+      }
+    });
+    proc.stderr.on('data', (d) => { err += d; });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${err}`)); });
+  });
+}
+
+// Stops with SIGTERM and resolves the exit code.
+export function stopServer(srv) {
+  return new Promise((resolve) => {
+    srv.proc.removeAllListeners('exit');
+    const t = setTimeout(() => srv.proc.kill('SIGKILL'), 15000);
+    srv.proc.on('exit', (code, sig) => { clearTimeout(t); resolve(code === null ? sig : code); });
+    srv.proc.kill('SIGTERM');
+  });
+}
+
+export function done() { process.exit(failures ? 1 : 0); }

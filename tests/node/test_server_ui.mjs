@@ -1,0 +1,92 @@
+// test_server_ui.mjs -- Playwright (playwright-core + Debian chromium) through the web UI: send a message and
+// see streamed text grow, stop mid-answer, switch style, reload and find the history. Screenshots go to
+// $PB_BUILD/test-artifacts/.
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { check, note, startServer, stopServer, done } from './server_lib.mjs';
+
+const art = (process.env.PB_BUILD || 'build') + '/test-artifacts';
+mkdirSync(art, { recursive: true });
+const srv = await startServer(['--max-tokens', '48']);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(srv.url + '/');
+  check((await page.title()) === 'pocketbrain', 'page loads');
+
+  // live token count
+  await page.fill('#input', 'What does harbor mean?');
+  await page.waitForFunction(() => /^[1-9]\d* tokens?$/.test(document.querySelector('#token-count').textContent), null, { timeout: 5000 });
+  check(true, 'live token count: ' + (await page.textContent('#token-count')));
+
+  // send; watch the answer grow over time (streaming), with the thinking placeholder first
+  await page.selectOption('#style', 'precise');
+  await page.press('#input', 'Enter');
+  await page.waitForSelector('.msg.assistant', { timeout: 5000 });
+  const lengths = [];
+  for (let i = 0; i < 200 && !(await page.isEnabled('#send')); i++) {
+    lengths.push((await page.textContent('.msg.assistant .body')).length);
+    await page.waitForTimeout(20);
+  }
+  await page.waitForFunction(() => !document.querySelector('#send').disabled, null, { timeout: 60000 });
+  const distinct = new Set(lengths).size;
+  note('answer length samples: ' + lengths.join(','));
+  check(distinct >= 3, `answer grew progressively (${distinct} distinct lengths)`);
+  await page.screenshot({ path: art + '/ui-answer.png' });
+  const answer1 = await page.textContent('.msg.assistant .body');
+  check(answer1.length > 0 && answer1 !== 'thinking…', 'answer text shown');
+
+  // stop mid-answer
+  await page.fill('#input', 'Please write a very long story about a harbor.');
+  await page.press('#input', 'Enter');
+  await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 2 &&
+    document.querySelectorAll('.msg.assistant')[1].querySelector('.body').textContent.length > 3, null, { timeout: 20000 });
+  await page.click('#stop');
+  await page.waitForFunction(() => document.querySelector('#status').textContent === 'stopped', null, { timeout: 5000 });
+  check(true, 'stop button stops the answer');
+  await page.screenshot({ path: art + '/ui-stopped.png' });
+
+  // style persisted, history after reload
+  await page.reload();
+  check((await page.inputValue('#style')) === 'precise', 'style selection survives reload');
+  const msgs = await page.$$eval('.msg', (els) => els.map((e) => e.className));
+  check(msgs.filter((c) => c.includes('user')).length === 2, `history restored after reload (${msgs.length} messages)`);
+  check((await page.$$('#conv-list li')).length === 1, 'conversation listed in the sidebar');
+
+  // a second conversation and switching back
+  await page.click('#new-chat');
+  check((await page.$$('.msg')).length === 0, 'new chat starts empty');
+  check((await page.$$('#conv-list li')).length === 2, 'two conversations listed');
+  await page.click('#conv-list li:nth-child(2)');
+  check((await page.$$('.msg.user')).length === 2, 'switching back shows the first conversation');
+
+  // Markdown is rendered safely: injected HTML is shown as text, not executed
+  await page.evaluate(() => {
+    const convs = JSON.parse(localStorage.getItem('pocketbrain.conversations.v1'));
+    const cur = JSON.parse(localStorage.getItem('pocketbrain.settings.v1')).current;
+    convs.find((c) => c.id === cur).messages.push({ role: 'assistant', content: '**bold** <img src=x onerror="window.__pwned=1"> `code`' });
+    localStorage.setItem('pocketbrain.conversations.v1', JSON.stringify(convs));
+  });
+  await page.reload();
+  await page.waitForTimeout(300);
+  const pwned = await page.evaluate(() => window.__pwned === 1);
+  const html = await page.$$eval('.msg.assistant .body', (els) => els[els.length - 1].innerHTML);
+  check(!pwned && html.includes('<strong>bold</strong>') && html.includes('&lt;img'), 'Markdown rendered, HTML injection escaped: ' + html);
+
+  // theme toggle
+  await page.click('#theme');
+  check(await page.evaluate(() => document.documentElement.classList.contains('dark')), 'dark theme toggles');
+  await page.screenshot({ path: art + '/ui-dark.png' });
+  check(errors.length === 0, 'no page errors ' + errors.join('; '));
+} catch (e) {
+  check(false, 'unexpected error: ' + e.stack + '\nserver stderr: ' + srv.stderr());
+}
+await browser.close();
+await stopServer(srv);
+done();

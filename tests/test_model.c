@@ -1,0 +1,372 @@
+/* test_model.c -- model open/hparams/info/fingerprint, bad GGUF files (built with the gguf writer), the KV cache
+ * (ring memory, truncate, state save/restore) and the float ops against double-precision formulas. */
+#include "pb_test.h"
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tensor/ops.h"
+#include "tensor/types.h"
+
+#include <math.h>
+
+// --- a tiny synthetic Gemma file built with the gguf writer -------------------------------------------------
+
+typedef struct {
+    const char *arch;     /* general.architecture */
+    const char *drop;     /* tensor name to leave out (or NULL) */
+    const char *misshape; /* tensor name written with a wrong shape (or NULL) */
+    const char *bad_type; /* tensor name written with an unsupported type id (or NULL) */
+} variant;
+
+enum { TD = 32, TH = 2, THKV = 1, THD = 16, TF = 48, TV = 64, TL = 2 };
+
+static float *g_data; /* one big buffer of deterministic values, borrowed by the writer */
+
+static void fill(float *p, int64_t n, uint32_t seed, float scale, float offset) {
+    uint32_t s = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = offset + scale * ((float)(s >> 8) / 16777216.0f - 0.5f);
+    }
+}
+
+static int add_t(pb_gguf_writer *w, const variant *v, const char *name, int64_t ne0, int64_t ne1, float **cursor,
+                 uint32_t seed, bool norm) {
+    if (v->drop && strcmp(v->drop, name) == 0) return 0;
+    int64_t ne[2] = {ne0, ne1};
+    if (v->misshape && strcmp(v->misshape, name) == 0) ne[0] = ne0 + 16; /* stays a multiple of blocks */
+    int type = PB_TYPE_F32;
+    if (v->bad_type && strcmp(v->bad_type, name) == 0) type = PB_TYPE_IQ4_NL; /* a type we cannot read */
+    float *p = *cursor;
+    fill(p, ne[0] * ne[1], seed, norm ? 0.2f : 0.5f, norm ? 1.0f : 0.0f);
+    *cursor += ne[0] * ne[1];
+    return pb_gguf_add_tensor(w, name, type, ne1 == 1 ? 1 : 2, ne, p) == PB_OK ? 0 : 1;
+}
+
+/* Writes a 2-layer model of arch v->arch to path. */
+static int write_tiny(const char *path, const variant *v) {
+    pb_gguf_writer *w = pb_gguf_writer_new();
+    const char *a = strcmp(v->arch, "llama") == 0 ? "gemma2" : v->arch;
+    char k[96];
+    pb_gguf_set_str(w, "general.architecture", v->arch);
+#define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
+    pb_gguf_set_u32(w, KEY("context_length"), 256);
+    pb_gguf_set_u32(w, KEY("embedding_length"), TD);
+    pb_gguf_set_u32(w, KEY("block_count"), TL);
+    pb_gguf_set_u32(w, KEY("feed_forward_length"), TF);
+    pb_gguf_set_u32(w, KEY("attention.head_count"), TH);
+    pb_gguf_set_u32(w, KEY("attention.head_count_kv"), THKV);
+    pb_gguf_set_u32(w, KEY("attention.key_length"), THD);
+    pb_gguf_set_u32(w, KEY("attention.value_length"), THD);
+    pb_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    if (strcmp(a, "gemma") != 0) pb_gguf_set_u32(w, KEY("attention.sliding_window"), 4);
+#undef KEY
+    const char *toks[TV];
+    char tokbuf[TV][8];
+    for (int i = 0; i < TV; i++) {
+        snprintf(tokbuf[i], sizeof tokbuf[i], "t%d", i);
+        toks[i] = tokbuf[i];
+    }
+    toks[0] = "<pad>";
+    toks[1] = "<eos>";
+    toks[2] = "<bos>";
+    toks[3] = "<unk>";
+    pb_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, TV);
+    int bad = 0;
+    float *cur = g_data;
+    bad += add_t(w, v, "token_embd.weight", TD, TV, &cur, 1, false);
+    bad += add_t(w, v, "output_norm.weight", TD, 1, &cur, 2, true);
+    for (int il = 0; il < TL; il++) {
+        char n[64];
+        uint32_t s = 100 + 20 * (uint32_t)il;
+#define T(suffix, ne0, ne1, norm)                                                                                      \
+    (snprintf(n, sizeof n, "blk.%d." suffix ".weight", il), add_t(w, v, n, ne0, ne1, &cur, s++, norm))
+        bad += T("attn_norm", TD, 1, true);
+        bad += T("attn_q", TD, TH * THD, false);
+        bad += T("attn_k", TD, THKV * THD, false);
+        bad += T("attn_v", TD, THKV * THD, false);
+        bad += T("attn_output", TH * THD, TD, false);
+        bad += T("ffn_norm", TD, 1, true);
+        bad += T("ffn_gate", TD, TF, false);
+        bad += T("ffn_up", TD, TF, false);
+        bad += T("ffn_down", TF, TD, false);
+        if (strcmp(a, "gemma") != 0) {
+            bad += T("post_attention_norm", TD, 1, true);
+            bad += T("post_ffw_norm", TD, 1, true);
+        }
+        if (strcmp(a, "gemma3") == 0) {
+            bad += T("attn_q_norm", THD, 1, true);
+            bad += T("attn_k_norm", THD, 1, true);
+        }
+#undef T
+    }
+    pb_status st = pb_gguf_write(w, path);
+    pb_gguf_writer_free(w);
+    return bad == 0 && st == PB_OK;
+}
+
+static void check_bad(const char *name, const variant *v, pb_status want, const char *must_mention) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/pb_test_model_%d_%s.gguf", (int)getpid(), name);
+    CHECK(write_tiny(path, v), "%s: wrote the file", name);
+    pb_model *m = NULL;
+    pb_status st = pb_model_open(path, NULL, &m);
+    const char *err = pb_last_error();
+    CHECK(st == want && m == NULL, "%s: open -> %s (%s)", name, pb_status_name(st), err);
+    CHECK(strstr(err, must_mention) != NULL, "%s: message names '%s'", name, must_mention);
+    pb_model_close(m);
+    remove(path);
+}
+
+static void test_synthetic(void) {
+    g_data = malloc(sizeof(float) * 200000);
+    const char *archs[] = {"gemma", "gemma2", "gemma3"};
+    for (int i = 0; i < 3; i++) {
+        variant v = {archs[i], NULL, NULL, NULL};
+        char path[256];
+        snprintf(path, sizeof path, "/tmp/pb_test_model_%d_ok_%s.gguf", (int)getpid(), archs[i]);
+        CHECK(write_tiny(path, &v), "%s: wrote a tiny model", archs[i]);
+        pb_model *m = NULL;
+        pb_status st = pb_model_open(path, NULL, &m);
+        CHECK(st == PB_OK, "%s: tiny model opens (%s)", archs[i], pb_last_error());
+        if (m) {
+            const pb_hparams *hp = pb_model_hparams(m);
+            CHECK(hp->n_layer == TL && hp->n_embd == TD && hp->head_dim == THD && hp->n_vocab == TV, "%s: hparams read",
+                  archs[i]);
+            CHECK(hp->has_qk_norm == (i == 2) && hp->has_post_norms == (i > 0), "%s: version flags", archs[i]);
+            if (i == 0) CHECK(hp->sliding_window == 0 && hp->attn_softcap == 0.0f, "gemma: no window, no softcap");
+            if (i == 1)
+                CHECK(hp->swa_layer[0] && !hp->swa_layer[1] && hp->attn_softcap == 50.0f && hp->final_softcap == 30.0f,
+                      "gemma2: even layers local, llama.cpp default softcaps 50/30");
+            if (i == 2)
+                CHECK(hp->swa_layer[0] && hp->swa_layer[1] && hp->rope_base == 1e6f && hp->rope_base_local == 1e4f,
+                      "gemma3: 5:1 local layers, rope bases 1e6/1e4");
+            /* a forward pass runs and gives finite logits */
+            pb_kv_cache *kv = NULL;
+            pb_forward_ctx *fc = NULL;
+            float logits[TV * 3];
+            int32_t toks[3] = {2, 10, 11};
+            bool ok = pb_kv_new(m, 16, PB_KV_F32, &kv) == PB_OK && pb_forward_ctx_new(m, 4, &fc) == PB_OK &&
+                      pb_forward(m, kv, fc, NULL, toks, 3, logits, true, NULL) == PB_OK;
+            bool finite = true;
+            for (int j = 0; ok && j < TV * 3; j++) finite = finite && isfinite(logits[j]);
+            CHECK(ok && finite, "%s: forward gives finite logits (%s)", archs[i], pb_last_error());
+            int32_t bad_tok = TV;
+            CHECK(pb_forward(m, kv, fc, NULL, &bad_tok, 1, logits, false, NULL) == PB_ERR_INVALID_ARG,
+                  "%s: token outside the vocabulary refused", archs[i]);
+            pb_forward_ctx_free(fc);
+            pb_kv_free(kv);
+        }
+        pb_model_close(m);
+        remove(path);
+    }
+    variant v1 = {"llama", NULL, NULL, NULL};
+    check_bad("unknown_arch", &v1, PB_ERR_UNSUPPORTED, "llama");
+    variant v2 = {"gemma2", "blk.1.ffn_up.weight", NULL, NULL};
+    check_bad("missing", &v2, PB_ERR_FORMAT, "blk.1.ffn_up.weight");
+    variant v3 = {"gemma2", NULL, "blk.0.attn_k.weight", NULL};
+    check_bad("misshapen", &v3, PB_ERR_FORMAT, "blk.0.attn_k.weight");
+    variant v4 = {"gemma3", "blk.0.attn_q_norm.weight", NULL, NULL};
+    check_bad("gemma3_no_qnorm", &v4, PB_ERR_FORMAT, "attn_q_norm");
+    variant v5 = {"gemma", NULL, NULL, "blk.1.attn_v.weight"};
+    check_bad("bad_type", &v5, PB_ERR_UNSUPPORTED, "blk.1.attn_v.weight");
+    free(g_data);
+}
+
+// --- the peer model: hparams, info, fingerprint, memory admission --------------------------------------------
+
+static void test_peer_open(void) {
+    const char *f16 = pbt_fixture("model/gemma2-tiny-v.f16.gguf");
+    const char *q8 = pbt_fixture("model/gemma2-tiny-v.q8_0.gguf");
+    if (!f16 || !q8) return;
+    pb_model *m = NULL, *m2 = NULL, *mq = NULL;
+    CHECK(pb_model_open(f16, NULL, &m) == PB_OK, "peer f16 opens (%s)", pb_last_error());
+    if (!m) return;
+    const pb_hparams *hp = pb_model_hparams(m);
+    CHECK(hp->arch == PB_ARCH_GEMMA2 && hp->n_layer == 26 && hp->n_embd == 256 && hp->n_ff == 512 && hp->n_head == 2 &&
+              hp->n_head_kv == 1 && hp->head_dim == 64 && hp->n_vocab == 4096,
+          "peer hparams: 26 layers, 256/512, 2/1 heads of 64, vocab 4096");
+    CHECK(hp->sliding_window == 32 && hp->swa_layer[0] && !hp->swa_layer[1] && hp->swa_layer[24] && !hp->swa_layer[25],
+          "peer: window 32 on even layers");
+    CHECK(hp->attn_softcap == 50.0f && hp->final_softcap == 30.0f && fabsf(hp->query_scale - 0.125f) < 1e-7f &&
+              hp->rope_base == 10000.0f && hp->norm_eps == 1e-6f,
+          "peer: softcaps 50/30, scale 1/8, rope 10000, eps 1e-6");
+    pb_model_info info;
+    memset(&info, 0, sizeof info);
+    pb_status ist = pb_model_get_info(m, &info);
+    CHECK(ist == PB_OK && strcmp(info.arch, "gemma2") == 0 && info.n_vocab == 4096, "info: arch %s, vocab %d",
+          info.arch, info.n_vocab);
+    NOTE("info: file_type %s, %lld params, %zu weight bytes", info.file_type, (long long)info.n_params,
+         info.weight_bytes);
+    CHECK(strcmp(info.file_type, "F16") == 0, "info: file type F16 (%s)", info.file_type);
+    CHECK(pb_model_vocab(m) != NULL && pb_vocab_size(pb_model_vocab(m)) == 4096, "vocabulary stored at open");
+    CHECK(pb_model_open(f16, NULL, &m2) == PB_OK, "second open");
+    CHECK(pb_model_open(q8, NULL, &mq) == PB_OK, "q8_0 opens");
+    if (m2 && mq) {
+        pb_model_info i2, iq;
+        pb_model_get_info(m2, &i2);
+        pb_model_get_info(mq, &iq);
+        uint8_t zero[32] = {0};
+        CHECK(memcmp(info.fingerprint, zero, 32) != 0, "fingerprint is set");
+        CHECK(memcmp(info.fingerprint, i2.fingerprint, 32) == 0, "fingerprint stable across opens");
+        CHECK(memcmp(info.fingerprint, iq.fingerprint, 32) != 0, "fingerprint differs for the q8_0 file");
+        CHECK(strcmp(iq.file_type, "Q8_0") == 0, "info: q8_0 file type (%s)", iq.file_type);
+    }
+    pb_model_close(m2);
+    pb_model_close(mq);
+    pb_model_close(m);
+
+    pb_model_params p = pb_model_default_params();
+    p.mem_limit = 1 << 20; /* 1 MiB: the 27 MB of weights do not fit */
+    pb_model *mm = NULL;
+    pb_status st = pb_model_open(f16, &p, &mm);
+    CHECK(st == PB_ERR_MEMORY_LIMIT && mm == NULL && strstr(pb_last_error(), "MiB"),
+          "memory admission refuses with the numbers: %s", pb_last_error());
+    p.check_memory = false;
+    CHECK(pb_model_open(f16, &p, &mm) == PB_OK, "check_memory = false opens anyway");
+    pb_model_close(mm);
+    p = pb_model_default_params();
+    p.use_mmap = false;
+    CHECK(pb_model_open(f16, &p, &mm) == PB_OK, "use_mmap = false reads the file");
+    pb_model_close(mm);
+    CHECK(pb_model_open("/nonexistent/x.gguf", NULL, &mm) != PB_OK && mm == NULL, "missing file: %s", pb_last_error());
+}
+
+// --- KV cache: ring memory, truncate, state -----------------------------------------------------------------
+
+static float max_abs_diff(const float *a, const float *b, int64_t n) {
+    float mx = 0;
+    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, fabsf(a[i] - b[i]));
+    return mx;
+}
+
+static void test_kv(void) {
+    const char *f16 = pbt_fixture("model/gemma2-tiny-v.f16.gguf");
+    const char *tokp = pbt_fixture("model/tokens.bin");
+    if (!f16 || !tokp) return;
+    int32_t toks[128];
+    FILE *f = fopen(tokp, "rb");
+    CHECK(f && fread(toks, 4, 128, f) == 128, "tokens.bin read");
+    if (f) fclose(f);
+    pb_model *m = NULL;
+    if (pb_model_open(f16, NULL, &m) != PB_OK) {
+        CHECK(0, "open: %s", pb_last_error());
+        return;
+    }
+    const pb_hparams *hp = pb_model_hparams(m);
+    int W = hp->sliding_window, n_ctx = 4 * W;
+    pb_kv_cache *kv = NULL;
+    CHECK(pb_kv_new(m, n_ctx, PB_KV_F16, &kv) == PB_OK, "kv n_ctx %d", n_ctx);
+    size_t full = (size_t)hp->n_layer * (size_t)n_ctx * (size_t)(hp->n_head_kv * hp->head_dim) * 2 * 2;
+    size_t got = pb_kv_bytes(kv);
+    NOTE("KV bytes at n_ctx = 4 x window (%d): ring %zu vs full %zu = %.3f", n_ctx, got, full,
+         (double)got / (double)full);
+    CHECK(got * 8 == full * 5, "ring KV = 5/8 of a full cache at n_ctx = 4 x window (half the layers hold W rows)");
+    pb_kv_cache *kv8 = NULL;
+    CHECK(pb_kv_new(m, 16 * W, PB_KV_F16, &kv8) == PB_OK, "kv n_ctx 16 x window");
+    NOTE("KV bytes at n_ctx = 16 x window: %.3f of full", (double)pb_kv_bytes(kv8) / (double)(full * 4));
+    CHECK(pb_kv_bytes(kv8) * 32 == full * 4 * 17, "ring KV -> about half for long contexts (17/32 at 16 x window)");
+    pb_kv_free(kv8);
+
+    pb_forward_ctx *fc = NULL;
+    CHECK(pb_forward_ctx_new(m, 64, &fc) == PB_OK, "forward ctx");
+    NOTE("forward scratch for 64 tokens: %zu bytes", pb_forward_ctx_bytes(fc));
+    int V = hp->n_vocab;
+    float *ref = malloc(sizeof(float) * (size_t)V * 128), *got_l = malloc(sizeof(float) * (size_t)V * 128);
+    /* reference: 100 tokens in chunks of 50 */
+    bool ok = pb_forward(m, kv, fc, NULL, toks, 50, ref, true, NULL) == PB_OK &&
+              pb_forward(m, kv, fc, NULL, toks + 50, 50, ref + (size_t)50 * V, true, NULL) == PB_OK;
+    CHECK(ok && pb_kv_n_past(kv) == 100, "100 tokens fed");
+    int32_t more[40];
+    memcpy(more, toks + 100, sizeof(int32_t) * 28);
+    memcpy(more + 28, toks, sizeof(int32_t) * 12);
+    CHECK(pb_forward(m, kv, fc, NULL, more, 40, got_l, true, NULL) == PB_ERR_CONTEXT_FULL && pb_kv_n_past(kv) == 100,
+          "context full refused, nothing changed: %s", pb_last_error());
+    /* state round trip: save at 100, continue 10 tokens; restore into a fresh cache, same 10 tokens */
+    size_t sz = pb_kv_state_size(kv), len = 0;
+    void *buf = malloc(sz);
+    CHECK(pb_kv_state_write(kv, buf, sz, &len) == PB_OK && len == sz, "state written (%zu bytes)", sz);
+    float *a = malloc(sizeof(float) * (size_t)V * 10), *b = malloc(sizeof(float) * (size_t)V * 10);
+    pb_forward(m, kv, fc, NULL, toks + 100, 10, a, true, NULL);
+    pb_kv_cache *kv2 = NULL;
+    pb_kv_new(m, n_ctx, PB_KV_F16, &kv2);
+    CHECK(pb_kv_state_read(kv2, buf, len) == PB_OK && pb_kv_n_past(kv2) == 100, "state read (%s)", pb_last_error());
+    /* cancel: polled between layers, the KV stays as it was */
+    volatile int cancel = 1;
+    CHECK(pb_forward(m, kv2, fc, NULL, toks, 5, b, true, &cancel) == PB_ERR_CANCELLED && pb_kv_n_past(kv2) == 100,
+          "cancel returns PB_ERR_CANCELLED, n_past unchanged");
+    CHECK(pb_forward(m, kv2, fc, NULL, toks + 100, 10, b, true, NULL) == PB_OK, "continue after restore");
+    CHECK(max_abs_diff(a, b, (int64_t)V * 10) == 0.0f, "restored cache continues bit-identically");
+    CHECK(pb_kv_state_read(kv2, buf, len - 1) == PB_ERR_FORMAT, "truncated state refused: %s", pb_last_error());
+    pb_kv_cache *kv3 = NULL;
+    pb_kv_new(m, n_ctx, PB_KV_F32, &kv3);
+    CHECK(pb_kv_state_read(kv3, buf, len) == PB_ERR_MISMATCH, "state of another cache type refused: %s",
+          pb_last_error());
+    pb_kv_free(kv3);
+    /* truncate: one step back is fine on ring layers, far back is refused */
+    CHECK(pb_kv_truncate(kv, 109) == PB_OK && pb_kv_n_past(kv) == 109, "truncate one position");
+    CHECK(pb_forward(m, kv, fc, NULL, toks + 109, 1, b, true, NULL) == PB_OK &&
+              max_abs_diff(a + (size_t)9 * V, b, V) == 0.0f,
+          "after truncate the same token gives the same logits");
+    CHECK(pb_kv_truncate(kv, 20) == PB_ERR_INVALID_ARG, "truncate past the window refused: %s", pb_last_error());
+    CHECK(pb_kv_truncate(kv, 200) == PB_ERR_INVALID_ARG, "truncate beyond n_past refused");
+    CHECK(pb_kv_truncate(kv, 0) == PB_OK && pb_kv_n_past(kv) == 0, "truncate to 0 (reset) always works");
+    CHECK(pb_forward(m, kv, fc, NULL, toks, 50, got_l, true, NULL) == PB_OK &&
+              max_abs_diff(got_l, ref, (int64_t)V * 50) == 0.0f,
+          "after a reset the same prompt gives the same logits");
+    free(a);
+    free(b);
+    free(buf);
+    free(ref);
+    free(got_l);
+    pb_kv_free(kv2);
+    pb_kv_free(kv);
+    pb_forward_ctx_free(fc);
+    pb_model_close(m);
+}
+
+// --- ops vs double formulas -----------------------------------------------------------------------------------
+
+static void test_ops(void) {
+    float x[64], y[64], w[64];
+    for (int i = 0; i < 64; i++) {
+        x[i] = sinf((float)i * 0.7f) * 3.0f;
+        w[i] = 1.0f + 0.01f * (float)i;
+    }
+    pb_rmsnorm(y, x, w, 64, 1e-6f);
+    double ss = 0;
+    for (int i = 0; i < 64; i++) ss += (double)x[i] * (double)x[i];
+    double r = 1.0 / sqrt(ss / 64 + 1e-6), e = 0;
+    for (int i = 0; i < 64; i++) e = fmax(e, fabs((double)y[i] - (double)x[i] * r * (double)w[i]));
+    CHECK(e < 1e-5, "rmsnorm vs double: %.2g", e);
+    float g = pb_gelu_tanh1(1.5f);
+    double gd = 0.5 * 1.5 * (1 + tanh(sqrt(2 / M_PI) * (1.5 + 0.044715 * 1.5 * 1.5 * 1.5)));
+    CHECK(fabs((double)g - gd) < 1e-6, "gelu tanh(1.5) = %.7f", (double)g);
+    float s[4] = {1.0f, 2.0f, -INFINITY, 3.0f};
+    pb_softmax(s, 4);
+    double z = exp(1) + exp(2) + exp(3);
+    CHECK(fabs((double)s[3] - exp(3) / z) < 1e-6 && s[2] == 0.0f, "softmax with a masked entry");
+    float c[1] = {100.0f};
+    pb_softcap(c, 1, 30.0f);
+    CHECK(fabs((double)c[0] - 30.0 * tanh(100.0 / 30.0)) < 1e-4, "softcap 30");
+    /* RoPE NeoX: pairs (i, i + hd/2), angle p * base^(-2i/hd) */
+    float inv[4], cs[4], sn[4], v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    pb_rope_inv_freq(inv, 8, 10000.0f, 1.0f);
+    pb_rope_angles(cs, sn, inv, 4, 3);
+    pb_rope_neox(v, 1, 8, cs, sn);
+    double th1 = 3.0 * pow(10000.0, -2.0 / 8);
+    CHECK(fabs((double)v[1] - (2 * cos(th1) - 6 * sin(th1))) < 1e-5 &&
+              fabs((double)v[5] - (6 * cos(th1) + 2 * sin(th1))) < 1e-5,
+          "rope neox pairs i with i + hd/2");
+    pb_rope_inv_freq(inv, 8, 1e6f, 8.0f);
+    CHECK(fabs((double)inv[1] - pow(1e6, -0.25) / 8) < 1e-8, "linear rope scaling divides inv_freq");
+}
+
+int main(void) {
+    test_ops();
+    test_synthetic();
+    test_peer_open();
+    test_kv();
+    TEST_DONE();
+}

@@ -1,0 +1,177 @@
+/* test_quant_dot.c -- every weight type's vec_dot (as dispatched, and the ref kernel) against a float dot of
+ * the dequantized operands, and pb_matmul against a naive loop with pools of 1 and 2 threads. */
+#include "kernels/kernels.h"
+#include "pb_test.h"
+#include "tensor/matmul.h"
+#include "tensor/types.h"
+
+#include <math.h>
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static double urand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static float nrand(void) { return (float)(sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand())); }
+
+static const int wtypes[] = {PB_TYPE_F32,  PB_TYPE_F16,  PB_TYPE_BF16, PB_TYPE_Q4_0, PB_TYPE_Q4_1,
+                             PB_TYPE_Q5_0, PB_TYPE_Q5_1, PB_TYPE_Q8_0, PB_TYPE_Q2_K, PB_TYPE_Q3_K,
+                             PB_TYPE_Q4_K, PB_TYPE_Q5_K, PB_TYPE_Q6_K};
+#define N_WTYPES (int)(sizeof wtypes / sizeof wtypes[0])
+
+/* Activation operand as the kernel sees it: quantized with from_float of vec_dot_type (or f32). */
+static void *make_act(const pb_type_traits *w, const float *x, int64_t K, float *deq) {
+    const pb_type_traits *a = pb_type_get(w->vec_dot_type);
+    void *buf = malloc(pb_row_size(w->vec_dot_type, K));
+    a->from_float(x, buf, K);
+    a->to_float(buf, deq, K);
+    return buf;
+}
+
+static void test_vec_dot(void) {
+    pb_type_traits ref[PB_TYPE_COUNT];
+    memcpy(ref, pb_type_get(0), sizeof ref); /* row 0 is the start of the table */
+    pb_kernels_fill_ref(ref, PB_TYPE_COUNT);
+    const int mults[] = {1, 3, 7, 13};
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        const pb_type_traits *t = pb_type_get(wtypes[ti]);
+        int64_t blck = t->blck == 1 ? 32 : t->blck;
+        double worst = 0, worst_ref = 0;
+        int n_cases = 0, ref_same = 0;
+        for (int mi = 0; mi < 4; mi++) {
+            int64_t K = blck * mults[mi] + (t->blck == 1 ? 5 : 0); /* odd lengths for float types */
+            for (int rows = 0; rows < 3; rows++) {
+                float *w = malloc((size_t)K * 4), *x = malloc((size_t)K * 4), *wd = malloc((size_t)K * 4),
+                      *xd = malloc((size_t)K * 4);
+                float scale = rows == 0 ? 1.0f : rows == 1 ? 0.01f : 30.0f;
+                for (int64_t k = 0; k < K; k++) {
+                    w[k] = scale * nrand() + (rows == 2 ? 0.3f * scale : 0.0f); /* offset exercises the mins */
+                    x[k] = nrand();
+                }
+                void *wq = malloc(pb_row_size(wtypes[ti], K));
+                t->from_float(w, wq, K);
+                t->to_float(wq, wd, K);
+                void *xq = make_act(t, x, K, xd);
+                double want = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    want += (double)wd[k] * (double)xd[k];
+                    mag += fabs((double)wd[k] * (double)xd[k]);
+                }
+                float got = 0, got_ref = 0;
+                t->vec_dot(K, &got, wq, xq);
+                ref[wtypes[ti]].vec_dot(K, &got_ref, wq, xq);
+                double err = fabs((double)got - want) / (mag + 1e-30);
+                double err_ref = fabs((double)got_ref - want) / (mag + 1e-30);
+                if (err > worst) worst = err;
+                if (err_ref > worst_ref) worst_ref = err_ref;
+                ref_same += got == got_ref;
+                n_cases++;
+                free(w), free(x), free(wd), free(xd), free(wq), free(xq);
+            }
+        }
+        CHECK(worst_ref < 2e-6, "%s ref vec_dot vs dequantized float dot over %d cases: worst rel err %.2e", t->name,
+              n_cases, worst_ref);
+        CHECK(worst < 2e-6, "%s dispatched vec_dot (%d/%d equal to ref): worst rel err %.2e", t->name, ref_same,
+              n_cases, worst);
+    }
+}
+
+/* End-to-end accuracy: quantized dot vs the exact f32 dot of the original (unquantized) values. */
+static void test_dot_accuracy(void) {
+    enum { K = 2304 };
+    static float w[K], x[K];
+    for (int k = 0; k < K; k++) w[k] = nrand(), x[k] = nrand();
+    double exact = 0;
+    for (int k = 0; k < K; k++) exact += (double)w[k] * (double)x[k];
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        const pb_type_traits *t = pb_type_get(wtypes[ti]);
+        void *wq = malloc(pb_row_size(wtypes[ti], K)), *xq = malloc(pb_row_size(t->vec_dot_type, K));
+        t->from_float(w, wq, K);
+        const void *xa = x;
+        if (t->vec_dot_type != PB_TYPE_F32) {
+            pb_type_get(t->vec_dot_type)->from_float(x, xq, K);
+            xa = xq;
+        }
+        float got;
+        t->vec_dot(K, &got, wq, xa);
+        /* sqrt(K) * rms error per product; generous factor 4 */
+        double tol = wtypes[ti] == PB_TYPE_Q2_K ? 0.4 : wtypes[ti] == PB_TYPE_Q3_K ? 0.2 : 0.12;
+        if (wtypes[ti] == PB_TYPE_F32 || wtypes[ti] == PB_TYPE_F16 || wtypes[ti] == PB_TYPE_BF16) tol = 0.01;
+        double err = fabs((double)got - exact) / sqrt((double)K);
+        CHECK(err < tol, "%s dot of N(0,1) rows of %d: |err|/sqrt(K) = %.4f < %.2f", t->name, K, err, tol);
+        free(wq), free(xq);
+    }
+}
+
+static void test_matmul(void) {
+    pb_pool *p1 = NULL, *p2 = NULL;
+    CHECK(pb_pool_new(1, &p1) == PB_OK && pb_pool_new(2, &p2) == PB_OK, "pools of 1 and 2 threads");
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        const pb_type_traits *t = pb_type_get(wtypes[ti]);
+        int64_t K = (t->blck == 1 ? 32 : t->blck) * 3, N = 37, T = 5;
+        size_t row = pb_row_size(wtypes[ti], K);
+        uint8_t *W = malloc(row * (size_t)N);
+        float *wf = malloc((size_t)K * 4), *x = malloc((size_t)(K * T) * 4);
+        for (int64_t r = 0; r < N; r++) {
+            for (int64_t k = 0; k < K; k++) wf[k] = nrand();
+            t->from_float(wf, W + row * (size_t)r, K);
+        }
+        for (int64_t i = 0; i < K * T; i++) x[i] = nrand();
+        size_t ss = pb_matmul_scratch_size(wtypes[ti], K, T);
+        CHECK((ss == 0) == (t->vec_dot_type == PB_TYPE_F32) &&
+                  (ss == 0 || ss == (size_t)T * pb_row_size(t->vec_dot_type, K)),
+              "%s scratch size %zu", t->name, ss);
+        void *scratch = ss ? malloc(ss) : NULL;
+        float *y0 = malloc((size_t)(N * T) * 4), *y1 = malloc((size_t)(N * T) * 4), *y2 = malloc((size_t)(N * T) * 4);
+        pb_status s0 = pb_matmul(W, wtypes[ti], K, N, x, T, y0, scratch, NULL);
+        pb_status s1 = pb_matmul(W, wtypes[ti], K, N, x, T, y1, scratch, p1);
+        pb_status s2 = pb_matmul(W, wtypes[ti], K, N, x, T, y2, scratch, p2);
+        CHECK(s0 == PB_OK && s1 == PB_OK && s2 == PB_OK, "%s matmul runs", t->name);
+        CHECK(memcmp(y0, y1, (size_t)(N * T) * 4) == 0 && memcmp(y0, y2, (size_t)(N * T) * 4) == 0,
+              "%s matmul identical with no pool, 1 and 2 threads", t->name);
+        /* naive: activation row quantized on its own, then one dot per (token, row); and a float64 check */
+        const pb_type_traits *at = pb_type_get(t->vec_dot_type);
+        size_t arow = pb_row_size(t->vec_dot_type, K);
+        uint8_t *xa = malloc(arow);
+        float *wd = malloc((size_t)K * 4), *xd = malloc((size_t)K * 4);
+        int same = 0;
+        double worst = 0;
+        for (int64_t tk = 0; tk < T; tk++) {
+            at->from_float(x + tk * K, xa, K);
+            at->to_float(xa, xd, K);
+            for (int64_t r = 0; r < N; r++) {
+                float v;
+                t->vec_dot(K, &v, W + row * (size_t)r, xa);
+                same += v == y2[tk * N + r];
+                t->to_float(W + row * (size_t)r, wd, K);
+                double d = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    d += (double)wd[k] * (double)xd[k];
+                    mag += fabs((double)wd[k] * (double)xd[k]);
+                }
+                double e = fabs(d - (double)y2[tk * N + r]) / mag;
+                if (e > worst) worst = e;
+            }
+        }
+        CHECK(same == N * T && worst < 2e-6, "%s matmul == naive per-row dots (%d/%lld), rel err vs float64 %.1e",
+              t->name, same, (long long)(N * T), worst);
+        free(W), free(wf), free(x), free(scratch), free(y0), free(y1), free(y2), free(xa), free(wd), free(xd);
+    }
+    float y[4];
+    CHECK(pb_matmul(NULL, PB_TYPE_IQ2_XXS, 256, 1, NULL, 1, y, NULL, NULL) == PB_ERR_UNSUPPORTED &&
+              strstr(pb_last_error(), "iq2_xxs"),
+          "matmul refuses iq2_xxs: %s", pb_last_error());
+    CHECK(pb_matmul(NULL, PB_TYPE_Q4_K, 100, 1, NULL, 1, y, NULL, NULL) == PB_ERR_INVALID_ARG,
+          "matmul refuses K not a multiple of 256 for q4_K");
+    pb_pool_free(p1);
+    pb_pool_free(p2);
+}
+
+int main(void) {
+    test_vec_dot();
+    test_dot_accuracy();
+    test_matmul();
+    TEST_DONE();
+}

@@ -1,0 +1,361 @@
+/* test_sampler.c -- sampler chain on synthetic logits: distributions (statistical checks with fixed
+ * seeds), top-k/top-p/min-p/temperature, penalties and their window, logit bias, presets, PRNG. */
+#include "pb_test.h"
+#include "sampler/sampler.h"
+
+#include <math.h>
+
+#define N_TRIALS 200000
+
+static pb_sampler_params plain(void) {
+    pb_sampler_params p = pb_sampler_default_params();
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 1234;
+    return p;
+}
+
+/* Draws N_TRIALS tokens and compares their frequencies with expect[] (which sums to 1): every id
+ * within 5 standard deviations, and a chi-square below a loose bound. Returns the worst z. */
+static double check_dist(pb_sampler *s, const float *logits, int n, const double *expect, const int32_t *recent,
+                         int n_recent, const char *what) {
+    static long count[64];
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < N_TRIALS; i++) {
+        int32_t t = pb_sampler_sample(s, logits, recent, n_recent);
+        if (t < 0 || t >= n) {
+            CHECK(0, "%s: sampled id %d is outside [0, %d)", what, (int)t, n);
+            return 1e9;
+        }
+        count[t]++;
+    }
+    double worst = 0, chi2 = 0;
+    int dof = 0, bad_zero = 0;
+    for (int i = 0; i < n; i++) {
+        double e = expect[i] * N_TRIALS;
+        if (expect[i] == 0) {
+            bad_zero += count[i] != 0;
+            continue;
+        }
+        double sd = sqrt(N_TRIALS * expect[i] * (1 - expect[i]));
+        double z = fabs((double)count[i] - e) / (sd > 0 ? sd : 1);
+        if (z > worst) worst = z;
+        chi2 += ((double)count[i] - e) * ((double)count[i] - e) / e;
+        dof++;
+    }
+    CHECK(bad_zero == 0, "%s: tokens with probability 0 never drawn (%d were)", what, bad_zero);
+    CHECK(worst < 5.0, "%s: every frequency within 5 sd of its probability (worst z %.2f)", what, worst);
+    /* chi-square with dof-1 degrees of freedom: mean dof-1, sd sqrt(2(dof-1)); allow mean + 6 sd */
+    double bound = (dof - 1) + 6 * sqrt(2.0 * (dof > 1 ? dof - 1 : 1)) + 1;
+    CHECK(chi2 < bound, "%s: chi-square %.1f < %.1f (%d classes)", what, chi2, bound, dof);
+    return worst;
+}
+
+static void softmax(const float *l, int n, float temp, double *out) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < n; i++) mx = (double)l[i] > mx ? (double)l[i] : mx;
+    for (int i = 0; i < n; i++) sum += out[i] = exp(((double)l[i] - mx) / (double)temp);
+    for (int i = 0; i < n; i++) out[i] /= sum;
+}
+
+static void renorm(double *p, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += p[i];
+    for (int i = 0; i < n; i++) p[i] /= s;
+}
+
+static int cmpf(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y); /* descending */
+}
+
+int main(void) {
+    enum { N = 12 };
+    /* a fixed distribution with distinct probabilities */
+    const double probs[N] = {0.30, 0.20, 0.15, 0.10, 0.08, 0.06, 0.04, 0.03, 0.02, 0.012, 0.005, 0.003};
+    float logits[N];
+    for (int i = 0; i < N; i++) logits[i] = (float)log(probs[i]) + 3.0f; /* shift: softmax ignores it */
+    double e[N];
+
+    pb_sampler *s;
+    CHECK(pb_sampler_new(N, &s) == PB_OK, "sampler_new(12)");
+    CHECK(pb_sampler_bytes(N) > 0, "sampler_bytes");
+
+    /* plain sampling reproduces the softmax */
+    pb_sampler_params p = plain();
+    CHECK(pb_sampler_start(s, &p) == PB_OK, "start plain");
+    softmax(logits, N, 1.0f, e);
+    check_dist(s, logits, N, e, NULL, 0, "T=1");
+
+    /* temperature 0.5 squares the probabilities */
+    p.temperature = 0.5f;
+    pb_sampler_start(s, &p);
+    softmax(logits, N, 0.5f, e);
+    check_dist(s, logits, N, e, NULL, 0, "T=0.5");
+
+    /* top-k 3: the three best, renormalized */
+    p = plain();
+    p.top_k = 3;
+    pb_sampler_start(s, &p);
+    softmax(logits, N, 1.0f, e);
+    for (int i = 3; i < N; i++) e[i] = 0;
+    renorm(e, N);
+    check_dist(s, logits, N, e, NULL, 0, "top-k 3");
+
+    /* top-p 0.6: 0.30 + 0.20 = 0.50 < 0.6, + 0.15 = 0.65 >= 0.6 -> ids 0..2 */
+    p = plain();
+    p.top_p = 0.6f;
+    pb_sampler_start(s, &p);
+    softmax(logits, N, 1.0f, e);
+    for (int i = 3; i < N; i++) e[i] = 0;
+    renorm(e, N);
+    check_dist(s, logits, N, e, NULL, 0, "top-p 0.6");
+
+    /* top-p 0.9: cumulative 0.30 .50 .65 .75 .83 .89 .93 -> ids 0..6 */
+    p.top_p = 0.9f;
+    pb_sampler_start(s, &p);
+    softmax(logits, N, 1.0f, e);
+    for (int i = 7; i < N; i++) e[i] = 0;
+    renorm(e, N);
+    check_dist(s, logits, N, e, NULL, 0, "top-p 0.9");
+
+    /* min-p 0.25: keep p >= 0.075 -> ids 0..4 */
+    p = plain();
+    p.min_p = 0.25f;
+    pb_sampler_start(s, &p);
+    softmax(logits, N, 1.0f, e);
+    for (int i = 5; i < N; i++) e[i] = 0;
+    renorm(e, N);
+    check_dist(s, logits, N, e, NULL, 0, "min-p 0.25");
+
+    /* the chain: T 0.7, then min-p 0.1, then top-p 0.8 (computed independently here) */
+    p = plain();
+    p.temperature = 0.7f;
+    p.min_p = 0.1f;
+    p.top_p = 0.8f;
+    pb_sampler_start(s, &p);
+    softmax(logits, N, 0.7f, e);
+    {
+        double pmax = e[0];
+        for (int i = 0; i < N; i++)
+            if (e[i] < 0.1 * pmax) e[i] = 0;
+        renorm(e, N);
+        double acc = 0;
+        int keep = N;
+        for (int i = 0; i < N; i++) { /* already in descending order */
+            acc += e[i];
+            if (acc >= 0.8 - 1e-9) {
+                keep = i + 1;
+                break;
+            }
+        }
+        for (int i = keep; i < N; i++) e[i] = 0;
+        renorm(e, N);
+        NOTE("chain keeps %d tokens", keep);
+    }
+    check_dist(s, logits, N, e, NULL, 0, "T 0.7 + min-p 0.1 + top-p 0.8");
+
+    /* penalties: frequency 0.5 and presence 0.3 on a window holding id 0 twice and id 1 once */
+    p = plain();
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.3f;
+    p.penalty_last_n = 4; /* of {9, 5, 0, 1, 99, 0}: the last 4 are 0, 1, 99 (outside the vocab), 0 */
+    pb_sampler_start(s, &p);
+    {
+        float pl[N];
+        memcpy(pl, logits, sizeof pl);
+        pl[0] -= 2 * 0.5f + 0.3f; /* window {0, 1, 99, 0}: id 0 twice */
+        pl[1] -= 1 * 0.5f + 0.3f;
+        softmax(pl, N, 1.0f, e);
+    }
+    const int32_t win[] = {9, 5, 0, 1, 99, 0};
+    check_dist(s, logits, N, e, win, 6, "frequency + presence penalties, window 4");
+
+    /* repetition penalty (llama.cpp rule: positive logits divided, negative multiplied) */
+    {
+        float l2[4] = {2.0f, 1.9f, -1.0f, -1.05f};
+        pb_sampler *s4;
+        pb_sampler_new(4, &s4);
+        pb_sampler_params g = plain();
+        g.temperature = 0;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, l2, NULL, 0) == 0, "greedy picks the argmax");
+        g.repeat_penalty = 1.2f;
+        g.penalty_last_n = 64;
+        pb_sampler_start(s4, &g);
+        int32_t r0[] = {0};
+        CHECK(pb_sampler_sample(s4, l2, r0, 1) == 1, "repeat penalty 1.2: 2.0/1.2 < 1.9 -> id 1");
+        float l3[4] = {-3.0f, -1.0f, -1.1f, -5.0f};
+        int32_t r1[] = {1};
+        CHECK(pb_sampler_sample(s4, l3, r1, 1) == 2, "repeat penalty multiplies a negative logit: -1.2 < -1.1");
+        int32_t r2[] = {0, 3, 3, 3};
+        g.penalty_last_n = 3; /* id 0 is outside the window */
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, l2, r2, 4) == 0, "tokens outside penalty_last_n are not penalized");
+        g.penalty_last_n = 0;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, l2, r0, 1) == 0, "penalty_last_n 0 disables the penalties");
+        /* greedy ties: lowest id */
+        float tie[4] = {1.0f, 3.0f, 3.0f, 0.0f};
+        g = plain();
+        g.temperature = 0;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, tie, NULL, 0) == 1, "greedy tie -> lowest id");
+        /* logit bias: ban the best, force the worst */
+        int32_t bid[] = {1, 2};
+        float bval[] = {-INFINITY, -INFINITY};
+        g.bias_ids = bid;
+        g.bias_values = bval;
+        g.n_bias = 2;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, tie, NULL, 0) == 0, "bias -inf bans tokens 1 and 2");
+        int32_t fid[] = {3};
+        float fval[] = {10.0f};
+        g = plain();
+        g.bias_ids = fid;
+        g.bias_values = fval;
+        g.n_bias = 1;
+        g.top_k = 1;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, tie, NULL, 0) == 3, "bias +10 makes token 3 the only top-k 1 choice");
+        /* all banned -> -1 */
+        int32_t all[] = {0, 1, 2, 3};
+        float ninf[] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        g = plain();
+        g.bias_ids = all;
+        g.bias_values = ninf;
+        g.n_bias = 4;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, tie, NULL, 0) == -1, "every token banned -> -1");
+        /* NaN logits never win */
+        float nanl[4] = {NAN, 0.5f, NAN, 0.1f};
+        g = plain();
+        g.temperature = 0;
+        pb_sampler_start(s4, &g);
+        CHECK(pb_sampler_sample(s4, nanl, NULL, 0) == 1, "NaN logits are treated as -inf");
+        /* invalid params */
+        g = plain();
+        g.top_p = 0;
+        CHECK(pb_sampler_start(s4, &g) == PB_ERR_INVALID_ARG && strstr(pb_last_error(), "top_p"),
+              "top_p 0 rejected naming the field: %s", pb_last_error());
+        g = plain();
+        int32_t badid[] = {4};
+        g.bias_ids = badid;
+        g.bias_values = fval;
+        g.n_bias = 1;
+        CHECK(pb_sampler_start(s4, &g) == PB_ERR_INVALID_ARG, "bias id outside the vocabulary rejected: %s",
+              pb_last_error());
+        g = plain();
+        g.temperature = -1;
+        CHECK(pb_sampler_params_check(&g, 4) == PB_ERR_INVALID_ARG, "negative temperature rejected");
+        pb_sampler_free(s4);
+    }
+
+    /* determinism: same seed -> same draws; another seed -> other draws */
+    {
+        int32_t a[500], b[500], c[500];
+        p = plain();
+        p.seed = 77;
+        pb_sampler_start(s, &p);
+        for (int i = 0; i < 500; i++) a[i] = pb_sampler_sample(s, logits, NULL, 0);
+        pb_sampler_start(s, &p);
+        for (int i = 0; i < 500; i++) b[i] = pb_sampler_sample(s, logits, NULL, 0);
+        p.seed = 78;
+        pb_sampler_start(s, &p);
+        for (int i = 0; i < 500; i++) c[i] = pb_sampler_sample(s, logits, NULL, 0);
+        CHECK(memcmp(a, b, sizeof a) == 0, "same seed -> the same 500 tokens");
+        CHECK(memcmp(a, c, sizeof a) != 0, "another seed -> other tokens");
+        pb_rng r1, r2;
+        pb_rng_seed(&r1, 1);
+        pb_rng_seed(&r2, 1);
+        uint64_t x = pb_rng_next(&r1);
+        CHECK(x == pb_rng_next(&r2) && x != pb_rng_next(&r1), "rng: seeded streams repeat and advance");
+        double u = 0;
+        int in = 1;
+        for (int i = 0; i < 10000; i++) {
+            double v = pb_rng_uniform(&r1);
+            in &= v >= 0 && v < 1;
+            u += v;
+        }
+        CHECK(in && fabs(u / 10000 - 0.5) < 0.02, "rng: uniform in [0,1), mean %.4f", u / 10000);
+    }
+
+    /* presets */
+    {
+        pb_sampler_params q = pb_sampler_preset(PB_PRESET_PRECISE);
+        CHECK(q.temperature == 0.35f && q.top_p == 0.8f, "precise: T 0.35 top-p 0.8");
+        q = pb_sampler_preset(PB_PRESET_BALANCED);
+        CHECK(q.temperature == 0.6f && q.top_p == 0.9f, "balanced: T 0.6 top-p 0.9");
+        q = pb_sampler_preset(PB_PRESET_CREATIVE);
+        CHECK(q.temperature == 0.9f && q.top_p == 0.95f, "creative: T 0.9 top-p 0.95");
+        q = pb_sampler_preset(PB_PRESET_CODE);
+        CHECK(q.temperature == 0.2f && q.top_p == 0.6f, "code: T 0.2 top-p 0.6");
+        pb_sampler_params d = pb_sampler_default_params();
+        CHECK(d.temperature == 0.6f && d.top_p == 0.9f, "default = balanced");
+        pb_preset pr;
+        int names_ok = 1;
+        for (int i = 0; i < 4; i++)
+            names_ok &= pb_preset_from_name(pb_preset_name((pb_preset)i), &pr) == PB_OK && pr == (pb_preset)i;
+        CHECK(names_ok, "preset names round-trip");
+        CHECK(pb_preset_from_name("wild", &pr) == PB_ERR_INVALID_ARG && strstr(pb_last_error(), "wild"),
+              "unknown preset rejected: %s", pb_last_error());
+        for (int i = 0; i < 4; i++) {
+            q = pb_sampler_preset((pb_preset)i);
+            CHECK(pb_sampler_params_check(&q, 100) == PB_OK, "preset %s passes the checks",
+                  pb_preset_name((pb_preset)i));
+        }
+    }
+    pb_sampler_free(s);
+
+    /* a Gemma-sized vocabulary: top-p without top-k must agree with a full sort */
+    {
+        const int32_t V = 256000;
+        float *big = malloc((size_t)V * sizeof(float));
+        pb_rng r;
+        pb_rng_seed(&r, 5);
+        for (int32_t i = 0; i < V; i++) big[i] = (float)(pb_rng_uniform(&r) * 8.0);
+        pb_sampler *sb;
+        CHECK(pb_sampler_new(V, &sb) == PB_OK, "sampler_new(256000)");
+        pb_sampler_params q = plain();
+        q.top_p = 0.5f;
+        q.min_p = 0;
+        pb_sampler_start(sb, &q);
+        /* reference nucleus by a full sort of the probabilities */
+        double *pr = malloc((size_t)V * sizeof(double)), mx = 8, sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += pr[i] = exp((double)big[i] - mx);
+        float *sorted = malloc((size_t)V * sizeof(float));
+        memcpy(sorted, big, (size_t)V * sizeof(float));
+        /* threshold logit: the smallest logit inside the nucleus */
+        qsort(sorted, (size_t)V, sizeof(float), cmpf);
+        double acc = 0;
+        float thr = sorted[0];
+        for (int32_t i = 0; i < V; i++) {
+            acc += exp((double)sorted[i] - mx) / sum;
+            if (acc >= 0.5) {
+                thr = sorted[i];
+                break;
+            }
+        }
+        int outside = 0;
+        double t0 = pb_time_ms();
+        for (int i = 0; i < 200; i++) {
+            int32_t t = pb_sampler_sample(sb, big, NULL, 0);
+            outside += t < 0 || big[t] < thr;
+        }
+        double ms = (pb_time_ms() - t0) / 200;
+        CHECK(outside == 0, "256k vocab, top-p 0.5: all 200 draws inside the exact nucleus (%d outside)", outside);
+        NOTE("256k vocab top-p sampling: %.3f ms per token", ms);
+        q = pb_sampler_preset(PB_PRESET_BALANCED);
+        pb_sampler_start(sb, &q);
+        t0 = pb_time_ms();
+        for (int i = 0; i < 200; i++) pb_sampler_sample(sb, big, NULL, 0);
+        NOTE("256k vocab balanced preset: %.3f ms per token", (pb_time_ms() - t0) / 200);
+        free(pr);
+        free(sorted);
+        free(big);
+        pb_sampler_free(sb);
+    }
+    TEST_DONE();
+}

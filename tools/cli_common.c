@@ -1,0 +1,303 @@
+/* cli_common.c -- shared flags of run/chat/bench, model + session opening with memory admission, and
+ * the `info --mem` report. Prints and exits only through its callers' return codes. */
+#include "cli_common.h"
+#include "base/base.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+
+const char *const cli_opts_help =
+    "model and context:\n"
+    "  -m, --model FILE       GGUF model (default: models/default.gguf or $PB_MODEL)\n"
+    "  -t, --threads N        threads (default: physical cores)\n"
+    "  -c, --ctx N            context length in tokens (default: min(model, 4096))\n"
+    "  -b, --batch N          prefill chunk size (default 512)\n"
+    "  --kv-type T            KV cache type: f16 (default), q8_0, f32\n"
+    "  --context-shift        when the context is full, drop the oldest turns (keeps the system prompt)\n"
+    "                         instead of stopping with an error\n"
+    "  --warmup               run one token at start so the first answer is not cold\n"
+    "memory and heat:\n"
+    "  --mem-limit SIZE       memory the model + KV may use (e.g. 2G; default: detected)\n"
+    "  --fit                  when it does not fit, use a q8_0 KV cache and/or a shorter context\n"
+    "  --thermal MODE         auto (hottest /sys/class/thermal zone), off (default), or a file with\n"
+    "                         millidegrees C: when hot, fewer threads and pauses between tokens\n"
+    "sampling (a preset, then any field overridden):\n"
+    "  --preset NAME          precise (T 0.35, top-p 0.8), balanced (T 0.6, top-p 0.9, default),\n"
+    "                         creative (T 0.9, top-p 0.95), code (T 0.2, top-p 0.6)\n"
+    "  --temp T               temperature (0 = greedy)\n"
+    "  --top-k N              keep the N most likely tokens (0 = off; presets: 40)\n"
+    "  --top-p P              nucleus mass (1 = off)\n"
+    "  --min-p P              drop tokens below P times the best one (presets: 0.05)\n"
+    "  --repeat-penalty R     llama.cpp-style repetition penalty (1 = off)\n"
+    "  --presence-penalty X   OpenAI-style presence penalty (0 = off)\n"
+    "  --frequency-penalty X  OpenAI-style frequency penalty (0 = off)\n"
+    "  --repeat-last-n N      tokens the penalties look back over (default 64)\n"
+    "  --seed N               random seed (same seed and settings -> same text; default 42)\n"
+    "  -n, --max-tokens N     stop after N tokens (0 = until the model stops)\n"
+    "  --stop TEXT            stop string, never printed (repeatable)\n"
+    "  --system TEXT          system prompt";
+
+void cli_opts_init(cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->preset = PB_PRESET_BALANCED;
+    o->kv_type = PB_KV_F16;
+    o->n_batch = 512;
+}
+
+const char *cli_kv_name(pb_kv_type t) { return t == PB_KV_Q8_0 ? "q8_0" : t == PB_KV_F32 ? "f32" : "f16"; }
+
+static bool parse_kv(const char *cmd, const char *s, pb_kv_type *out) {
+    if (strcmp(s, "f16") == 0)
+        *out = PB_KV_F16;
+    else if (strcmp(s, "q8_0") == 0 || strcmp(s, "q8") == 0)
+        *out = PB_KV_Q8_0;
+    else if (strcmp(s, "f32") == 0)
+        *out = PB_KV_F32;
+    else {
+        cli_err(cmd, "--kv-type expects f16, q8_0 or f32, got '%s'", s);
+        return false;
+    }
+    return true;
+}
+
+/* Matches argv[*i] against the long (and short) name; sets *val for "--x=v" or "--x v". 1 match, 0 no,
+ * -1 missing value. */
+static int flag(int argc, char **argv, int *i, const char *lng, const char *shrt, const char **val) {
+    const char *a = argv[*i];
+    size_t n = strlen(lng);
+    if (strncmp(a, lng, n) == 0 && a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0)) return 0;
+    if (!val) return 1;
+    if (*i + 1 >= argc) return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i) {
+    const char *v = NULL, *a = argv[*i];
+    long l;
+    int r;
+#define VALUE(lng, shrt)                                                                                               \
+    ((r = flag(argc, argv, i, lng, shrt, &v)) < 0 ? (cli_usage_error(cmd, usage, "%s needs a value", a), -1) : r)
+#define BAD() return (cli_usage_error(cmd, usage, "bad value for %s", a), 2)
+    if ((r = VALUE("--model", "-m")) != 0) {
+        if (r < 0) return 2;
+        o->model = v;
+    } else if ((r = VALUE("--threads", "-t")) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 1, 256, &l)) BAD();
+        o->n_threads = (int)l;
+    } else if ((r = VALUE("--ctx", "-c")) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 16, 1 << 20, &l)) BAD();
+        o->n_ctx = (int)l;
+    } else if ((r = VALUE("--batch", "-b")) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 1, 65536, &l)) BAD();
+        o->n_batch = (int)l;
+    } else if ((r = VALUE("--preset", NULL)) != 0) {
+        if (r < 0) return 2;
+        if (pb_preset_from_name(v, &o->preset) != PB_OK)
+            return cli_usage_error(cmd, usage, "--preset: %s", pb_last_error());
+    } else if ((r = VALUE("--temp", NULL)) != 0) {
+        if (r < 0 || !cli_parse_float(cmd, a, v, 0, 100, &o->temp)) BAD();
+        o->has_temp = true;
+    } else if ((r = VALUE("--top-k", NULL)) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 30, &o->top_k)) BAD();
+        o->has_top_k = true;
+    } else if ((r = VALUE("--top-p", NULL)) != 0) {
+        if (r < 0 || !cli_parse_float(cmd, a, v, 1e-6, 1, &o->top_p)) BAD();
+        o->has_top_p = true;
+    } else if ((r = VALUE("--min-p", NULL)) != 0) {
+        if (r < 0 || !cli_parse_float(cmd, a, v, 0, 1, &o->min_p)) BAD();
+        o->has_min_p = true;
+    } else if ((r = VALUE("--repeat-penalty", NULL)) != 0) {
+        if (r < 0 || !cli_parse_float(cmd, a, v, 1e-3, 100, &o->rep)) BAD();
+        o->has_rep = true;
+    } else if ((r = VALUE("--presence-penalty", NULL)) != 0) {
+        if (r < 0 || !cli_parse_float(cmd, a, v, -100, 100, &o->pres)) BAD();
+        o->has_pres = true;
+    } else if ((r = VALUE("--frequency-penalty", NULL)) != 0) {
+        if (r < 0 || !cli_parse_float(cmd, a, v, -100, 100, &o->freq)) BAD();
+        o->has_freq = true;
+    } else if ((r = VALUE("--repeat-last-n", NULL)) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 20, &o->last_n)) BAD();
+        o->has_last_n = true;
+    } else if ((r = VALUE("--seed", "-s")) != 0) {
+        char *end;
+        if (r < 0 || !*v || *v == '-') BAD();
+        o->seed = strtoull(v, &end, 10);
+        if (*end) BAD();
+        o->has_seed = true;
+    } else if ((r = VALUE("--max-tokens", "-n")) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 24, &l)) BAD();
+        o->max_tokens = (int)l;
+    } else if ((r = VALUE("--stop", NULL)) != 0) {
+        if (r < 0) return 2;
+        if (o->n_stop >= CLI_MAX_STOP) return cli_usage_error(cmd, usage, "at most %d --stop strings", CLI_MAX_STOP);
+        if (!*v || strlen(v) > 256) return cli_usage_error(cmd, usage, "--stop needs 1..256 bytes");
+        o->stop[o->n_stop++] = v;
+    } else if ((r = VALUE("--system", NULL)) != 0) {
+        if (r < 0) return 2;
+        o->system = v;
+    } else if ((r = VALUE("--kv-type", NULL)) != 0) {
+        if (r < 0 || !parse_kv(cmd, v, &o->kv_type)) BAD();
+    } else if ((r = VALUE("--mem-limit", NULL)) != 0) {
+        if (r < 0 || !cli_parse_size(cmd, a, v, &o->mem_limit) || o->mem_limit == 0) BAD();
+    } else if ((r = VALUE("--thermal", NULL)) != 0) {
+        if (r < 0 || !*v) BAD();
+        o->thermal = v;
+    } else if (strcmp(a, "--fit") == 0) {
+        o->fit = true;
+    } else if (strcmp(a, "--context-shift") == 0) {
+        o->context_shift = true;
+    } else if (strcmp(a, "--warmup") == 0) {
+        o->warmup = true;
+    } else {
+        return 0;
+    }
+    return 1;
+#undef VALUE
+#undef BAD
+}
+
+pb_sampler_params cli_opts_sampler(const cli_opts *o) {
+    pb_sampler_params p = pb_sampler_preset(o->preset);
+    if (o->has_temp) p.temperature = (float)o->temp;
+    if (o->has_top_k) p.top_k = (int)o->top_k;
+    if (o->has_top_p) p.top_p = (float)o->top_p;
+    if (o->has_min_p) p.min_p = (float)o->min_p;
+    if (o->has_rep) p.repeat_penalty = (float)o->rep;
+    if (o->has_pres) p.presence_penalty = (float)o->pres;
+    if (o->has_freq) p.frequency_penalty = (float)o->freq;
+    if (o->has_last_n) p.penalty_last_n = (int)o->last_n;
+    if (o->has_seed) p.seed = o->seed;
+    return p;
+}
+
+pb_session_params cli_opts_session(const cli_opts *o) {
+    pb_session_params p = pb_session_default_params();
+    p.n_ctx = o->n_ctx;
+    p.n_threads = o->n_threads;
+    p.n_batch = o->n_batch;
+    p.kv_type = o->kv_type;
+    p.ctx_policy = o->context_shift ? PB_CTX_SHIFT : PB_CTX_ERROR;
+    p.warmup = o->warmup;
+    p.thermal = o->thermal;
+    return p;
+}
+
+pb_gen_params cli_opts_gen(const cli_opts *o) {
+    pb_gen_params g = pb_gen_default_params();
+    g.sampler = cli_opts_sampler(o);
+    g.max_tokens = o->max_tokens;
+    g.stop = o->n_stop ? o->stop : NULL;
+    g.n_stop = o->n_stop;
+    return g;
+}
+
+int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms) {
+    *m = NULL;
+    *s = NULL;
+    const char *path = o->model ? o->model : cli_default_model();
+    if (!path) {
+        cli_err(cmd, "no model: pass -m MODEL.gguf (models/default.gguf was not found and $PB_MODEL is not set)");
+        return 1;
+    }
+    pb_session_params sp = cli_opts_session(o);
+    pb_mem_estimate e;
+    pb_status st = pb_session_admit(path, &sp, o->mem_limit, o->fit, &e);
+    if (st == PB_ERR_MEMORY_LIMIT) {
+        cli_err(cmd, "not enough memory for '%s': %s", path, pb_last_error());
+        return 1;
+    }
+    if (st != PB_OK) return cli_fail(cmd, st, "cannot read model");
+    if (e.adjusted)
+        cli_err(cmd, "--fit: using a %s KV cache and n_ctx %d (%.0f MiB of %.0f MiB available)",
+                cli_kv_name(sp.kv_type), sp.n_ctx, (double)e.total / MIB, (double)e.available / MIB);
+    double t0 = pb_time_ms();
+    pb_model_params mp = pb_model_default_params();
+    mp.n_threads = o->n_threads;
+    mp.mem_limit = o->mem_limit;
+    if ((st = pb_model_open(path, &mp, m)) != PB_OK) return cli_fail(cmd, st, "cannot open model");
+    if ((st = pb_session_new(*m, &sp, s)) != PB_OK) {
+        pb_model_close(*m);
+        *m = NULL;
+        return cli_fail(cmd, st, "cannot create session");
+    }
+    if (load_ms) *load_ms = pb_time_ms() - t0;
+    return 0;
+}
+
+/* ---- info --mem --------------------------------------------------------------------------------- */
+
+int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i) {
+    const char *v, *a = argv[*i];
+    long l;
+    int r;
+    if (strcmp(a, "--mem") == 0) {
+        o->on = true;
+        return 1;
+    }
+    if ((r = flag(argc, argv, i, "--ctx", "-c", &v)) != 0) {
+        if (r < 0 || !cli_parse_int(cmd, a, v, 1, 1 << 20, &l))
+            return cli_usage_error(cmd, usage, "bad value for %s", a);
+        o->n_ctx = (int)l;
+        return 1;
+    }
+    if ((r = flag(argc, argv, i, "--kv-type", NULL, &v)) != 0) {
+        if (r < 0 || !parse_kv(cmd, v, &o->kv_type)) return cli_usage_error(cmd, usage, "bad value for %s", a);
+        return 1;
+    }
+    if ((r = flag(argc, argv, i, "--mem-limit", NULL, &v)) != 0) {
+        if (r < 0 || !cli_parse_size(cmd, a, v, &o->mem_limit))
+            return cli_usage_error(cmd, usage, "bad value for %s", a);
+        return 1;
+    }
+    return 0;
+}
+
+static bool estimate(const char *path, const cli_mem_opts *o, pb_mem_estimate *e) {
+    pb_session_params sp = pb_session_default_params();
+    sp.n_ctx = o->n_ctx;
+    sp.kv_type = o->kv_type;
+    return pb_estimate_memory(path, &sp, o->mem_limit, e) == PB_OK;
+}
+
+void cli_mem_print(const char *path, const cli_mem_opts *o) {
+    pb_mem_estimate e;
+    if (!o->on) return;
+    if (!estimate(path, o, &e)) {
+        printf("memory:        (estimate failed: %s)\n", pb_last_error());
+        return;
+    }
+    printf("memory:        n_ctx %d, %s KV: weights %.1f MiB + KV %.1f MiB + scratch %.1f MiB = %.1f MiB\n", e.n_ctx,
+           cli_kv_name(e.kv_type), (double)e.weights / MIB, (double)e.kv / MIB, (double)e.scratch / MIB,
+           (double)e.total / MIB);
+    printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d\n", (double)e.available / MIB,
+           o->mem_limit ? "--mem-limit" : "MemAvailable/cgroup", e.total <= e.available ? "fits" : "does NOT fit",
+           e.max_n_ctx);
+}
+
+void cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
+    pb_mem_estimate e;
+    if (!o->on) return;
+    cJSON *m = cJSON_AddObjectToObject((cJSON *)cjson_object, "memory");
+    if (!estimate(path, o, &e)) {
+        cJSON_AddStringToObject(m, "error", pb_last_error());
+        return;
+    }
+    cJSON_AddNumberToObject(m, "n_ctx", e.n_ctx);
+    cJSON_AddStringToObject(m, "kv_type", cli_kv_name(e.kv_type));
+    cJSON_AddNumberToObject(m, "weights", (double)e.weights);
+    cJSON_AddNumberToObject(m, "kv", (double)e.kv);
+    cJSON_AddNumberToObject(m, "scratch", (double)e.scratch);
+    cJSON_AddNumberToObject(m, "total", (double)e.total);
+    cJSON_AddNumberToObject(m, "available", (double)e.available);
+    cJSON_AddBoolToObject(m, "fits", e.total <= e.available);
+    cJSON_AddNumberToObject(m, "max_n_ctx", e.max_n_ctx);
+}

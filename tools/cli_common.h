@@ -1,0 +1,70 @@
+/* cli_common.h -- flags shared by run, chat and bench (model, threads, context, sampling, memory,
+ * thermal), model + session opening with memory admission, and the memory report of `info --mem`. */
+#ifndef PB_CLI_COMMON_H
+#define PB_CLI_COMMON_H
+
+#include "cli.h"
+
+#define CLI_MAX_STOP 16
+
+typedef struct cli_opts {
+    const char *model; /* -m; NULL = cli_default_model() */
+    int n_threads;     /* -t; 0 = physical cores */
+    int n_ctx;         /* -c; 0 = min(model, 4096) */
+    int n_batch;       /* -b */
+    pb_preset preset;  /* --preset */
+    /* explicit sampling overrides (applied over the preset) */
+    bool has_temp, has_top_k, has_top_p, has_min_p, has_rep, has_pres, has_freq, has_last_n, has_seed;
+    double temp, top_p, min_p, rep, pres, freq;
+    long top_k, last_n;
+    uint64_t seed;
+    const char *system;  /* --system */
+    pb_kv_type kv_type;  /* --kv-type f16|q8_0|f32 */
+    size_t mem_limit;    /* --mem-limit; 0 = detect */
+    bool fit;            /* --fit */
+    const char *thermal; /* --thermal auto|off|PATH */
+    bool context_shift;  /* --context-shift */
+    bool warmup;         /* --warmup */
+    int max_tokens;      /* -n */
+    const char *stop[CLI_MAX_STOP];
+    int n_stop; /* --stop (repeatable) */
+} cli_opts;
+
+void cli_opts_init(cli_opts *o);
+
+/* Tries argv[*i] as a common flag ("--temp 0.5" or "--temp=0.5"); advances *i past its value.
+ * Returns 1 when consumed, 0 when it is not a common flag, 2 after printing a usage error. */
+int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i);
+
+/* The help text of the common flags (for --help). */
+extern const char *const cli_opts_help;
+
+/* The preset with the explicit overrides applied. */
+pb_sampler_params cli_opts_sampler(const cli_opts *o);
+/* Session params from the flags. */
+pb_session_params cli_opts_session(const cli_opts *o);
+/* Generation params: sampler, max tokens, stop strings. */
+pb_gen_params cli_opts_gen(const cli_opts *o);
+
+/* Resolves the model path (-m or the default model), runs memory admission (refusal with the numbers,
+ * or --fit adjustments announced on stderr), opens the model and creates the session. Returns 0, or
+ * the exit status to return (1; the message is printed). load_ms (may be NULL) gets the time taken. */
+int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms);
+
+/* `info --mem`: prints the memory estimate for n_ctx / KV type against the memory available. */
+typedef struct cli_mem_opts {
+    bool on;
+    int n_ctx;
+    pb_kv_type kv_type;
+    size_t mem_limit;
+} cli_mem_opts;
+/* Parses --mem, -c/--ctx N, --kv-type T, --mem-limit S for info. Same return values as cli_opts_parse. */
+int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i);
+void cli_mem_print(const char *path, const cli_mem_opts *o);
+/* Adds a "memory" object to a cJSON object (passed as void * so this header needs no cJSON). */
+void cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object);
+
+/* Names: "f16" / "q8_0" / "f32". */
+const char *cli_kv_name(pb_kv_type t);
+
+#endif

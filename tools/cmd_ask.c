@@ -1,0 +1,355 @@
+/* cmd_ask.c -- `pocketbrain ask`: retrieve chunks from a knowledge base, fit them into the model's context,
+ * generate an answer grounded in them with numbered citations, and fall back to the FAQ when generation
+ * fails or is too slow. Retrieval, prompt and citation logic live in src/store; this file wires the model. */
+#include "cli.h"
+#include "store/store.h"
+#include "store/store_embed.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "pocketbrain ask --db KB.sqlite [-m MODEL.gguf] \"question\" [-k N] [--ctx N] [--max-tokens N]\n"
+    "                       [--json] [--dry-run] [--faq FAQ.sqlite] [--fallback-after SECONDS]\n"
+    "                       [--preset precise|balanced|creative|code] [--seed N] [--embed-model M.gguf]\n"
+    "  Answers from the k best chunks (default 6) with citations [n] mapped to files and lines. Without -m\n"
+    "  the default model is used. When generation fails, or no token arrives within --fallback-after\n"
+    "  seconds (default 60, 0 = never), the best FAQ match (from --faq, else from KB itself) is printed,\n"
+    "  marked as a fallback. --dry-run prints the prompt and the citation table without a model.";
+
+/* ---- generation with a first-token watchdog ---------------------------------------------------- */
+
+typedef struct {
+    pb_session *session;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool first_token, done, fired;
+    double seconds;
+    /* answer text */
+    char *text;
+    size_t len, cap;
+    bool stream; /* print pieces as they come */
+} gen_ctx;
+
+static void *watchdog(void *arg) {
+    gen_ctx *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double whole = (double)(long)g->seconds;
+    until.tv_sec += (time_t)whole;
+    until.tv_nsec += (long)((g->seconds - whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&g->mu);
+    while (!g->first_token && !g->done) {
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) {
+            if (!g->first_token && !g->done) {
+                g->fired = true;
+                pb_session_cancel(g->session);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static bool on_piece(const char *piece, size_t len, void *user) {
+    gen_ctx *g = user;
+    pthread_mutex_lock(&g->mu);
+    if (!g->first_token) {
+        g->first_token = true;
+        pthread_cond_signal(&g->cv);
+    }
+    bool fired = g->fired;
+    pthread_mutex_unlock(&g->mu);
+    if (fired) return false;
+    if (g->len + len + 1 > g->cap) {
+        size_t nc = g->cap ? g->cap * 2 : 4096;
+        while (nc < g->len + len + 1) nc *= 2;
+        char *nt = realloc(g->text, nc);
+        if (!nt) return false;
+        g->text = nt;
+        g->cap = nc;
+    }
+    memcpy(g->text + g->len, piece, len);
+    g->len += len;
+    g->text[g->len] = 0;
+    if (g->stream) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return true;
+}
+
+/* ---- output ------------------------------------------------------------------------------------ */
+
+static void print_sources(const pb_store_prompt *pr, const bool *used, int n_used) {
+    printf("\n\nSources%s:\n", n_used ? "" : " (retrieved; the answer cited none)");
+    for (int i = 0; i < pr->n_cites; i++) {
+        if (n_used && !used[i]) continue;
+        const pb_store_citation *c = &pr->cites[i];
+        char loc[4200];
+        pb_store_format_location(c->path, c->line_start, c->line_end, c->page, loc, sizeof loc);
+        printf("[%d] %s  (%s)\n", c->num, loc, c->heading);
+    }
+}
+
+static cJSON *json_cites(const pb_store_prompt *pr, const bool *used) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < pr->n_cites; i++) {
+        const pb_store_citation *c = &pr->cites[i];
+        char loc[4200];
+        pb_store_format_location(c->path, c->line_start, c->line_end, c->page, loc, sizeof loc);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "n", c->num);
+        cJSON_AddStringToObject(o, "path", c->path);
+        cJSON_AddStringToObject(o, "location", loc);
+        cJSON_AddNumberToObject(o, "line_start", (double)c->line_start);
+        cJSON_AddNumberToObject(o, "line_end", (double)c->line_end);
+        cJSON_AddNumberToObject(o, "page", c->page);
+        cJSON_AddStringToObject(o, "heading", c->heading);
+        cJSON_AddNumberToObject(o, "chunk_id", (double)c->chunk_id);
+        cJSON_AddBoolToObject(o, "cited", used ? used[i] : false);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static void json_print(cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    if (t) puts(t);
+    free(t);
+    cJSON_Delete(o);
+}
+
+/* Prints the FAQ fallback; returns the exit status (0 answered, 1 nothing to fall back on). */
+static int fallback(const char *faq_db, pb_store *kb, const char *question, const char *reason, bool json,
+                    const pb_store_prompt *pr) {
+    pb_store *faq = kb;
+    if (faq_db && pb_store_open(faq_db, &faq)) {
+        cli_fail("ask", PB_ERR_IO, "FAQ database");
+        faq = NULL;
+    }
+    char *text = NULL;
+    pb_status s = faq ? pb_store_faq_fallback(faq, question, reason, &text) : PB_ERR_NOT_FOUND;
+    if (faq && faq != kb) pb_store_close(faq);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "question", question);
+        cJSON_AddBoolToObject(o, "fallback", true);
+        cJSON_AddStringToObject(o, "fallback_reason", reason);
+        if (text) cJSON_AddStringToObject(o, "answer", text);
+        else cJSON_AddNullToObject(o, "answer");
+        if (pr) cJSON_AddItemToObject(o, "citations", json_cites(pr, NULL));
+        json_print(o);
+    } else if (text) {
+        printf("%s\n", text);
+    }
+    free(text);
+    if (s) {
+        cli_err("ask", "%s, and the FAQ has no match for the question", reason);
+        return 1;
+    }
+    return 0;
+}
+
+PB_CMD(ask) {
+    const char *db = NULL, *model_path = NULL, *question = NULL, *faq_db = NULL, *preset = NULL, *embed = NULL;
+    long k = 6, n_ctx = 4096, max_tokens = 512, seed = -1;
+    double fallback_after = 60;
+    bool json = false, dry = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts(usage);
+            return 0;
+        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model_path = argv[++i];
+        else if (!strcmp(a, "--faq") && i + 1 < argc) faq_db = argv[++i];
+        else if (!strcmp(a, "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc) embed = argv[++i];
+        else if (!strcmp(a, "-k") && i + 1 < argc) {
+            if (!cli_parse_int("ask", a, argv[++i], 1, 100, &k)) return 2;
+        } else if (!strcmp(a, "--ctx") && i + 1 < argc) {
+            if (!cli_parse_int("ask", a, argv[++i], 256, 1 << 20, &n_ctx)) return 2;
+        } else if (!strcmp(a, "--max-tokens") && i + 1 < argc) {
+            if (!cli_parse_int("ask", a, argv[++i], 16, 1 << 16, &max_tokens)) return 2;
+        } else if (!strcmp(a, "--seed") && i + 1 < argc) {
+            if (!cli_parse_int("ask", a, argv[++i], 0, 0x7fffffffL, &seed)) return 2;
+        } else if (!strcmp(a, "--fallback-after") && i + 1 < argc) {
+            if (!cli_parse_float("ask", a, argv[++i], 0, 86400, &fallback_after)) return 2;
+        } else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--dry-run")) dry = true;
+        else if (a[0] == '-' && a[1]) return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
+        else if (!question) question = a;
+        else return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
+    }
+    if (!db) return cli_usage_error("ask", usage, "--db KB.sqlite is required");
+    if (!question) return cli_usage_error("ask", usage, "no question");
+    if (max_tokens + 256 > n_ctx) return cli_usage_error("ask", usage, "--max-tokens must leave room in --ctx");
+    pb_sampler_params sp = pb_sampler_preset(PB_PRESET_PRECISE);
+    if (preset) {
+        pb_preset pr;
+        if (pb_preset_from_name(preset, &pr)) return cli_usage_error("ask", usage, "unknown preset '%s'", preset);
+        sp = pb_sampler_preset(pr);
+    }
+    if (seed >= 0) sp.seed = (uint64_t)seed;
+    if (access(db, F_OK) != 0) {
+        cli_err("ask", "no knowledge base at '%s' (create it with pocketbrain ingest)", db);
+        return 1;
+    }
+    pb_store *st;
+    pb_status s = pb_store_open(db, &st);
+    if (s) return cli_fail("ask", s, "open");
+
+    /* 1. retrieve (two chunks per document at most: neighbours add context, one file cannot crowd out
+     *    the others) */
+    pb_store_hit *hits = NULL;
+    int n_hits = 0;
+    s = pb_store_search_bm25(st, question, (int)k, 2, &hits, &n_hits);
+    if (!s && embed) {
+        pb_store_hit *vh = NULL;
+        int nv = 0;
+        s = pb_store_embed_search(st, embed, question, (int)k, &vh, &nv);
+        if (!s) s = pb_store_fuse_rrf(hits, n_hits, vh, nv, 60, (int)k, &hits, &n_hits);
+        else pb_store_hits_free(hits, n_hits), hits = NULL, n_hits = 0;
+    }
+    if (s) {
+        pb_store_close(st);
+        return cli_fail("ask", s, "search");
+    }
+
+    /* 2. the model (its tokenizer counts the budget) */
+    pb_model *model = NULL;
+    char reason[1200] = "";
+    int64_t budget = n_ctx - max_tokens - 64; /* 64: chat turn markers and slack */
+    if (!dry) {
+        if (!model_path) model_path = cli_default_model();
+        if (!model_path) snprintf(reason, sizeof reason, "no model (give -m MODEL.gguf or set PB_MODEL)");
+        else {
+            pb_model_params mp = pb_model_default_params();
+            if ((s = pb_model_open(model_path, &mp, &model)))
+                snprintf(reason, sizeof reason, "model '%s' failed to load: %s", model_path, pb_last_error());
+            else {
+                pb_model_info info;
+                if (pb_model_get_info(model, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < n_ctx) {
+                    n_ctx = info.n_ctx_train;
+                    budget = n_ctx - max_tokens - 64;
+                }
+            }
+        }
+    }
+    pb_store_counter counter;
+    pb_store_counter_init(&counter, model ? pb_model_vocab(model) : NULL);
+    pb_store_prompt pr;
+    memset(&pr, 0, sizeof pr);
+    if (budget < 64 || (s = pb_store_prompt_build(question, hits, n_hits, budget, pb_store_counter_fn, &counter, &pr))) {
+        if (!reason[0])
+            snprintf(reason, sizeof reason, "the question does not fit the context: %s",
+                     budget < 64 ? "--ctx too small" : pb_last_error());
+    }
+    pb_store_hits_free(hits, n_hits);
+    int rc = 0;
+    if (dry) {
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "question", question);
+            cJSON_AddStringToObject(o, "prompt", pr.text ? pr.text : "");
+            cJSON_AddNumberToObject(o, "prompt_tokens", (double)pr.n_tokens);
+            cJSON_AddItemToObject(o, "citations", json_cites(&pr, NULL));
+            json_print(o);
+        } else {
+            printf("%s\n(%lld tokens by %s, budget %lld)", pr.text ? pr.text : "", (long long)pr.n_tokens,
+                   "ceil(words*1.3)", (long long)budget);
+            print_sources(&pr, NULL, 0);
+        }
+        rc = reason[0] ? 1 : 0;
+        if (reason[0]) cli_err("ask", "%s", reason);
+        goto done;
+    }
+    if (reason[0]) {
+        rc = fallback(faq_db, st, question, reason, json, pr.text ? &pr : NULL);
+        goto done;
+    }
+    if (pr.n_cites == 0) {
+        /* nothing retrieved: the model would only guess; the FAQ may still know */
+        rc = fallback(faq_db, st, question, "no document in the knowledge base matches the question", json, NULL);
+        goto done;
+    }
+
+    /* 3. generate, with the first-token watchdog */
+    pb_session_params spar = pb_session_default_params();
+    spar.n_ctx = (int)n_ctx;
+    pb_session *session = NULL;
+    if ((s = pb_session_new(model, &spar, &session))) {
+        snprintf(reason, sizeof reason, "session: %s", pb_last_error());
+        rc = fallback(faq_db, st, question, reason, json, &pr);
+        goto done;
+    }
+    gen_ctx g;
+    memset(&g, 0, sizeof g);
+    g.session = session;
+    g.seconds = fallback_after;
+    g.stream = !json;
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    pthread_t wd;
+    bool have_wd = fallback_after > 0 && pthread_create(&wd, NULL, watchdog, &g) == 0;
+    pb_gen_params gp = pb_gen_default_params();
+    gp.sampler = sp;
+    gp.max_tokens = (int)max_tokens;
+    pb_gen_stats stats;
+    memset(&stats, 0, sizeof stats);
+    s = pb_session_chat(session, NULL, pr.text, &gp, on_piece, &g, &stats);
+    pthread_mutex_lock(&g.mu);
+    g.done = true;
+    pthread_cond_signal(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    if (have_wd) pthread_join(wd, NULL);
+    if (g.fired) {
+        snprintf(reason, sizeof reason, "no token from the model within %g s", fallback_after);
+    } else if (s) {
+        snprintf(reason, sizeof reason, "generation failed: %s", pb_last_error());
+    } else if (g.len == 0) {
+        snprintf(reason, sizeof reason, "the model gave an empty answer");
+    }
+    bool *used = calloc((size_t)pr.n_cites + 1, sizeof *used);
+    int n_invalid = 0, n_used = used && g.text ? pb_store_cites_used(g.text, pr.n_cites, used, &n_invalid) : 0;
+    if (reason[0] && g.len == 0) {
+        rc = fallback(faq_db, st, question, reason, json, &pr);
+    } else if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "question", question);
+        cJSON_AddStringToObject(o, "answer", g.text ? g.text : "");
+        cJSON_AddBoolToObject(o, "fallback", false);
+        if (reason[0]) cJSON_AddStringToObject(o, "error", reason);
+        cJSON_AddItemToObject(o, "citations", json_cites(&pr, used));
+        cJSON_AddNumberToObject(o, "invalid_citations", n_invalid);
+        cJSON_AddNumberToObject(o, "prompt_tokens", (double)stats.n_prompt);
+        cJSON_AddNumberToObject(o, "generated_tokens", (double)stats.n_generated);
+        cJSON_AddNumberToObject(o, "first_token_ms", stats.t_first_token_ms);
+        cJSON_AddStringToObject(o, "stop_reason", pb_stop_reason_name(stats.stop_reason));
+        json_print(o);
+        rc = reason[0] ? 1 : 0;
+    } else {
+        if (reason[0]) printf("\n[%s]", reason);
+        print_sources(&pr, used, n_used);
+        if (n_invalid) printf("(the answer also cited %d number(s) that match no source)\n", n_invalid);
+        rc = reason[0] ? 1 : 0;
+    }
+    free(used);
+    free(g.text);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.cv);
+    pb_session_free(session);
+done:
+    pb_store_prompt_free(&pr);
+    pb_store_counter_deinit(&counter);
+    pb_model_close(model);
+    pb_store_close(st);
+    return rc;
+}

@@ -1,0 +1,271 @@
+/* cmd_bench.c -- `pocketbrain bench`: load time, time to first token, prefill (ppN) and decode (tgN) speed,
+ * peak RSS and KV bytes per thread count; median/min/max over repetitions; Markdown table or --json. */
+#include "base/base.h"
+#include "cli_common.h"
+#include "sampler/sampler.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const usage =
+    "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-r 5] [--kv-type T] [--json]";
+
+static const char *const help =
+    "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
+    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-r 5] [--kv-type T] [--json]\n\n"
+    "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
+    "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
+    "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"
+    "  -n, --n-gen N      tokens of the decode test tgN (default 128; 0 = skip)\n"
+    "  -r, --reps N       repetitions; median, min and max are reported (default 5)\n"
+    "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
+    "  --json             one JSON object instead of Markdown tables\n\n"
+    "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"
+    "tgN: N decode steps after a one-token prompt (end-of-sequence tokens do not stop it).";
+
+#define MAX_T 16
+#define MAX_R 100
+
+typedef struct triple {
+    double med, min, max;
+} triple;
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static triple summarize(double *v, int n) {
+    triple t = {0, 0, 0};
+    if (n <= 0) return t;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    t.min = v[0];
+    t.max = v[n - 1];
+    t.med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return t;
+}
+
+typedef struct result {
+    int threads;
+    double load_ms;
+    triple ttft_ms, pp, tg;
+    size_t rss, kv;
+    int n_ctx;
+} result;
+
+static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vocab) {
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(pb_rng_next(r) % (uint64_t)n_vocab);
+    if (n > 0 && bos >= 0) ids[0] = bos;
+}
+
+/* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
+static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, pb_kv_type kv, result *res) {
+    memset(res, 0, sizeof *res);
+    res->threads = threads;
+    pb_session_params sp = pb_session_default_params();
+    sp.n_threads = threads;
+    sp.kv_type = kv;
+    int need = PB_MAX(PB_MAX(n_p, n_g + 2), 33);
+    sp.n_ctx = (need + 255) / 256 * 256;
+    sp.n_batch = PB_MAX(n_p, 32);
+    res->n_ctx = sp.n_ctx;
+    double t0 = pb_time_ms();
+    pb_model *m;
+    pb_model_params mp = pb_model_default_params();
+    mp.n_threads = threads;
+    pb_status st = pb_model_open(path, &mp, &m);
+    if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
+    pb_session *s;
+    if ((st = pb_session_new(m, &sp, &s)) != PB_OK) {
+        pb_model_close(m);
+        return cli_fail("bench", st, "cannot create session");
+    }
+    res->load_ms = pb_time_ms() - t0;
+    pb_mem_estimate e;
+    if (pb_estimate_memory(path, &sp, 0, &e) == PB_OK) res->kv = e.kv;
+
+    const pb_vocab *v = pb_model_vocab(m);
+    int32_t n_vocab = pb_vocab_size(v), bos = pb_vocab_bos(v);
+    int32_t *ids = malloc((size_t)PB_MAX(n_p, 32) * sizeof *ids);
+    pb_rng rng;
+    pb_rng_seed(&rng, 1234);
+    pb_gen_params gp = pb_gen_default_params();
+    gp.sampler.temperature = 0;
+    gp.stop_at_eos = false;
+    double ttft[MAX_R], pp[MAX_R], tg[MAX_R];
+    pb_gen_stats gs;
+    int rc = 0;
+    for (int r = 0; r < reps && !rc; r++) {
+        /* time to first token: 32-token prompt, prefill + one sampled token */
+        pb_session_truncate(s, 0);
+        random_ids(&rng, ids, 32, bos, n_vocab);
+        gp.max_tokens = 1;
+        if ((st = pb_session_generate(s, ids, 32, &gp, NULL, NULL, &gs)) != PB_OK) rc = 1;
+        ttft[r] = gs.t_first_token_ms;
+        if (n_p > 0 && !rc) {
+            pb_session_truncate(s, 0);
+            random_ids(&rng, ids, n_p, bos, n_vocab);
+            double t = pb_time_ms();
+            if ((st = pb_session_prefill(s, ids, n_p)) != PB_OK) rc = 1;
+            pp[r] = (double)n_p * 1000.0 / (pb_time_ms() - t);
+        }
+        if (n_g > 0 && !rc) {
+            pb_session_truncate(s, 0);
+            random_ids(&rng, ids, 1, bos, n_vocab);
+            gp.max_tokens = n_g + 1; /* n_g forwards: the first token comes from the prompt's logits */
+            if ((st = pb_session_generate(s, ids, 1, &gp, NULL, NULL, &gs)) != PB_OK) rc = 1;
+            tg[r] = (double)n_g * 1000.0 / gs.t_generate_ms;
+        }
+    }
+    if (rc) cli_fail("bench", st, "benchmark run failed");
+    res->ttft_ms = summarize(ttft, reps);
+    if (n_p > 0) res->pp = summarize(pp, reps);
+    if (n_g > 0) res->tg = summarize(tg, reps);
+    res->rss = pb_peak_rss();
+    free(ids);
+    pb_session_free(s);
+    pb_model_close(m);
+    return rc;
+}
+
+static bool parse_threads(const char *s, int *t, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 256 || *n >= MAX_T) return false;
+        t[(*n)++] = (int)v;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return false;
+    }
+    return *n > 0;
+}
+
+PB_CMD(bench) {
+    const char *model = NULL;
+    int threads[MAX_T], n_threads = 0;
+    long n_p = 512, n_g = 128, reps = 5;
+    bool json = false;
+    pb_kv_type kv = PB_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("%s\n", help);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            if (!v) return cli_usage_error("bench", usage, "%s needs a value", a);
+            model = argv[++i];
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (!v || !parse_threads(v, threads, &n_threads))
+                return cli_usage_error("bench", usage, "%s expects a list like 1,2,4 (1..256, at most %d)", a, MAX_T);
+            i++;
+        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
+            if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_error("bench", usage, "bad %s", a);
+            i++;
+        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
+            if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_error("bench", usage, "bad %s", a);
+            i++;
+        } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
+            if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_error("bench", usage, "bad %s", a);
+            i++;
+        } else if (strcmp(a, "--kv-type") == 0) {
+            if (!v) return cli_usage_error("bench", usage, "--kv-type needs a value");
+            if (strcmp(v, "f16") == 0)
+                kv = PB_KV_F16;
+            else if (strcmp(v, "q8_0") == 0)
+                kv = PB_KV_Q8_0;
+            else if (strcmp(v, "f32") == 0)
+                kv = PB_KV_F32;
+            else
+                return cli_usage_error("bench", usage, "--kv-type expects f16, q8_0 or f32, got '%s'", v);
+            i++;
+        } else {
+            return cli_usage_error("bench", usage, "unknown flag '%s'", a);
+        }
+    }
+    const char *path = model ? model : cli_default_model();
+    if (!path) {
+        cli_err("bench", "no model: pass -m MODEL.gguf");
+        return 1;
+    }
+    if (n_threads == 0) threads[n_threads++] = pb_cpu_physical_cores();
+
+    pb_model_info info;
+    {
+        pb_model *m;
+        pb_status st = pb_model_open(path, NULL, &m);
+        if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
+        pb_model_get_info(m, &info);
+        pb_model_close(m);
+    }
+    result res[MAX_T];
+    for (int k = 0; k < n_threads; k++) {
+        int rc = bench_one(path, threads[k], (int)n_p, (int)n_g, (int)reps, kv, &res[k]);
+        if (rc) return rc;
+    }
+    char pp_name[32], tg_name[32], mname[200];
+    snprintf(pp_name, sizeof pp_name, "pp%ld", n_p);
+    snprintf(tg_name, sizeof tg_name, "tg%ld", n_g);
+    snprintf(mname, sizeof mname, "%s %s", info.arch, info.file_type);
+
+    if (json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "model", path);
+        cJSON_AddStringToObject(root, "model_type", mname);
+        cJSON_AddNumberToObject(root, "model_bytes", (double)info.weight_bytes);
+        cJSON_AddNumberToObject(root, "n_params", (double)info.n_params);
+        cJSON_AddNumberToObject(root, "reps", (double)reps);
+        cJSON_AddStringToObject(root, "kv_type", cli_kv_name(kv));
+        cJSON *runs = cJSON_AddArrayToObject(root, "runs");
+        for (int k = 0; k < n_threads; k++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "threads", res[k].threads);
+            cJSON_AddNumberToObject(o, "load_ms", res[k].load_ms);
+            const char *names[3] = {"ttft_ms", pp_name, tg_name};
+            const triple *vals[3] = {&res[k].ttft_ms, &res[k].pp, &res[k].tg};
+            for (int j = 0; j < 3; j++) {
+                if ((j == 1 && n_p == 0) || (j == 2 && n_g == 0)) continue;
+                cJSON *t = cJSON_AddObjectToObject(o, names[j]);
+                cJSON_AddNumberToObject(t, "median", vals[j]->med);
+                cJSON_AddNumberToObject(t, "min", vals[j]->min);
+                cJSON_AddNumberToObject(t, "max", vals[j]->max);
+                if (j) cJSON_AddStringToObject(t, "unit", "tok/s");
+            }
+            cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)res[k].rss);
+            cJSON_AddNumberToObject(o, "kv_bytes", (double)res[k].kv);
+            cJSON_AddNumberToObject(o, "n_ctx", res[k].n_ctx);
+            cJSON_AddItemToArray(runs, o);
+        }
+        char *s = cJSON_Print(root);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        cJSON_Delete(root);
+        return 0;
+    }
+    printf("| model | size | params | threads | test | t/s (median) | min | max |\n");
+    printf("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    for (int k = 0; k < n_threads; k++) {
+        for (int j = 0; j < 2; j++) {
+            if ((j == 0 && n_p == 0) || (j == 1 && n_g == 0)) continue;
+            const triple *t = j ? &res[k].tg : &res[k].pp;
+            printf("| %s | %.2f MiB | %.2f M | %d | %s | %.2f | %.2f | %.2f |\n", mname,
+                   (double)info.weight_bytes / (1 << 20), (double)info.n_params / 1e6, res[k].threads,
+                   j ? tg_name : pp_name, t->med, t->min, t->max);
+        }
+    }
+    printf("\n| threads | load ms | ttft ms (32-token prompt, median) | min | max | peak RSS MiB | KV MiB (n_ctx) |\n");
+    printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int k = 0; k < n_threads; k++)
+        printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f (%d, %s) |\n", res[k].threads, res[k].load_ms,
+               res[k].ttft_ms.med, res[k].ttft_ms.min, res[k].ttft_ms.max, (double)res[k].rss / (1 << 20),
+               (double)res[k].kv / (1 << 20), res[k].n_ctx, cli_kv_name(kv));
+    printf("\n%ld repetitions; random token ids; pocketbrain %s\n", reps, pb_version());
+    return 0;
+}

@@ -1,0 +1,274 @@
+/* cmd_chat.c -- `pocketbrain chat`: interactive multi-turn chat (libedit line editing), answers streamed
+ * as they are generated, slash commands, Ctrl-C stops the answer (not the program), --session resumes. */
+#include "cli_common.h"
+
+#include <editline/readline.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const usage =
+    "pocketbrain chat [-m MODEL] [--session FILE] [options]   (pocketbrain chat --help for all options)";
+
+static const char *const help = "pocketbrain chat -- interactive multi-turn chat\n\n"
+                                "usage: pocketbrain chat [-m MODEL] [--session FILE] [options]\n\n"
+                                "  --session FILE         resume the conversation saved in FILE (if it exists) and\n"
+                                "                         save it there on exit; resuming needs no re-prefill\n"
+                                "  --no-stats             do not print token counts after each answer\n\n"
+                                "in the chat:\n"
+                                "  Ctrl-C stops the current answer; Ctrl-D or /quit leaves\n";
+
+static const char *const commands_help =
+    "  /reset          forget the conversation (keeps the system prompt)\n"
+    "  /system TEXT    set the system prompt and start over\n"
+    "  /preset NAME    precise | balanced | creative | code\n"
+    "  /save FILE      save the conversation (tokens + KV cache)\n"
+    "  /load FILE      load a saved conversation\n"
+    "  /stats          context use, token counts, speeds, sampling, thermal state\n"
+    "  /help           this list\n"
+    "  /quit           leave (also /exit, Ctrl-D)";
+
+static pb_session *volatile g_session;
+static volatile sig_atomic_t g_generating, g_interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (g_generating && g_session)
+        pb_session_cancel(g_session); /* one atomic store: signal-safe */
+    else
+        g_interrupted = 1;
+}
+
+typedef struct chat {
+    cli_opts o;
+    pb_model *m;
+    pb_session *s;
+    char *system;
+    bool tty, stats, ends_nl;
+    pb_gen_stats last;
+    const char *session_file;
+} chat;
+
+static bool on_piece(const char *p, size_t n, void *user) {
+    chat *c = user;
+    if (n) c->ends_nl = p[n - 1] == '\n';
+    fwrite(p, 1, n, stdout);
+    fflush(stdout); /* typewriter: each piece as soon as it exists */
+    return true;
+}
+
+static char *read_line(chat *c) {
+    if (c->tty) {
+        for (;;) {
+            g_interrupted = 0;
+            char *l = readline("> ");
+            if (l || !g_interrupted) return l;
+            printf("\n"); /* Ctrl-C at the prompt: a fresh line, not an exit */
+        }
+    }
+    static char buf[1 << 16];
+    if (!fgets(buf, sizeof buf, stdin)) return NULL;
+    return strdup(buf);
+}
+
+static void trim(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
+}
+
+static void print_stats(chat *c) {
+    pb_session_totals t;
+    pb_session_get_totals(c->s, &t);
+    pb_sampler_params sp = cli_opts_sampler(&c->o);
+    pb_thermal_state th;
+    pb_session_thermal(c->s, &th);
+    const pb_gen_stats *g = &c->last;
+    printf("context:  %lld / %lld tokens, %d turns%s\n", (long long)pb_session_n_past(c->s),
+           (long long)pb_session_n_ctx(c->s), pb_session_n_turns(c->s),
+           c->o.context_shift ? " (context shift on)" : "");
+    printf("totals:   %lld prompt tokens prefilled, %lld generated, %lld re-prefilled, %lld shifts, %d answers\n",
+           (long long)t.n_prefilled, (long long)t.n_generated, (long long)t.n_reprefilled, (long long)t.n_shifts,
+           t.n_calls);
+    if (g->n_generated || g->n_prompt)
+        printf("last:     prompt %lld tok in %.0f ms (%.1f tok/s), answer %lld tok in %.0f ms (%.1f tok/s), first "
+               "token %.0f ms, stop: %s\n",
+               (long long)g->n_prompt, g->t_prefill_ms,
+               g->t_prefill_ms > 0 ? (double)g->n_prompt * 1000.0 / g->t_prefill_ms : 0.0, (long long)g->n_generated,
+               g->t_generate_ms, g->t_generate_ms > 0 ? (double)g->n_generated * 1000.0 / g->t_generate_ms : 0.0,
+               g->t_first_token_ms, pb_stop_reason_name(g->stop_reason));
+    printf("sampling: preset %s, temp %.2f, top-k %d, top-p %.2f, min-p %.2f, repeat %.2f, seed %llu\n",
+           pb_preset_name(c->o.preset), (double)sp.temperature, sp.top_k, (double)sp.top_p, (double)sp.min_p,
+           (double)sp.repeat_penalty, (unsigned long long)sp.seed);
+    if (th.enabled)
+        printf("thermal:  %.1f C (%s), level %d (%s), %d of %d threads, pause %d ms, %lld tokens throttled\n",
+               (double)th.temp_c, th.source, th.level,
+               th.level == 0   ? "cool"
+               : th.level == 1 ? "warm"
+                               : "hot",
+               th.n_threads, th.n_threads_max, th.pause_ms, (long long)th.n_throttled);
+    else
+        printf("thermal:  off\n");
+    printf("system:   %s\n", c->system && *c->system ? c->system : "(none)");
+}
+
+/* Returns false when the chat should end. */
+static bool command(chat *c, char *line) {
+    char *arg = strchr(line, ' ');
+    if (arg) {
+        *arg++ = 0;
+        while (*arg == ' ') arg++;
+    }
+    if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) return false;
+    if (strcmp(line, "/help") == 0) {
+        printf("%s\n", commands_help);
+    } else if (strcmp(line, "/reset") == 0) {
+        pb_session_truncate(c->s, 0);
+        printf("[conversation reset]\n");
+    } else if (strcmp(line, "/system") == 0) {
+        free(c->system);
+        c->system = arg && *arg ? strdup(arg) : NULL;
+        pb_session_truncate(c->s, 0);
+        printf("[system prompt %s; conversation reset]\n", c->system ? "set" : "cleared");
+    } else if (strcmp(line, "/preset") == 0) {
+        pb_preset p;
+        if (!arg || pb_preset_from_name(arg, &p) != PB_OK) {
+            printf("[unknown preset '%s': precise, balanced, creative or code]\n", arg ? arg : "");
+        } else {
+            c->o.preset = p;
+            c->o.has_temp = c->o.has_top_k = c->o.has_top_p = c->o.has_min_p = false; /* the preset's values */
+            pb_sampler_params sp = cli_opts_sampler(&c->o);
+            printf("[preset %s: temp %.2f, top-p %.2f]\n", arg, (double)sp.temperature, (double)sp.top_p);
+        }
+    } else if (strcmp(line, "/save") == 0) {
+        if (!arg || !*arg)
+            printf("[usage: /save FILE]\n");
+        else if (pb_session_save(c->s, arg) != PB_OK)
+            printf("[save failed: %s]\n", pb_last_error());
+        else
+            printf("[saved %lld tokens to %s]\n", (long long)pb_session_n_past(c->s), arg);
+    } else if (strcmp(line, "/load") == 0) {
+        if (!arg || !*arg)
+            printf("[usage: /load FILE]\n");
+        else if (pb_session_load(c->s, arg) != PB_OK)
+            printf("[load failed: %s]\n", pb_last_error());
+        else
+            printf("[loaded %lld tokens, %d turns from %s]\n", (long long)pb_session_n_past(c->s),
+                   pb_session_n_turns(c->s), arg);
+    } else if (strcmp(line, "/stats") == 0) {
+        print_stats(c);
+    } else {
+        printf("[unknown command %s; /help lists them]\n", line);
+    }
+    return true;
+}
+
+static void turn(chat *c, const char *text) {
+    pb_gen_params gp = cli_opts_gen(&c->o);
+    c->ends_nl = true;
+    g_generating = 1;
+    pb_status st = pb_session_chat(c->s, c->system, text, &gp, on_piece, c, &c->last);
+    g_generating = 0;
+    if (!c->ends_nl) printf("\n");
+    if (st == PB_ERR_CANCELLED)
+        printf("[stopped]\n");
+    else if (st == PB_ERR_CONTEXT_FULL)
+        printf("[context full: %s -- /reset to start over, or run with --context-shift]\n", pb_last_error());
+    else if (st != PB_OK)
+        printf("[error: %s]\n", pb_last_error());
+    if (c->stats) {
+        const pb_gen_stats *g = &c->last;
+        printf("%s[prompt %lld tok, answer %lld tok, %.1f tok/s%s]%s\n", c->tty ? "\033[2m" : "",
+               (long long)g->n_prompt, (long long)g->n_generated,
+               g->t_generate_ms > 0 ? (double)g->n_generated * 1000.0 / g->t_generate_ms : 0.0,
+               g->n_shifts ? ", context shifted" : "", c->tty ? "\033[0m" : "");
+    }
+    fflush(stdout);
+}
+
+PB_CMD(chat) {
+    chat c;
+    memset(&c, 0, sizeof c);
+    cli_opts_init(&c.o);
+    c.stats = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_opts_parse(&c.o, "chat", usage, argc, argv, &i);
+        if (r == 2) return 2;
+        if (r == 1) continue;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("%s%s\n\n%s\n", help, commands_help, cli_opts_help);
+            return 0;
+        } else if (strcmp(a, "--session") == 0) {
+            if (++i >= argc) return cli_usage_error("chat", usage, "--session needs a file");
+            c.session_file = argv[i];
+        } else if (strcmp(a, "--no-stats") == 0) {
+            c.stats = false;
+        } else if (a[0] == '-') {
+            return cli_usage_error("chat", usage, "unknown flag '%s'", a);
+        } else {
+            return cli_usage_error("chat", usage, "unexpected argument '%s'", a);
+        }
+    }
+    int rc = cli_open("chat", &c.o, &c.m, &c.s, NULL);
+    if (rc) return rc;
+    c.system = c.o.system ? strdup(c.o.system) : NULL;
+    c.tty = isatty(0) && isatty(1);
+    struct stat st;
+    if (c.session_file && stat(c.session_file, &st) == 0) {
+        if (pb_session_load(c.s, c.session_file) != PB_OK) {
+            cli_err("chat", "cannot resume: %s (the file is left as it is)", pb_last_error());
+            pb_session_free(c.s);
+            pb_model_close(c.m);
+            free(c.system);
+            return 1;
+        }
+        printf("[resumed %s: %lld tokens, %d turns]\n", c.session_file, (long long)pb_session_n_past(c.s),
+               pb_session_n_turns(c.s));
+    }
+    g_session = c.s;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    if (c.tty) {
+        rl_catch_signals = 0; /* our handler decides what Ctrl-C means */
+        printf("pocketbrain chat -- /help for commands, Ctrl-C stops an answer, Ctrl-D leaves\n");
+    }
+    for (;;) {
+        char *line = read_line(&c);
+        if (!line) break;
+        trim(line);
+        if (!*line) {
+            free(line);
+            continue;
+        }
+        if (c.tty) add_history(line);
+        bool go = true;
+        if (line[0] == '/')
+            go = command(&c, line);
+        else
+            turn(&c, line);
+        free(line);
+        if (!go) break;
+    }
+    if (c.tty) printf("\n");
+    rc = 0;
+    if (c.session_file) {
+        if (pb_session_save(c.s, c.session_file) != PB_OK) {
+            cli_err("chat", "cannot save the session: %s", pb_last_error());
+            rc = 1;
+        } else {
+            printf("[saved %s]\n", c.session_file);
+        }
+    }
+    g_session = NULL;
+    pb_session_free(c.s);
+    pb_model_close(c.m);
+    free(c.system);
+    return rc;
+}

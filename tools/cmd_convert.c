@@ -1,0 +1,284 @@
+/* cmd_convert.c -- `pocketbrain convert`: a Hugging Face Gemma folder (config.json, safetensors,
+ * tokenizer.json) to a GGUF file with llama.cpp's names, keys and conventions. Streams tensor by tensor. */
+#include "cli.h"
+#include "convert_arch.h"
+#include "convert_vocab.h"
+#include "safetensors.h"
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "tensor/recipe.h"
+#include "tensor/types.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static const char *usage = "pocketbrain convert HF_DIR OUT.gguf [--type f32|f16|bf16|q8_0|MIX] [--threads N] "
+                           "[--name NAME]\n"
+                           "  MIX is any `pocketbrain quantize` mix (q4_k_m, q4_k_s, q5_k_m, q6_k, q4_0, ...).\n"
+                           "  Default --type f16; norms and 1-D tensors stay F32 as in llama.cpp's converter.";
+
+/* ---- the conversion job ---------------------------------------------------------------------- */
+
+typedef struct conv {
+    const char *dir;
+    cv_hparams hp;
+    const char *prefix; /* HF tensor name prefix that holds embed_tokens.weight */
+    pb_st_model *st;
+    cv_tensor *plan;
+    int n_plan;
+    const pb_st_tensor **src; /* per plan entry */
+    int *types;               /* per plan entry */
+    pb_pool *pool;
+    cli_progress progress;
+} conv;
+
+static void on_warn(void *user, const char *msg) {
+    (void)user;
+    cli_err("convert", "warning: %s", msg);
+}
+
+static pb_status read_config(const char *dir, cJSON **out) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (access(path, R_OK) != 0)
+        return pb_error(PB_ERR_NOT_FOUND, "%s not found (is HF_DIR a Hugging Face model folder?)", path);
+    char *text = NULL;
+    size_t len = 0;
+    pb_status s = pb_read_file(path, &text, &len);
+    if (s != PB_OK) return s;
+    *out = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!*out) return pb_error(PB_ERR_FORMAT, "%s is not valid JSON", path);
+    return PB_OK;
+}
+
+static void shape_str(char *buf, size_t n, const int64_t *shape, int nd) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < nd && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Finds the prefix under which the text model's tensors live. */
+static pb_status find_prefix(conv *c) {
+    static const char *const prefixes[] = {"model.", "language_model.model.", "model.language_model.", ""};
+    char name[256];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", c->prefix);
+    if (pb_st_find(c->st, name)) return PB_OK;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (pb_st_find(c->st, name)) {
+            c->prefix = prefixes[i];
+            return PB_OK;
+        }
+    }
+    return pb_error(PB_ERR_NOT_FOUND, "missing tensor '%sembed_tokens.weight' in the safetensors of %s", c->prefix,
+                    c->dir);
+}
+
+/* Binds every planned tensor to its safetensors source and checks dtype and shape. */
+static pb_status bind_tensors(conv *c) {
+    char name[256], got[96], want[96];
+    for (int i = 0; i < c->n_plan; i++) {
+        const cv_tensor *t = &c->plan[i];
+        snprintf(name, sizeof name, "%s%s", c->prefix, t->hf);
+        const pb_st_tensor *s = pb_st_find(c->st, name);
+        if (!s) return pb_error(PB_ERR_NOT_FOUND, "missing tensor '%s' (for %s)", name, t->name);
+        if (!pb_st_dtype_is_float(s->dtype))
+            return pb_error(PB_ERR_UNSUPPORTED, "tensor '%s' has dtype %s (F32, F16 or BF16 expected)", name,
+                            pb_st_dtype_name(s->dtype));
+        /* HF shapes are [out, in] for matrices: the reverse of GGUF ne. */
+        int64_t exp[2] = {t->n_dims == 2 ? t->ne[1] : t->ne[0], t->ne[0]};
+        bool ok = s->n_dims == t->n_dims && s->shape[0] == exp[0] && (t->n_dims == 1 || s->shape[1] == exp[1]);
+        if (t->kind == CV_EMBD) /* rows beyond the vocabulary may be trimmed (Gemma 3) */
+            ok = s->n_dims == 2 && s->shape[0] >= exp[0] && s->shape[1] == exp[1];
+        if (!ok) {
+            shape_str(got, sizeof got, s->shape, s->n_dims);
+            shape_str(want, sizeof want, exp, t->n_dims);
+            return pb_error(PB_ERR_FORMAT, "tensor '%s' has shape %s, config.json implies %s", name, got, want);
+        }
+        c->src[i] = s;
+    }
+    /* Text-model tensors nothing maps to (e.g. more layers than config.json says) are worth a warning;
+     * lm_head (tied) and other towers of a multimodal checkpoint are expected. */
+    size_t plen = strlen(c->prefix);
+    int64_t unused = 0;
+    const char *first = NULL;
+    for (int64_t i = 0; i < pb_st_n_tensors(c->st); i++) {
+        const pb_st_tensor *t = pb_st_tensor_at(c->st, i);
+        if (strncmp(t->name, c->prefix, plen) != 0) continue;
+        bool used = false;
+        for (int k = 0; k < c->n_plan && !used; k++) used = c->src[k] == t;
+        if (!used && !first) first = t->name;
+        unused += !used;
+    }
+    if (unused) cli_err("convert", "warning: %lld tensor(s) not converted, e.g. '%s'", (long long)unused, first);
+    return PB_OK;
+}
+
+/* Rows of one output tensor as float32: the safetensors values, plus 1 for norms (Gemma RMSNorm stores w
+ * and computes x * (1 + w); GGUF files hold 1 + w, added in float32 as llama.cpp's converter does). */
+static pb_status conv_rows(void *user, int64_t ti, int64_t r0, int64_t r1, float *buf) {
+    conv *c = user;
+    const cv_tensor *t = &c->plan[ti];
+    int64_t n = (r1 - r0) * t->ne[0];
+    pb_status s = pb_st_read_f32(c->src[ti], r0 * t->ne[0], n, buf);
+    if (s != PB_OK) return s;
+    if (t->kind == CV_NORM)
+        for (int64_t i = 0; i < n; i++) buf[i] += 1.0f;
+    return PB_OK;
+}
+
+static pb_status conv_fill(void *user, int64_t ti, void *dst, size_t nbytes) {
+    conv *c = user;
+    return cv_fill_tensor(c->pool, &c->plan[ti], c->types[ti], conv_rows, c, ti, dst, nbytes);
+}
+
+static void conv_progress(void *user, size_t done, size_t total) {
+    conv *c = user;
+    cli_progress_update(&c->progress, (double)done, (double)total);
+}
+
+/* ---- command --------------------------------------------------------------------------------- */
+
+PB_CMD(convert) {
+    const char *in_dir = NULL, *out_path = NULL, *type_name = "f16", *name = NULL;
+    long n_threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: %s\n", usage);
+            return 0;
+        } else if (strcmp(a, "--type") == 0 || strcmp(a, "--outtype") == 0) {
+            if (++i >= argc) return cli_usage_error("convert", usage, "%s needs a value", a);
+            type_name = argv[i];
+        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
+            if (++i >= argc || !cli_parse_int("convert", a, argv[i], 1, 256, &n_threads)) return 2;
+        } else if (strcmp(a, "--name") == 0) {
+            if (++i >= argc) return cli_usage_error("convert", usage, "--name needs a value");
+            name = argv[i];
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error("convert", usage, "unknown option '%s'", a);
+        } else if (!in_dir) {
+            in_dir = a;
+        } else if (!out_path) {
+            out_path = a;
+        } else {
+            return cli_usage_error("convert", usage, "unexpected argument '%s'", a);
+        }
+    }
+    if (!in_dir || !out_path) return cli_usage_error("convert", usage, "HF_DIR and OUT.gguf are required");
+    {
+        int t;
+        uint32_t ft;
+        if (!cv_outtype_parse(type_name, &t, &ft) && pb_recipe_ftype_from_name(type_name) < 0)
+            return cli_usage_error("convert", usage, "unknown --type '%s' (f32, f16, bf16, q8_0 or a mix: %s)",
+                                   type_name, pb_recipe_mix_list());
+    }
+    cli_install_cleanup_handlers();
+
+    conv c;
+    memset(&c, 0, sizeof c);
+    c.dir = in_dir;
+    cJSON *config = NULL;
+    pb_gguf_writer *w = NULL;
+    cv_vocab *vocab = NULL;
+    int rc = 1;
+    char *dflt_name = NULL;
+    pb_status s;
+    double t0 = pb_time_ms();
+
+    if ((s = read_config(in_dir, &config)) != PB_OK) goto fail;
+    if ((s = cv_hparams_from_config(config, &c.hp, &c.prefix, on_warn, NULL)) != PB_OK) goto fail;
+    if ((s = pb_st_open(in_dir, &c.st)) != PB_OK) goto fail;
+    if ((s = find_prefix(&c)) != PB_OK) goto fail;
+
+    /* Vocabulary first: it decides how many embedding rows are kept. */
+    if ((s = cv_vocab_load(in_dir, &c.hp, &vocab)) != PB_OK) goto fail;
+    {
+        char en[256];
+        snprintf(en, sizeof en, "%sembed_tokens.weight", c.prefix);
+        const pb_st_tensor *e = pb_st_find(c.st, en);
+        uint32_t n_tok = cv_vocab_size(vocab);
+        if (e->n_dims != 2) {
+            s = pb_error(PB_ERR_FORMAT, "tensor '%s' has %d dimensions, expected 2", en, e->n_dims);
+            goto fail;
+        }
+        if ((int64_t)n_tok > e->shape[0]) {
+            s = pb_error(PB_ERR_FORMAT, "the tokenizer has %u tokens but '%s' has only %lld rows", n_tok, en,
+                         (long long)e->shape[0]);
+            goto fail;
+        }
+        /* Gemma 3 trims padding rows to the tokenizer (llama.cpp's converter); Gemma 1/2 pad the
+         * vocabulary with [PADn] entries instead, up to the embedding rows. */
+        if (c.hp.arch == CV_GEMMA3)
+            c.hp.n_vocab = n_tok;
+        else if ((s = cv_vocab_pad(vocab, (uint32_t)e->shape[0])) != PB_OK)
+            goto fail;
+        else
+            c.hp.n_vocab = (uint32_t)e->shape[0];
+    }
+
+    c.n_plan = cv_tensor_plan(&c.hp, NULL);
+    c.plan = calloc((size_t)c.n_plan, sizeof *c.plan);
+    c.src = calloc((size_t)c.n_plan, sizeof *c.src);
+    c.types = calloc((size_t)c.n_plan, sizeof *c.types);
+    if (!c.plan || !c.src || !c.types) {
+        s = pb_error(PB_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    cv_tensor_plan(&c.hp, c.plan);
+    if ((s = bind_tensors(&c)) != PB_OK) goto fail;
+    uint32_t file_type = 0;
+    if ((s = cv_pick_types(type_name, &c.hp, c.plan, c.n_plan, c.types, &file_type)) != PB_OK) goto fail;
+
+    if (!name) {
+        dflt_name = pb_strdup(in_dir);
+        if (!dflt_name) goto fail;
+        size_t n = strlen(dflt_name);
+        while (n > 1 && dflt_name[n - 1] == '/') dflt_name[--n] = 0;
+        char *slash = strrchr(dflt_name, '/');
+        name = slash ? slash + 1 : dflt_name;
+    }
+    w = pb_gguf_writer_new();
+    if (!w) {
+        s = pb_error(PB_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((s = cv_write_arch_kv(w, &c.hp, name, file_type)) != PB_OK) goto fail;
+    if ((s = cv_vocab_write(vocab, w, &c.hp)) != PB_OK) goto fail;
+    if ((s = pb_gguf_set_u32(w, "general.quantization_version", 2)) != PB_OK) goto fail;
+    for (int i = 0; i < c.n_plan; i++)
+        if ((s = pb_gguf_add_tensor(w, c.plan[i].name, c.types[i], c.plan[i].n_dims, c.plan[i].ne, NULL)) != PB_OK)
+            goto fail;
+
+    if ((s = pb_pool_new(n_threads ? (int)n_threads : pb_cpu_physical_cores(), &c.pool)) != PB_OK) goto fail;
+    pb_gguf_writer_set_fill(w, conv_fill, &c);
+    cli_progress_init(&c.progress, "convert");
+    pb_gguf_writer_set_progress(w, conv_progress, &c);
+    s = pb_gguf_write(w, out_path);
+    cli_progress_done(&c.progress);
+    if (s != PB_OK) goto fail;
+    fprintf(stderr, "pocketbrain convert: wrote %s (%s, %s, %d tensors, %u tokens) in %.1f s\n", out_path,
+            cv_arch_name(c.hp.arch), type_name, c.n_plan, c.hp.n_vocab, (pb_time_ms() - t0) / 1000.0);
+    rc = 0;
+    goto done;
+fail:
+    rc = cli_fail("convert", s, in_dir);
+done:
+    pb_gguf_writer_free(w);
+    pb_pool_free(c.pool);
+    cv_vocab_free(vocab);
+    pb_st_close(c.st);
+    cJSON_Delete(config);
+    free(c.plan);
+    free(c.src);
+    free(c.types);
+    free(dflt_name);
+    return rc;
+}

@@ -1,0 +1,147 @@
+/* cmd_detokenize.c -- `pocketbrain detokenize`: token ids (arguments or stdin) back to text, byte-exact. */
+#include "cli.h"
+#include "hf_vocab.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const usage =
+    "pocketbrain detokenize [--vocab MODEL.gguf|tokenizer.json] [--special] IDS... | -\n"
+    "  IDS        token ids as arguments; - reads them from stdin (separated by spaces, commas, newlines;\n"
+    "             a JSON array such as the output of `tokenize --ids` works)\n"
+    "  --vocab V  vocabulary: a GGUF model or a Hugging Face tokenizer.json; default: the default model\n"
+    "  --special  render control tokens (<bos>, <start_of_turn>, ...); by default they print nothing\n"
+    "the text is written as raw bytes, without a trailing newline\n"
+    "exit status: 0 ok, 1 unreadable vocabulary or an id outside it, 2 usage";
+
+typedef struct idbuf {
+    int32_t *ids;
+    int64_t n, cap;
+} idbuf;
+
+static bool push(idbuf *b, long v) {
+    if (b->n == b->cap) {
+        int64_t c = b->cap ? 2 * b->cap : 256;
+        int32_t *p = realloc(b->ids, (size_t)c * sizeof *p);
+        if (!p) return false;
+        b->ids = p;
+        b->cap = c;
+    }
+    b->ids[b->n++] = (int32_t)v;
+    return true;
+}
+
+/* Parses ids from s (separators: whitespace , [ ]). */
+static bool parse_ids(const char *s, idbuf *b) {
+    while (*s) {
+        if (isspace((unsigned char)*s) || *s == ',' || *s == '[' || *s == ']') {
+            s++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < INT32_MIN || v > INT32_MAX ||
+            (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']')) {
+            cli_err("detokenize", "'%.20s' is not a token id", s);
+            return false;
+        }
+        if (!push(b, v)) {
+            cli_err("detokenize", "out of memory");
+            return false;
+        }
+        s = end;
+    }
+    return true;
+}
+
+PB_CMD(detokenize) {
+    const char *vocab_path = NULL;
+    bool special = false, from_stdin = false;
+    idbuf b = {0};
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts(usage);
+            free(b.ids);
+            return 0;
+        } else if (!strcmp(a, "--special"))
+            special = true;
+        else if (!strcmp(a, "--vocab")) {
+            if (++i >= argc)
+                rc = cli_usage_error("detokenize", usage, "--vocab needs a file");
+            else
+                vocab_path = argv[i];
+        } else if (!strcmp(a, "-"))
+            from_stdin = true;
+        else if (a[0] == '-' && !isdigit((unsigned char)a[1]))
+            rc = cli_usage_error("detokenize", usage, "unknown option '%s'", a);
+        else if (!parse_ids(a, &b))
+            rc = 2;
+        if (rc) {
+            free(b.ids);
+            return rc;
+        }
+    }
+    if (from_stdin) {
+        size_t cap = 1 << 16, n = 0;
+        char *in = malloc(cap + 1);
+        while (in) {
+            n += fread(in + n, 1, cap - n, stdin);
+            if (n < cap) break;
+            char *p = realloc(in, (cap *= 2) + 1);
+            if (!p) free(in);
+            in = p;
+        }
+        if (!in) {
+            cli_err("detokenize", "cannot read stdin");
+            free(b.ids);
+            return 1;
+        }
+        in[n] = 0;
+        bool ok = parse_ids(in, &b);
+        free(in);
+        if (!ok) {
+            free(b.ids);
+            return 1;
+        }
+    } else if (b.n == 0) {
+        free(b.ids);
+        return cli_usage_error("detokenize", usage, "no ids given (use - to read stdin)");
+    }
+    if (!vocab_path) vocab_path = cli_default_model();
+    if (!vocab_path) {
+        free(b.ids);
+        return cli_usage_error("detokenize", usage, "no --vocab given and no default model found (set PB_MODEL)");
+    }
+    pb_vocab *v;
+    pb_status st = hf_vocab_open_any(vocab_path, &v);
+    if (st != PB_OK) {
+        free(b.ids);
+        return cli_fail("detokenize", st, "vocabulary");
+    }
+    size_t len = 0;
+    st = pb_detokenize(v, b.ids, b.n, special, NULL, 0, &len);
+    char *text = NULL;
+    if (st == PB_ERR_INVALID_ARG && len > 0) { /* size query */
+        text = malloc(len + 1);
+        st = text ? pb_detokenize(v, b.ids, b.n, special, text, len + 1, &len) : PB_ERR_NOMEM;
+    } else if (st == PB_ERR_INVALID_ARG && len == 0 && b.n > 0) {
+        /* every id rendered empty, or an id is out of range: ask again with a 1-byte buffer */
+        char one[1];
+        st = pb_detokenize(v, b.ids, b.n, special, one, 1, &len);
+    }
+    if (st != PB_OK)
+        rc = cli_fail("detokenize", st, "ids");
+    else if (len && fwrite(text, 1, len, stdout) != len) {
+        cli_err("detokenize", "write error on stdout");
+        rc = 1;
+    }
+    free(text);
+    free(b.ids);
+    pb_vocab_free(v);
+    return rc;
+}

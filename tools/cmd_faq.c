@@ -1,0 +1,107 @@
+/* cmd_faq.c -- `pocketbrain faq`: manage the FAQ fallback pairs (add, import, list) and test matching. */
+#include "cli.h"
+#include "store/store.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "pocketbrain faq --db FAQ.sqlite add \"QUESTION\" \"ANSWER\"\n"
+    "       pocketbrain faq --db FAQ.sqlite import FILE.jsonl|FILE.tsv\n"
+    "       pocketbrain faq --db FAQ.sqlite list [--json]\n"
+    "       pocketbrain faq --db FAQ.sqlite match \"question\" [--json]\n"
+    "  JSONL lines: {\"question\": ..., \"answer\": ...}; TSV lines: question<TAB>answer. The FAQ answers `ask`\n"
+    "  (marked as a fallback) when generation fails or is too slow.";
+
+typedef struct {
+    bool json;
+    cJSON *arr;
+} list_ctx;
+
+static bool print_pair(void *user, int64_t id, const char *q, const char *a) {
+    list_ctx *c = user;
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", (double)id);
+        cJSON_AddStringToObject(o, "question", q);
+        cJSON_AddStringToObject(o, "answer", a);
+        cJSON_AddItemToArray(c->arr, o);
+    } else {
+        printf("%lld\t%s\t%s\n", (long long)id, q, a);
+    }
+    return true;
+}
+
+PB_CMD(faq) {
+    const char *db = NULL;
+    const char *pos[4] = {0};
+    int n_pos = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts(usage);
+            return 0;
+        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
+        else if (!strcmp(a, "--json")) json = true;
+        else if (a[0] == '-' && a[1] == '-' && n_pos == 0)
+            return cli_usage_error("faq", usage, "unknown option or missing value: %s", a);
+        else if (n_pos < 4) pos[n_pos++] = a;
+        else return cli_usage_error("faq", usage, "too many arguments");
+    }
+    if (!db) return cli_usage_error("faq", usage, "--db FAQ.sqlite is required");
+    if (n_pos == 0) return cli_usage_error("faq", usage, "missing action (add, import, list, match)");
+    const char *act = pos[0];
+    int need = !strcmp(act, "add") ? 3 : !strcmp(act, "import") || !strcmp(act, "match") ? 2 : !strcmp(act, "list") ? 1 : 0;
+    if (!need) return cli_usage_error("faq", usage, "unknown action '%s'", act);
+    if (n_pos != need) return cli_usage_error("faq", usage, "'%s' takes %d argument(s)", act, need - 1);
+    pb_store *st;
+    pb_status s = pb_store_open(db, &st);
+    if (s) return cli_fail("faq", s, "open");
+    int rc = 0;
+    if (!strcmp(act, "add")) {
+        int64_t id;
+        if ((s = pb_store_faq_add(st, pos[1], pos[2], &id))) rc = cli_fail("faq", s, "add");
+        else printf("added FAQ #%lld\n", (long long)id);
+    } else if (!strcmp(act, "import")) {
+        int64_t n;
+        if ((s = pb_store_faq_import(st, pos[1], &n))) rc = cli_fail("faq", s, "import");
+        else printf("imported %lld FAQ pairs from %s\n", (long long)n, pos[1]);
+    } else if (!strcmp(act, "list")) {
+        list_ctx c = {json, json ? cJSON_CreateArray() : NULL};
+        if ((s = pb_store_faq_list(st, print_pair, &c))) rc = cli_fail("faq", s, "list");
+        else if (json) {
+            char *t = cJSON_PrintUnformatted(c.arr);
+            if (t) puts(t);
+            free(t);
+        }
+        cJSON_Delete(c.arr);
+    } else {
+        pb_store_faq_hit m;
+        s = pb_store_faq_match(st, pos[1], &m);
+        if (s == PB_ERR_NOT_FOUND) {
+            cli_err("faq", "no FAQ entry matches \"%s\"", pos[1]);
+            rc = 1;
+        } else if (s) {
+            rc = cli_fail("faq", s, "match");
+        } else {
+            if (json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "id", (double)m.id);
+                cJSON_AddNumberToObject(o, "score", m.score);
+                cJSON_AddStringToObject(o, "question", m.question);
+                cJSON_AddStringToObject(o, "answer", m.answer);
+                char *t = cJSON_PrintUnformatted(o);
+                if (t) puts(t);
+                free(t);
+                cJSON_Delete(o);
+            } else {
+                printf("#%lld [%.3f] %s\n%s\n", (long long)m.id, m.score, m.question, m.answer);
+            }
+            pb_store_faq_hit_free(&m);
+        }
+    }
+    pb_store_close(st);
+    return rc;
+}

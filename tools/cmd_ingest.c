@@ -1,0 +1,180 @@
+/* cmd_ingest.c -- `pocketbrain ingest`: add files and folders to a knowledge base (src/store does the work;
+ * this file parses flags, prints per-file messages, the progress bar and the summary). */
+#include "cli.h"
+#include "store/store.h"
+#include "store/store_embed.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "pocketbrain ingest --db KB.sqlite PATH... [--prune] [--vocab MODEL.gguf | -m MODEL.gguf]\n"
+    "                          [--chunk-tokens N] [--overlap N] [--embed-model M.gguf] [-v] [-q]\n"
+    "  Adds text (.txt .md .rst), HTML and PDF files (folders are walked) to KB.sqlite. Unchanged files\n"
+    "  are skipped by SHA-256, changed ones replaced; --prune removes documents under PATH whose files\n"
+    "  are gone. Token counts use MODEL's tokenizer when given, else ceil(words * 1.3). --embed-model\n"
+    "  also stores a vector per chunk (mean-pooled hidden states of M) for `search --embed-model M`.\n"
+    "  Exit status: 0 all done, 3 done but some files were skipped (see messages), 1 error, 2 usage.";
+
+typedef struct {
+    cli_progress bar;
+    bool verbose, quiet, bar_drawn;
+} ingest_ui;
+
+static volatile int cancel_flag;
+static void on_sigint(int sig) {
+    (void)sig;
+    if (cancel_flag) _exit(130); /* second ^C: leave now (WAL keeps the last committed batch) */
+    cancel_flag = 1;
+}
+
+static void clear_bar(ingest_ui *ui) {
+    if (ui->bar.tty && ui->bar.last_pct >= 0) {
+        fputs("\r\033[K", stderr);
+        ui->bar.last_pct = -1; /* redraw on the next update */
+    }
+}
+
+static void on_event(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t done,
+                     size_t total) {
+    ingest_ui *ui = user;
+    switch (ev) {
+    case PB_INGEST_PROGRESS:
+        if (!ui->quiet) cli_progress_update(&ui->bar, (double)done, (double)total);
+        return;
+    case PB_INGEST_SKIPPED:
+        clear_bar(ui);
+        fprintf(stderr, "pocketbrain ingest: skipped %s: %s\n", path, detail ? detail : "");
+        return;
+    case PB_INGEST_REMOVED:
+        clear_bar(ui);
+        if (!ui->quiet) fprintf(stderr, "pocketbrain ingest: removed %s (%s)\n", path, detail ? detail : "");
+        return;
+    case PB_INGEST_ADDED:
+    case PB_INGEST_UPDATED:
+    case PB_INGEST_UNCHANGED:
+        if (ui->verbose) {
+            clear_bar(ui);
+            fprintf(stderr, "pocketbrain ingest: %s %s%s%s\n",
+                    ev == PB_INGEST_ADDED ? "added" : ev == PB_INGEST_UPDATED ? "updated" : "unchanged", path,
+                    detail ? ": " : "", detail ? detail : "");
+        }
+        return;
+    }
+}
+
+PB_CMD(ingest) {
+    const char *db = NULL, *vocab_path = NULL, *embed = NULL;
+    const char **paths = calloc((size_t)argc + 1, sizeof *paths);
+    int n_paths = 0;
+    pb_ingest_params p = pb_ingest_default_params();
+    ingest_ui ui = {0};
+    if (!paths) return cli_fail("ingest", PB_ERR_NOMEM, "memory");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts(usage);
+            free(paths);
+            return 0;
+        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
+        else if ((!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
+            vocab_path = argv[++i];
+        else if (!strcmp(a, "--prune")) p.prune = true;
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc) embed = argv[++i];
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) ui.verbose = true;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) ui.quiet = true;
+        else if (!strcmp(a, "--chunk-tokens") && i + 1 < argc) {
+            if (!cli_parse_int("ingest", a, argv[++i], 16, 8192, &v)) goto usage_fail;
+            p.chunk.target_tokens = v;
+        } else if (!strcmp(a, "--overlap") && i + 1 < argc) {
+            if (!cli_parse_int("ingest", a, argv[++i], 0, 4096, &v)) goto usage_fail;
+            p.chunk.overlap_tokens = v;
+        } else if (a[0] == '-' && a[1]) {
+            free(paths);
+            return cli_usage_error("ingest", usage, "unknown option or missing value: %s", a);
+        } else paths[n_paths++] = a;
+    }
+    if (!db) {
+        free(paths);
+        return cli_usage_error("ingest", usage, "--db KB.sqlite is required");
+    }
+    if (n_paths == 0) {
+        free(paths);
+        return cli_usage_error("ingest", usage, "no PATH to ingest");
+    }
+    if (p.chunk.overlap_tokens >= p.chunk.target_tokens) {
+        free(paths);
+        return cli_usage_error("ingest", usage, "--overlap must be smaller than --chunk-tokens");
+    }
+    pb_vocab *vocab = NULL;
+    pb_store_counter counter;
+    if (vocab_path) {
+        pb_status s = pb_vocab_open(vocab_path, &vocab);
+        if (s) {
+            free(paths);
+            return cli_fail("ingest", s, "tokenizer");
+        }
+    }
+    pb_store_counter_init(&counter, vocab);
+    p.chunk.count = pb_store_counter_fn;
+    p.chunk.count_user = &counter;
+    pb_store *st = NULL;
+    pb_status s = pb_store_open(db, &st);
+    if (s) {
+        pb_vocab_free(vocab);
+        free(paths);
+        return cli_fail("ingest", s, "open");
+    }
+    char how[600];
+    if (vocab_path) snprintf(how, sizeof how, "tokenizer of %s", vocab_path);
+    else snprintf(how, sizeof how, "estimate ceil(words*1.3)");
+    pb_store_meta_set(st, "token_counts", how);
+    signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    p.cancel = &cancel_flag;
+    p.on_event = on_event;
+    p.user = &ui;
+    cli_progress_init(&ui.bar, "ingest");
+    pb_ingest_stats stats;
+    s = pb_store_ingest(st, paths, n_paths, &p, &stats);
+    if (!ui.quiet) cli_progress_done(&ui.bar);
+    int rc = 0;
+    if (s && s != PB_ERR_CANCELLED) rc = cli_fail("ingest", s, "ingest");
+    else {
+        double mb = (double)stats.bytes / 1e6, sec = stats.ms / 1000.0;
+        if (!ui.quiet || stats.skipped)
+            printf("%s%lld files: %lld added, %lld updated, %lld unchanged, %lld skipped, %lld removed; %lld chunks;"
+                   " %.1f MB in %.2f s (%.1f MB/s)\n",
+                   s == PB_ERR_CANCELLED ? "interrupted (committed work is kept; re-run to resume): " : "",
+                   (long long)stats.n_files, (long long)stats.added, (long long)stats.updated,
+                   (long long)stats.unchanged, (long long)stats.skipped, (long long)stats.removed,
+                   (long long)stats.n_chunks, mb, sec, sec > 0 ? mb / sec : 0.0);
+        if (s == PB_ERR_CANCELLED) rc = 130;
+        else if (stats.skipped) rc = 3;
+    }
+    if (embed && (rc == 0 || rc == 3)) {
+        pb_embedder *e;
+        int64_t n_emb = 0;
+        double t0 = pb_time_ms();
+        if ((s = pb_embedder_open(embed, 512, 0, &e))) rc = cli_fail("ingest", s, "embedding model");
+        else {
+            if ((s = pb_store_embed_missing(st, e, NULL, NULL, &n_emb))) rc = cli_fail("ingest", s, "embeddings");
+            if (!ui.quiet)
+                printf("embedded %lld chunks with %s in %.1f s\n", (long long)n_emb, pb_embedder_name(e),
+                       (pb_time_ms() - t0) / 1000.0);
+            pb_embedder_free(e);
+        }
+    }
+    pb_store_close(st);
+    pb_store_counter_deinit(&counter);
+    pb_vocab_free(vocab);
+    free(paths);
+    return rc;
+usage_fail:
+    free(paths);
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
+}

@@ -1,0 +1,141 @@
+/* cmd_logits.c -- `pocketbrain logits`: float32 logits of every position of an int32 token file (for comparisons
+ * with reference implementations). Output is atomic: temp file + rename, nothing left on failure. */
+#include "cli.h"
+
+#include "base/base.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage =
+    "pocketbrain logits -m MODEL --tokens IDS.bin -o OUT.f32 [--batch N] [--threads N] [--kv-type f16|q8_0|f32]\n"
+    "  IDS.bin: int32 little-endian token ids. OUT.f32: float32 [n_tokens, n_vocab], row-major.\n"
+    "  --batch N feeds the prompt N tokens per forward pass (default 512; 1 = token by token).";
+
+static int read_ids(const char *path, int32_t **ids, int *n) {
+    char *buf = NULL;
+    size_t len = 0;
+    pb_status s = pb_read_file(path, &buf, &len);
+    if (s) return cli_fail("logits", s, "reading --tokens");
+    if (len == 0 || len % 4 != 0 || len / 4 > (1u << 24)) {
+        cli_err("logits", "%s: %zu bytes is not a non-empty list of int32 token ids", path, len);
+        free(buf);
+        return 1;
+    }
+    *n = (int)(len / 4);
+    *ids = malloc(len);
+    if (!*ids) {
+        free(buf);
+        cli_err("logits", "out of memory");
+        return 1;
+    }
+    memcpy(*ids, buf, len); /* little-endian host */
+    free(buf);
+    return 0;
+}
+
+PB_CMD(logits) {
+    const char *model = NULL, *tok_path = NULL, *out_path = NULL, *kv_name = "f16";
+    long batch = 512, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("%s\n", usage);
+            return 0;
+        }
+        if (!v) return cli_usage_error("logits", usage, "option %s needs a value", a);
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
+            model = v;
+        else if (strcmp(a, "--tokens") == 0)
+            tok_path = v;
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
+            out_path = v;
+        else if (strcmp(a, "--kv-type") == 0)
+            kv_name = v;
+        else if (strcmp(a, "--batch") == 0) {
+            if (!cli_parse_int("logits", a, v, 1, 65536, &batch)) return 2;
+        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
+            if (!cli_parse_int("logits", a, v, 0, 1024, &threads)) return 2;
+        } else
+            return cli_usage_error("logits", usage, "unknown option '%s'", a);
+        i++;
+    }
+    if (!model || !tok_path || !out_path) return cli_usage_error("logits", usage, "-m, --tokens and -o are required");
+    pb_kv_type kt;
+    if (strcmp(kv_name, "f16") == 0)
+        kt = PB_KV_F16;
+    else if (strcmp(kv_name, "q8_0") == 0)
+        kt = PB_KV_Q8_0;
+    else if (strcmp(kv_name, "f32") == 0)
+        kt = PB_KV_F32;
+    else
+        return cli_usage_error("logits", usage, "--kv-type must be f16, q8_0 or f32 (got '%s')", kv_name);
+
+    cli_install_cleanup_handlers();
+    int32_t *ids = NULL;
+    int n = 0;
+    if (read_ids(tok_path, &ids, &n)) return 1;
+    int rc = 1;
+    pb_model *m = NULL;
+    pb_kv_cache *kv = NULL;
+    pb_forward_ctx *fc = NULL;
+    pb_pool *pool = NULL;
+    float *logits = NULL;
+    pb_atomic_file af = {-1, NULL, NULL};
+    bool open_out = false;
+    pb_status s = pb_model_open(model, NULL, &m);
+    if (s) {
+        rc = cli_fail("logits", s, "opening the model");
+        goto done;
+    }
+    const pb_hparams *hp = pb_model_hparams(m);
+    int nb = (int)PB_MIN(batch, (long)n);
+    int nth = threads > 0 ? (int)threads : pb_model_default_threads(m);
+    if ((s = pb_kv_new(m, n, kt, &kv)) || (s = pb_forward_ctx_new(m, nb, &fc)) || (s = pb_pool_new(nth, &pool))) {
+        rc = cli_fail("logits", s, "setting up");
+        goto done;
+    }
+    logits = malloc(sizeof(float) * (size_t)nb * (size_t)hp->n_vocab);
+    if (!logits) {
+        cli_err("logits", "out of memory for %d x %d logits", nb, hp->n_vocab);
+        goto done;
+    }
+    if ((s = pb_atomic_open(out_path, &af))) {
+        rc = cli_fail("logits", s, "creating the output");
+        goto done;
+    }
+    open_out = true;
+    double t0 = pb_time_ms();
+    for (int i = 0; i < n; i += nb) {
+        int c = PB_MIN(nb, n - i);
+        if ((s = pb_forward(m, kv, fc, pool, ids + i, c, logits, true, NULL))) {
+            rc = cli_fail("logits", s, "forward pass");
+            goto done;
+        }
+        if ((s = pb_atomic_write(&af, logits, sizeof(float) * (size_t)c * (size_t)hp->n_vocab))) {
+            rc = cli_fail("logits", s, "writing the output");
+            goto done;
+        }
+    }
+    if ((s = pb_atomic_commit(&af))) {
+        open_out = false;
+        rc = cli_fail("logits", s, "finishing the output");
+        goto done;
+    }
+    open_out = false;
+    fprintf(stderr, "logits: %d tokens x %d vocab -> %s (batch %d, %d threads, kv %s, %.0f ms)\n", n, hp->n_vocab,
+            out_path, nb, nth, kv_name, pb_time_ms() - t0);
+    rc = 0;
+done:
+    if (open_out) pb_atomic_abort(&af);
+    free(logits);
+    pb_pool_free(pool);
+    pb_forward_ctx_free(fc);
+    pb_kv_free(kv);
+    pb_model_close(m);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,117 @@
+/* cmd_search.c -- `pocketbrain search`: ranked chunks for a query (BM25; with --embed-model also vectors,
+ * fused by reciprocal rank), as text or JSON. */
+#include "cli.h"
+#include "store/store.h"
+#include "store/store_embed.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] = "pocketbrain search --db KB.sqlite \"query\" [-k N] [--json] [--embed-model M.gguf]\n"
+                            "  Shows the k best chunks (default 5) with scores and sources (file:line).";
+
+/* One line of at most max bytes from text, whitespace collapsed (UTF-8 kept whole). */
+static void snippet(const char *text, size_t max, char *out) {
+    size_t o = 0;
+    bool sp = false;
+    for (const char *p = text; *p && o + 4 < max; p++) {
+        bool ws = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
+        if (ws) {
+            sp = o > 0;
+            continue;
+        }
+        if (sp) out[o++] = ' ';
+        sp = false;
+        out[o++] = *p;
+    }
+    if (o + 4 >= max) {
+        while (o && ((unsigned char)out[o - 1] & 0xc0) == 0x80) o--;
+        if (o && (unsigned char)out[o - 1] >= 0xc0) o--;
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o] = 0;
+}
+
+PB_CMD(search) {
+    const char *db = NULL, *query = NULL, *embed = NULL;
+    long k = 5;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts(usage);
+            return 0;
+        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
+        else if ((!strcmp(a, "-k") || !strcmp(a, "--top")) && i + 1 < argc) {
+            if (!cli_parse_int("search", a, argv[++i], 1, 1000, &k)) return 2;
+        } else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc) embed = argv[++i];
+        else if (a[0] == '-' && a[1]) return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
+        else if (!query) query = a;
+        else return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
+    }
+    if (!db) return cli_usage_error("search", usage, "--db KB.sqlite is required");
+    if (!query) return cli_usage_error("search", usage, "no query");
+    if (access(db, F_OK) != 0) {
+        cli_err("search", "no knowledge base at '%s' (create it with pocketbrain ingest)", db);
+        return 1;
+    }
+    pb_store *st;
+    pb_status s = pb_store_open(db, &st);
+    if (s) return cli_fail("search", s, "open");
+    pb_store_hit *hits = NULL;
+    int n = 0;
+    s = pb_store_search_bm25(st, query, (int)k, 0, &hits, &n);
+    if (!s && embed) {
+        pb_store_hit *vh = NULL;
+        int nv = 0;
+        s = pb_store_embed_search(st, embed, query, (int)k, &vh, &nv);
+        if (!s) s = pb_store_fuse_rrf(hits, n, vh, nv, 60, (int)k, &hits, &n);
+        else pb_store_hits_free(hits, n), hits = NULL, n = 0;
+    }
+    if (s) {
+        pb_store_close(st);
+        return cli_fail("search", s, "search");
+    }
+    if (json) {
+        cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "hits");
+        cJSON_AddStringToObject(root, "query", query);
+        cJSON_AddStringToObject(root, "ranking", embed ? "rrf(bm25, vector)" : "bm25");
+        for (int i = 0; i < n; i++) {
+            cJSON *h = cJSON_CreateObject();
+            char loc[4200];
+            pb_store_format_location(hits[i].path, hits[i].line_start, hits[i].line_end, hits[i].page, loc, sizeof loc);
+            cJSON_AddNumberToObject(h, "rank", i + 1);
+            cJSON_AddNumberToObject(h, "score", hits[i].score);
+            cJSON_AddStringToObject(h, "path", hits[i].path);
+            cJSON_AddStringToObject(h, "location", loc);
+            cJSON_AddNumberToObject(h, "line_start", (double)hits[i].line_start);
+            cJSON_AddNumberToObject(h, "line_end", (double)hits[i].line_end);
+            cJSON_AddNumberToObject(h, "page", hits[i].page);
+            cJSON_AddStringToObject(h, "title", hits[i].title);
+            cJSON_AddStringToObject(h, "heading", hits[i].heading);
+            cJSON_AddNumberToObject(h, "chunk_id", (double)hits[i].chunk_id);
+            cJSON_AddNumberToObject(h, "n_tokens", (double)hits[i].n_tokens);
+            cJSON_AddStringToObject(h, "text", hits[i].text);
+            cJSON_AddItemToArray(arr, h);
+        }
+        char *out = cJSON_PrintUnformatted(root);
+        if (out) puts(out);
+        free(out);
+        cJSON_Delete(root);
+    } else {
+        if (n == 0) printf("no results for \"%s\"\n", query);
+        for (int i = 0; i < n; i++) {
+            char loc[4200], snip[240];
+            pb_store_format_location(hits[i].path, hits[i].line_start, hits[i].line_end, hits[i].page, loc, sizeof loc);
+            snippet(hits[i].text, sizeof snip, snip);
+            printf("%d. [%.3f] %s\n   %s\n   %s\n", i + 1, hits[i].score, loc, hits[i].heading, snip);
+        }
+    }
+    pb_store_hits_free(hits, n);
+    pb_store_close(st);
+    return 0;
+}

@@ -1,0 +1,132 @@
+/* cmd_serve.c -- `pocketbrain serve`: OpenAI-compatible HTTP server + web UI until SIGINT/SIGTERM. */
+#include "cli.h"
+#include "server/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *USAGE =
+    "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N] [--api-key KEY]\n"
+    "                  [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after SEC]\n"
+    "                  [--db KB.sqlite] [--faq FAQ.sqlite]";
+
+static volatile sig_atomic_t stop_requested;
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* Filled by the knowledge-hub room when it is linked in (weak: the server runs without it). */
+bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, pb_server_hooks *hooks)
+    __attribute__((weak));
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve", *model = NULL, *db = NULL, *faq = NULL;
+    pb_server_params p = pb_server_default_params();
+    long v;
+    double d;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VAL()                                                                                                     \
+    do {                                                                                                               \
+        if (!val) return cli_usage_error(cmd, USAGE, "%s needs a value", a);                                           \
+        i++;                                                                                                           \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: %s\n\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
+                   "GET /metrics and the web chat UI at /. Loopback only unless --host says otherwise.\n",
+                   USAGE);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            NEED_VAL();
+            model = val;
+        } else if (!strcmp(a, "--host")) {
+            NEED_VAL();
+            p.host = val;
+        } else if (!strcmp(a, "--port")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 0, 65535, &v)) return 2;
+            p.port = (int)v;
+        } else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 1, 64, &v)) return 2;
+            p.n_parallel = (int)v;
+        } else if (!strcmp(a, "--queue")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 0, 100000, &v)) return 2;
+            p.queue_max = (int)v;
+        } else if (!strcmp(a, "--api-key")) {
+            NEED_VAL();
+            p.api_key = val;
+        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 16, 1 << 20, &v)) return 2;
+            p.n_ctx = (int)v;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return 2;
+            p.n_threads = (int)v;
+        } else if (!strcmp(a, "--max-body")) {
+            NEED_VAL();
+            if (!cli_parse_size(cmd, a, val, &p.max_body)) return 2;
+        } else if (!strcmp(a, "--max-tokens")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 1, 1 << 20, &v)) return 2;
+            p.max_tokens_cap = (int)v;
+        } else if (!strcmp(a, "--fallback-after")) {
+            NEED_VAL();
+            if (!cli_parse_float(cmd, a, val, 0, 3600, &d)) return 2;
+            p.fallback_after = d;
+        } else if (!strcmp(a, "--db")) {
+            NEED_VAL();
+            db = val;
+        } else if (!strcmp(a, "--faq")) {
+            NEED_VAL();
+            faq = val;
+        } else {
+            return cli_usage_error(cmd, USAGE, "unknown option '%s'", a);
+        }
+#undef NEED_VAL
+    }
+    if (!model) model = cli_default_model();
+    if (!model) return cli_usage_error(cmd, USAGE, "no model: pass -m MODEL.gguf");
+
+    pb_model_params mp = pb_model_default_params();
+    if (p.n_threads) mp.n_threads = p.n_threads;
+    pb_model *m = NULL;
+    pb_status s = pb_model_open(model, &mp, &m);
+    if (s != PB_OK) return cli_fail(cmd, s, model);
+    const char *base = strrchr(model, '/');
+    p.model_id = base ? base + 1 : model;
+    if ((db || faq)) {
+        if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) {
+            cli_err(cmd, "cannot use the knowledge base / FAQ database (--db/--faq)");
+            pb_model_close(m);
+            return 1;
+        }
+    }
+    pb_server *srv = NULL;
+    s = pb_server_start(m, &p, &srv);
+    if (s != PB_OK) {
+        pb_model_close(m);
+        return cli_fail(cmd, s, "cannot start the server");
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fprintf(stderr, "pocketbrain serve: listening on http://%s:%d/ (model %s, %d slot%s)\n", p.host,
+            pb_server_port(srv), p.model_id, p.n_parallel, p.n_parallel == 1 ? "" : "s");
+    printf("listening %d\n", pb_server_port(srv));
+    fflush(stdout);
+    while (!stop_requested) pause();
+    fprintf(stderr, "pocketbrain serve: shutting down\n");
+    pb_server_stop(srv);
+    pb_model_close(m);
+    return 0;
+}

@@ -1,0 +1,276 @@
+/* cmd_synth.c -- `pocketbrain synth`: a random-weight Gemma GGUF with the exact shapes, metadata and
+ * per-tensor types of a released model, for benchmarks and tests. Weights are made and quantized one
+ * tensor (and a few rows) at a time: memory stays near the largest quantized tensor. */
+#include "cli.h"
+#include "convert_arch.h"
+#include "convert_vocab.h"
+
+#include "base/base.h"
+#include "gguf/gguf.h"
+#include "tensor/recipe.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage =
+    "pocketbrain synth --arch gemma|gemma2|gemma3 --size SIZE --type f32|f16|bf16|q8_0|MIX -o FILE\n"
+    "                  [--vocab tokenizer.json] [--seed N] [--threads N] [--name NAME] [--print-table]\n"
+    "  sizes: gemma 2b 7b tiny; gemma2 2b 9b 27b tiny; gemma3 270m 1b 4b tiny\n"
+    "  --vocab uses a real Hugging Face tokenizer (tokenizer_config.json next to it); else a synthetic one.\n"
+    "  --print-table prints the tensor table (name, type, shape, bytes) and writes nothing.";
+
+/* ---- random weights -------------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+typedef struct synth {
+    cv_hparams hp;
+    cv_tensor *plan;
+    int *types;
+    int n_plan;
+    uint64_t seed;
+    pb_pool *pool;
+    cli_progress progress;
+} synth;
+
+/* Standard deviation per tensor: 1/sqrt(fan_in) for matrices (keeps activations O(1) through the
+ * layers), 0.03 for the embedding (x sqrt(n_embd) at the input), and norms 1 + N(0, 0.1) as GGUF
+ * stores them. */
+static float tensor_std(const cv_tensor *t) {
+    if (t->kind == CV_EMBD) return 0.03f;
+    if (t->kind == CV_NORM) return 0.1f;
+    return 1.0f / sqrtf((float)t->ne[0]);
+}
+
+/* Row r of tensor ti depends only on (seed, tensor name, r): thread count and order do not matter.
+ * Values: Irwin-Hall sum of four 16-bit uniforms (close to normal), with one value in 512 scaled x4 so
+ * the distribution has the heavier tails of trained weights (which is what block quantizers feel). */
+static pb_status synth_rows(void *user, int64_t ti, int64_t r0, int64_t r1, float *buf) {
+    synth *sy = user;
+    const cv_tensor *t = &sy->plan[ti];
+    const int64_t ne0 = t->ne[0];
+    const float std = tensor_std(t);
+    /* Irwin-Hall n=4 of U(0, 65536) has sd 65536*sqrt(1/3); the x4 tail adds 15/512 to the variance. */
+    const float scale = std / (65536.0f * 0.57735027f * sqrtf(1.0f + 15.0f / 512.0f));
+    const float bias = t->kind == CV_NORM ? 1.0f : 0.0f;
+    const uint64_t base = sy->seed * 0xD1B54A32D192ED03ull ^ fnv1a(t->name);
+    for (int64_t r = r0; r < r1; r++) {
+        uint64_t st = base ^ ((uint64_t)r * 0x9E3779B97F4A7C15ull);
+        splitmix64(&st);
+        float *row = buf + (r - r0) * ne0;
+        for (int64_t i = 0; i < ne0; i++) {
+            uint64_t x = splitmix64(&st);
+            int32_t sum = (int32_t)(x & 0xffff) + (int32_t)((x >> 16) & 0xffff) + (int32_t)((x >> 32) & 0xffff) +
+                          (int32_t)(x >> 48) - 2 * 65535;
+            float v = (float)sum * scale;
+            if ((x & 0x1ff0000000000ull) == 0) v *= 4.0f; /* 9 bits: 1 in 512 */
+            row[i] = bias + v;
+        }
+    }
+    return PB_OK;
+}
+
+static pb_status synth_fill(void *user, int64_t ti, void *dst, size_t nbytes) {
+    synth *sy = user;
+    return cv_fill_tensor(sy->pool, &sy->plan[ti], sy->types[ti], synth_rows, sy, ti, dst, nbytes);
+}
+
+static void synth_progress(void *user, size_t done, size_t total) {
+    synth *sy = user;
+    cli_progress_update(&sy->progress, (double)done, (double)total);
+}
+
+/* ---- command --------------------------------------------------------------------------------- */
+
+static int parse_arch(const char *s, cv_arch *out) {
+    for (int a = CV_GEMMA; a <= CV_GEMMA3; a++)
+        if (strcmp(s, cv_arch_name((cv_arch)a)) == 0) {
+            *out = (cv_arch)a;
+            return 1;
+        }
+    return 0;
+}
+
+static void print_table(const synth *sy, const char *type_name, uint32_t file_type) {
+    size_t total = 0;
+    printf("# synth %s %s: %d tensors, n_vocab %u, general.file_type %u\n", cv_arch_name(sy->hp.arch), type_name,
+           sy->n_plan, sy->hp.n_vocab, file_type);
+    for (int i = 0; i < sy->n_plan; i++) {
+        const cv_tensor *t = &sy->plan[i];
+        size_t nb = pb_row_size(sy->types[i], t->ne[0]) * (size_t)t->ne[1];
+        total += nb;
+        if (t->n_dims == 1)
+            printf("%s\t%s\t[%lld]\t%zu\n", t->name, pb_type_name(sy->types[i]), (long long)t->ne[0], nb);
+        else
+            printf("%s\t%s\t[%lld, %lld]\t%zu\n", t->name, pb_type_name(sy->types[i]), (long long)t->ne[0],
+                   (long long)t->ne[1], nb);
+    }
+    printf("# tensor data %zu bytes (%.3f GB)\n", total, (double)total / 1e9);
+}
+
+PB_CMD(synth) {
+    const char *arch_s = NULL, *size = NULL, *type_name = NULL, *out_path = NULL, *vocab_path = NULL, *name = NULL;
+    long seed = 1, n_threads = 0;
+    bool table_only = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define NEXT()                                                                                                         \
+    do {                                                                                                               \
+        if (++i >= argc) return cli_usage_error("synth", usage, "%s needs a value", a);                                \
+    } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: %s\n", usage);
+            return 0;
+        } else if (strcmp(a, "--arch") == 0) {
+            NEXT();
+            arch_s = argv[i];
+        } else if (strcmp(a, "--size") == 0) {
+            NEXT();
+            size = argv[i];
+        } else if (strcmp(a, "--type") == 0) {
+            NEXT();
+            type_name = argv[i];
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            NEXT();
+            out_path = argv[i];
+        } else if (strcmp(a, "--vocab") == 0) {
+            NEXT();
+            vocab_path = argv[i];
+        } else if (strcmp(a, "--name") == 0) {
+            NEXT();
+            name = argv[i];
+        } else if (strcmp(a, "--seed") == 0) {
+            NEXT();
+            if (!cli_parse_int("synth", a, argv[i], 0, 2147483647L, &seed)) return 2;
+        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
+            NEXT();
+            if (!cli_parse_int("synth", a, argv[i], 1, 256, &n_threads)) return 2;
+        } else if (strcmp(a, "--print-table") == 0 || strcmp(a, "--dry-run") == 0) {
+            table_only = true;
+        } else {
+            return cli_usage_error("synth", usage, "unknown argument '%s'", a);
+        }
+#undef NEXT
+    }
+    cv_arch arch;
+    if (!arch_s || !parse_arch(arch_s, &arch))
+        return cli_usage_error("synth", usage, "--arch must be gemma, gemma2 or gemma3 (got '%s')",
+                               arch_s ? arch_s : "nothing");
+    if (!size) return cli_usage_error("synth", usage, "--size is required (%s: %s)", arch_s, cv_preset_names(arch));
+    if (!type_name) return cli_usage_error("synth", usage, "--type is required");
+    {
+        int t;
+        uint32_t ft;
+        if (!cv_outtype_parse(type_name, &t, &ft) && pb_recipe_ftype_from_name(type_name) < 0)
+            return cli_usage_error("synth", usage, "unknown --type '%s' (f32, f16, bf16, q8_0 or a mix: %s)", type_name,
+                                   pb_recipe_mix_list());
+    }
+    if (!out_path && !table_only) return cli_usage_error("synth", usage, "-o FILE is required");
+    cli_install_cleanup_handlers();
+
+    synth sy;
+    memset(&sy, 0, sizeof sy);
+    sy.seed = (uint64_t)seed;
+    cv_vocab *vocab = NULL;
+    pb_gguf_writer *w = NULL;
+    char dflt_name[128];
+    int rc = 1;
+    double t0 = pb_time_ms();
+    pb_status s = cv_hparams_preset(arch, size, &sy.hp);
+    if (s != PB_OK) {
+        cli_err("synth", "%s", pb_last_error());
+        return 2;
+    }
+    if (vocab_path) {
+        /* --vocab names tokenizer.json (or its folder); tokenizer_config.json is read from the same folder. */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", vocab_path);
+        size_t n = strlen(dir);
+        if (n > 5 && strcmp(dir + n - 5, ".json") == 0) {
+            char *slash = strrchr(dir, '/');
+            if (slash)
+                *slash = 0;
+            else
+                snprintf(dir, sizeof dir, ".");
+        }
+        if ((s = cv_vocab_load(dir, &sy.hp, &vocab)) != PB_OK) goto fail;
+        uint32_t n_tok = cv_vocab_size(vocab);
+        if (n_tok < sy.hp.n_vocab && sy.hp.arch != CV_GEMMA3) {
+            if ((s = cv_vocab_pad(vocab, sy.hp.n_vocab)) != PB_OK) goto fail;
+        } else if (n_tok != sy.hp.n_vocab) {
+            cli_err("synth", "note: the tokenizer has %u tokens; %s %s has %u, using %u", n_tok, arch_s, size,
+                    sy.hp.n_vocab, n_tok);
+            sy.hp.n_vocab = n_tok;
+        }
+    } else if ((s = cv_vocab_synthetic(&sy.hp, &vocab)) != PB_OK) {
+        goto fail;
+    }
+
+    sy.n_plan = cv_tensor_plan(&sy.hp, NULL);
+    sy.plan = calloc((size_t)sy.n_plan, sizeof *sy.plan);
+    sy.types = calloc((size_t)sy.n_plan, sizeof *sy.types);
+    if (!sy.plan || !sy.types) {
+        s = pb_error(PB_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    cv_tensor_plan(&sy.hp, sy.plan);
+    uint32_t file_type = 0;
+    if ((s = cv_pick_types(type_name, &sy.hp, sy.plan, sy.n_plan, sy.types, &file_type)) != PB_OK) {
+        cli_err("synth", "%s", pb_last_error());
+        rc = 2;
+        goto done;
+    }
+    if (table_only) {
+        print_table(&sy, type_name, file_type);
+        rc = 0;
+        goto done;
+    }
+    if (!name) {
+        snprintf(dflt_name, sizeof dflt_name, "synthetic %s %s (seed %ld)", arch_s, size, seed);
+        name = dflt_name;
+    }
+    if (!(w = pb_gguf_writer_new())) {
+        s = pb_error(PB_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((s = cv_write_arch_kv(w, &sy.hp, name, file_type)) != PB_OK) goto fail;
+    if ((s = cv_vocab_write(vocab, w, &sy.hp)) != PB_OK) goto fail;
+    if ((s = pb_gguf_set_u32(w, "general.quantization_version", 2)) != PB_OK) goto fail;
+    for (int i = 0; i < sy.n_plan; i++)
+        if ((s = pb_gguf_add_tensor(w, sy.plan[i].name, sy.types[i], sy.plan[i].n_dims, sy.plan[i].ne, NULL)) != PB_OK)
+            goto fail;
+    if ((s = pb_pool_new(n_threads ? (int)n_threads : pb_cpu_physical_cores(), &sy.pool)) != PB_OK) goto fail;
+    pb_gguf_writer_set_fill(w, synth_fill, &sy);
+    cli_progress_init(&sy.progress, "synth");
+    pb_gguf_writer_set_progress(w, synth_progress, &sy);
+    s = pb_gguf_write(w, out_path);
+    cli_progress_done(&sy.progress);
+    if (s != PB_OK) goto fail;
+    fprintf(stderr, "pocketbrain synth: wrote %s (%s %s, %s, %d tensors, %u tokens) in %.1f s\n", out_path, arch_s,
+            size, type_name, sy.n_plan, sy.hp.n_vocab, (pb_time_ms() - t0) / 1000.0);
+    rc = 0;
+    goto done;
+fail:
+    rc = cli_fail("synth", s, out_path ? out_path : "synth");
+done:
+    pb_gguf_writer_free(w);
+    pb_pool_free(sy.pool);
+    cv_vocab_free(vocab);
+    free(sy.plan);
+    free(sy.types);
+    return rc;
+}

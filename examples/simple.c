@@ -20,8 +20,7 @@ int main(int argc, char **argv) {
     const char *model_path = argv[1], *question = argv[2];
 
     /* 1. Check that a session fits in memory (weights + KV cache + scratch). */
-    pb_session_params sp = pb_session_default_params();
-    sp.n_ctx = 1024;
+    pb_session_params sp = pb_session_default_params(); /* n_ctx: min(model's, 4096) */
     pb_mem_estimate est;
     if (pb_session_admit(model_path, &sp, 0, true, &est) != PB_OK) {
         fprintf(stderr, "does not fit: %s\n", pb_last_error());

@@ -50,13 +50,15 @@ static inline float *read_f32(const char *path, size_t n) {
 }
 
 /* Feeds n tokens in chunks of `batch` into a fresh cache; out gets every position's logits. */
-static inline pb_status run(const pb_model *m, const int32_t *toks, int n, int batch, pb_kv_type kt, int threads, float *out) {
+static inline pb_status run_ex(const pb_model *m, const int32_t *toks, int n, int batch, pb_kv_type kt, int threads,
+                               bool exact, float *out) {
     const pb_hparams *hp = pb_model_hparams(m);
     pb_kv_cache *kv = NULL;
     pb_forward_ctx *fc = NULL;
     pb_pool *pool = NULL;
     pb_status s;
     if ((s = pb_kv_new(m, n, kt, &kv)) || (s = pb_forward_ctx_new(m, batch, &fc))) goto done;
+    pb_forward_set_exact(fc, exact);
     if (threads > 1 && (s = pb_pool_new(threads, &pool))) goto done;
     for (int i = 0; i < n && !s; i += batch) {
         int c = n - i < batch ? n - i : batch;
@@ -71,6 +73,11 @@ done:
 
 static inline void report(const char *what, cmp c) {
     NOTE("%-34s max|d| %.4g  mean|d| %.4g  top-1 %d/%d", what, c.max, c.mean, c.top1, NT);
+}
+
+static inline pb_status run(const pb_model *m, const int32_t *toks, int n, int batch, pb_kv_type kt, int threads,
+                            float *out) {
+    return run_ex(m, toks, n, batch, kt, threads, false, out);
 }
 
 /* Reads the peer tokens (128 int32). */

@@ -10,7 +10,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define U "\xE2\x96\x81"
+#define U   "\xE2\x96\x81"
+#define U10 U U U U U U U U U U
 
 /* A small Gemma-like vocabulary built once: specials, user-defined whitespace/HTML pieces, 256 byte tokens,
  * ASCII letters and a few merges with competing scores. */
@@ -19,9 +20,11 @@ static pb_vocab *vocab(void) {
     if (v) return v;
     static const char *const fixed[] = {"<pad>",  "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "\n\n",
                                         "\n\n\n", "<h1>",  "<h1>x", "\t\t"};
-    static const char *const merged[] = {U,    U U,   U U U, "th",  "he",   "the", U "the", "in",       "ing",
-                                         "an", "and", "ab",  "bc",  "abc",  "12",  "123",   "\xC3\xA9", "\xE4\xB8\x96",
-                                         "<s", "<st", "ar",  "tar", "start"};
+    static const char *const merged[] = {
+        U,       U U,   U U U, "th",  "he",       "the",
+        U "the", "in",  "ing", "an",  "and",      "ab",
+        "bc",    "abc", "12",  "123", "\xC3\xA9", "\xE4\xB8\x96",
+        "<s",    "<st", "ar",  "tar", "start",    U10 U10 U10 U10 U10 U10 U10 U10 U10 U10};
     enum { NF = sizeof fixed / sizeof fixed[0], NM = sizeof merged / sizeof merged[0], NA = 95 };
     enum { N = NF + 256 + NA + NM };
     static char bytes[256][8], ascii[NA][2];

@@ -139,7 +139,7 @@ static bool hf_name(const char *g, char *out, size_t n) {
     return false;
 }
 
-typedef enum { AS_F32, AS_F16_NORMS_F32, AS_BF16 } st_dtype_mode;
+typedef enum { AS_F32, AS_F16_NORMS_F32, AS_BF16, AS_F16 } st_dtype_mode;
 
 /* Writes the peer model's weights as HF safetensors (norms as w = g - 1, as HF stores them). */
 static bool build_hf_dir(const pb_gguf *g, const char *dir, st_dtype_mode mode, int n_shards) {
@@ -199,8 +199,10 @@ static int convert(const char *dir, const char *out, const char *type) {
 }
 
 static void test_peer(const char *tmp) {
-    const char *f16_path = pbt_fixture(PEER ".f16.gguf");
-    if (!f16_path || !pbt_fixture("model/hf/config.json")) return;
+    const char *fx = pbt_fixture(PEER ".f16.gguf");
+    if (!fx || !pbt_fixture("model/hf/config.json")) return;
+    char f16_path[1024]; /* pbt_fixture's buffers are reused */
+    snprintf(f16_path, sizeof f16_path, "%s", fx);
     pb_gguf *ref = open_or_null(f16_path);
     if (!ref) return;
     char dir_a[1024], dir_b[1024], dir_c[1024], out[1024];
@@ -243,6 +245,37 @@ static void test_peer(const char *tmp) {
              (unsigned long long)sa.n);
         pb_gguf_close(g);
     }
+    /* The converted vocabulary tokenizes like llama.cpp's (scores differ in encoding, not in order). */
+    pb_vocab *va = NULL, *vb = NULL;
+    if (pb_vocab_open(out, &va) == PB_OK && pb_vocab_open(f16_path, &vb) == PB_OK) {
+        static const char *const texts[] = {
+            "Hello world! How are you today?",
+            "<start_of_turn>user\nWrite a poem about the sea.<end_of_turn>\n<start_of_turn>model\n",
+            "    indented code:\n\tfor (int i = 0; i < n; i++) { x += y[i]; }\n",
+            "Ünïcödé façade — naïve café, 日本語のテキスト, emoji 🙂🚀",
+            "numbers 1234567890 and 3.14159, url https://example.com/a?b=c",
+            "many     spaces          and\n\n\nnewlines",
+            "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX.",
+        };
+        int same = 0, n_texts = (int)(sizeof texts / sizeof texts[0]);
+        for (int i = 0; i < n_texts; i++) {
+            int32_t ia[512], ib[512];
+            int64_t na = 0, nb = 0;
+            int fl = PB_TOK_ADD_BOS | PB_TOK_PARSE_SPECIAL;
+            if (pb_tokenize(va, texts[i], strlen(texts[i]), fl, ia, 512, &na) == PB_OK &&
+                pb_tokenize(vb, texts[i], strlen(texts[i]), fl, ib, 512, &nb) == PB_OK && na == nb &&
+                memcmp(ia, ib, (size_t)na * 4) == 0)
+                same++;
+            else
+                NOTE("text %d tokenizes differently (%lld vs %lld tokens)", i, (long long)na, (long long)nb);
+        }
+        CHECK(same == n_texts, "converted vocabulary tokenizes %d/%d sample texts like llama.cpp's file", same,
+              n_texts);
+    } else {
+        CHECK(0, "tokenizer loads the converted and the llama.cpp vocabulary (%s)", pb_last_error());
+    }
+    pb_vocab_free(va);
+    pb_vocab_free(vb);
 
     /* Sharded F32 source, each mix against llama-quantize's file of the same F32 model. */
     static const char *const mixes[][2] = {{"q8_0", ".q8_0.gguf"},
@@ -300,6 +333,30 @@ static void test_peer(const char *tmp) {
               checked);
         pb_gguf_close(g);
     }
+    /* All-F16 source (norms too): llama.cpp adds the 1 in f16, so norms are f16(f16(g - 1) + 1). */
+    char dir_d[1024];
+    snprintf(dir_d, sizeof dir_d, "%s/f16all", tmp);
+    mkdir(dir_d, 0755);
+    CHECK(build_hf_dir(ref, dir_d, AS_F16, 1), "rebuilt it all F16, norms included");
+    snprintf(out, sizeof out, "%s/d.f32.gguf", tmp);
+    CHECK(convert(dir_d, out, "f32") == 0, "convert the all-F16 folder --type f32");
+    g = open_or_null(out);
+    if (g) {
+        int bad = 0, checked = 0;
+        for (int64_t i = 0; i < pb_gguf_n_tensors(ref); i++) {
+            const pb_gguf_tensor *r = pb_gguf_tensor_at(ref, i), *t = pb_gguf_find_tensor(g, r->name);
+            if (r->n_dims != 1) continue;
+            const float *o = t ? t->data : NULL, *gv = r->data;
+            for (int64_t k = 0; k < r->ne[0]; k++, checked++) {
+                float want = pb_fp16_to_fp32(pb_fp32_to_fp16(pb_fp16_to_fp32(pb_fp32_to_fp16(gv[k] - 1.0f)) + 1.0f));
+                bad += !o || memcmp(&want, &o[k], 4) != 0;
+            }
+        }
+        CHECK(bad == 0 && checked == 105 * 256, "F16 norms: %d of %d values are f16(w + 1) as llama.cpp computes them",
+              checked - bad, checked);
+        pb_gguf_close(g);
+    }
+
     snprintf(out, sizeof out, "%s/c.bf16.gguf", tmp);
     CHECK(convert(dir_c, out, "bf16") == 0, "convert the BF16 folder --type bf16");
     g = open_or_null(out);
@@ -569,11 +626,12 @@ static void expect_fail(const char *what, const char *dir, const char *extra, in
 }
 
 static const char *i32_tensor; /* tiny_folder writes this tensor as I32 */
+static int tiny_rows = 4096;   /* embedding rows and vocab_size of tiny_folder */
 
 /* A minimal gemma2 folder: 1 layer, n_embd 32, vocab from the peer tokenizer (4096). */
 static void tiny_folder(const char *dir, const char *config_edit, const char *drop, const char *wrong_shape) {
     stw w = {0};
-    const int d = 32, ff = 64, hq = 2 * 16, hkv = 16, V = 4096;
+    const int d = 32, ff = 64, hq = 2 * 16, hkv = 16, V = tiny_rows;
     static float buf[4096 * 32];
     for (int i = 0; i < 4096 * 32; i++) buf[i] = (float)((i * 7919) % 200 - 100) / 1000.0f;
     struct {
@@ -667,6 +725,32 @@ static void test_errors(const char *tmp) {
     tiny_folder(dir, "\"num_attention_heads\": 4,", NULL, NULL);
     expect_fail("config heads that contradict the weights", dir, NULL, 1, "config.json implies [32, 64]");
 
+    tiny_folder(dir, "\"vocab_size\": 4000,", NULL, NULL);
+    expect_fail("vocab_size that contradicts the embedding", dir, NULL, 1,
+                "'model.embed_tokens.weight' has 4096 rows but config.json vocab_size is 4000");
+
+    /* more tokenizer entries than embedding rows: the extra ids are dropped, as llama.cpp does */
+    tiny_rows = 4000;
+    tiny_folder(dir, NULL, NULL, NULL);
+    tiny_rows = 4096;
+    {
+        const char *od = make_tmpdir("cvtr");
+        char out[600];
+        snprintf(out, sizeof out, "%s/t.gguf", od);
+        snprintf(args, sizeof args, "convert '%s' '%s'", dir, out);
+        int rc = run_cli(args, logf_);
+        pb_gguf *g = NULL;
+        int64_t ki = -1;
+        pb_gguf_value v = {0};
+        if (rc == 0 && pb_gguf_open(out, &g) == PB_OK && (ki = pb_gguf_find_key(g, "tokenizer.ggml.tokens")) >= 0)
+            pb_gguf_kv_value(g, ki, &v);
+        const pb_gguf_tensor *e = g ? pb_gguf_find_tensor(g, "token_embd.weight") : NULL;
+        CHECK(rc == 0 && v.n == 4000 && e && e->ne[1] == 4000 && file_contains(logf_, "dropping 96 tokenizer entries"),
+              "4096-entry tokenizer on 4000 rows: 96 entries dropped, 4000 tokens and rows");
+        pb_gguf_close(g);
+        rm_rf(od);
+    }
+
     /* malformed safetensors through the CLI: overlapping tensors */
     tiny_folder(dir, NULL, NULL, NULL);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -703,7 +787,13 @@ static void test_errors(const char *tmp) {
 }
 
 int main(void) {
-    const char *tmp = make_tmpdir("convert");
+    char tmp[512]; /* make_tmpdir's buffers are reused */
+    const char *t = make_tmpdir("convert");
+    if (!t) {
+        CHECK(0, "create a temp directory");
+        TEST_DONE();
+    }
+    snprintf(tmp, sizeof tmp, "%s", t);
     snprintf(logf_, sizeof logf_, "%s/cli.log", tmp);
     test_peer(tmp);
     test_tiny_models(tmp);

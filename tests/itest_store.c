@@ -59,8 +59,8 @@ static size_t make_pdf(char *out, size_t cap, const char *const *pages, int n_pa
                               cl, content);
     }
     off[font] = o;
-    o += (size_t)snprintf(out + o, cap - o,
-                          "%d 0 obj << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> endobj\n", font);
+    o += (size_t)snprintf(out + o, cap - o, "%d 0 obj << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> endobj\n",
+                          font);
     size_t xref = o;
     o += (size_t)snprintf(out + o, cap - o, "xref\n0 %d\n0000000000 65535 f \n", n_obj);
     for (int i = 1; i < n_obj; i++) o += (size_t)snprintf(out + o, cap - o, "%010zu 00000 n \n", off[i]);
@@ -76,8 +76,7 @@ typedef struct {
     int sleep_us; /* crash test: slow the child down so that the kill lands mid-ingest */
 } events;
 
-static void on_event(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t done,
-                     size_t total) {
+static void on_event(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t done, size_t total) {
     events *e = user;
     if (ev == PB_INGEST_SKIPPED && e->n_skipped < 16) {
         const char *slash = strrchr(path, '/');
@@ -142,8 +141,8 @@ static void test_migration(const char *dbpath, const char *label) {
     /* 'digging' only matches 'dig' through the porter stemmer that version 2 added: the FTS was rebuilt */
     CHECK(search_n(st, "digging wombat", top, sizeof top) == 1 && strcmp(top, "wombat.txt") == 0,
           "%s: migrated chunk found through the rebuilt (stemmed) FTS index", label);
-    CHECK(count_q(st, "SELECT count(*) FROM documents WHERE hash = ''") == 1,
-          "%s: v1 document marked for re-chunking", label);
+    CHECK(count_q(st, "SELECT count(*) FROM documents WHERE hash = ''") == 1, "%s: v1 document marked for re-chunking",
+          label);
     CHECK(count_q(st, "SELECT count(*) FROM faq") == 0, "%s: v3 faq table exists", label);
     bool ok;
     char msg[256];
@@ -200,9 +199,9 @@ static void test_chunking(void) {
     char md[20000];
     size_t o = (size_t)snprintf(md, sizeof md, "# Handbook\n\nIntro line.\n\n## Long section\n\n");
     for (int p = 0; p < 30; p++)
-        o += (size_t)snprintf(md + o, sizeof md - o,
-                              "Paragraph %d talks about topic%d with several words to fill the chunk nicely.\n\n", p,
-                              p);
+        o +=
+            (size_t)snprintf(md + o, sizeof md - o,
+                             "Paragraph %d talks about topic%d with several words to fill the chunk nicely.\n\n", p, p);
     o += (size_t)snprintf(md + o, sizeof md - o, "```\n# not a heading inside a fence\n```\n\n### Deep\n\nEnd.\n");
     pb_extracted e;
     CHECK(pb_store_extract("x.md", PB_DOC_MARKDOWN, (const uint8_t *)md, o, &e) == PB_OK, "md: extracted");
@@ -238,8 +237,16 @@ static void test_chunking(void) {
 }
 
 static void test_query_safety(pb_store *st) {
-    const char *evil[] = {"\"unbalanced",        "NEAR(a b)",   "title:secret", "a* OR ^b",        "AND OR NOT",
-                          "(((", "col : - + {}", "x\" OR \"y", "\xe2\x80\x9cquoted\xe2\x80\x9d", "-"};
+    const char *evil[] = {"\"unbalanced",
+                          "NEAR(a b)",
+                          "title:secret",
+                          "a* OR ^b",
+                          "AND OR NOT",
+                          "(((",
+                          "col : - + {}",
+                          "x\" OR \"y",
+                          "\xe2\x80\x9cquoted\xe2\x80\x9d",
+                          "-"};
     for (size_t i = 0; i < sizeof evil / sizeof evil[0]; i++) {
         pb_store_hit *h;
         int n;
@@ -483,8 +490,7 @@ static void test_faq(pb_store *st, const char *label) {
               strstr(m.answer, "Reset") != NULL,
           "%s: faq match by BM25", label);
     pb_store_faq_hit_free(&m);
-    CHECK(pb_store_faq_match(st, "quantum chromodynamics", &m) == PB_ERR_NOT_FOUND, "%s: no match -> NOT_FOUND",
-          label);
+    CHECK(pb_store_faq_match(st, "quantum chromodynamics", &m) == PB_ERR_NOT_FOUND, "%s: no match -> NOT_FOUND", label);
     char *fb;
     CHECK(pb_store_faq_fallback(st, "when are you open", "no token within 5 s", &fb) == PB_OK &&
               strncmp(fb, "[fallback: no token within 5 s; FAQ match", 41) == 0 && strstr(fb, "9 to 5"),

@@ -5,7 +5,9 @@
 #include "pb_test.h"
 #include "store/store.h"
 
-#define CORPUS "tests/data/kb/corpus"
+#include <math.h>
+
+#define CORPUS    "tests/data/kb/corpus"
 #define QUESTIONS "tests/data/kb/questions.tsv"
 
 static const char *base(const char *p) {
@@ -33,7 +35,8 @@ int main(void) {
     pb_ingest_params p = pb_ingest_default_params();
     pb_ingest_stats s;
     const char *paths[] = {CORPUS};
-    CHECK(pb_store_ingest(st, paths, 1, &p, &s) == PB_OK, "ingest the corpus (%s)", pb_last_error());
+    pb_status is = pb_store_ingest(st, paths, 1, &p, &s);
+    CHECK(is == PB_OK, "ingest the corpus (%s)", is ? pb_last_error() : "ok");
     NOTE("corpus: %lld documents, %lld chunks, %.2f MB in %.0f ms", (long long)s.added, (long long)s.n_chunks,
          (double)s.bytes / 1e6, s.ms);
     CHECK(s.added >= 300 && s.skipped == 0, "corpus has >= 300 documents (%lld), none skipped", (long long)s.added);
@@ -71,6 +74,32 @@ int main(void) {
         pb_store_hits_free(h, n);
     }
     fclose(f);
+    /* the C scorer must rank exactly like FTS5's bm25() */
+    f = fopen(QUESTIONS, "r");
+    int n_same = 0, n_cmp = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *tab = strchr(line, '\t');
+        if (line[0] == '#' || !tab) continue;
+        line[strcspn(line, "\r\n")] = 0;
+        pb_store_hit *a, *b;
+        int na, nb;
+        if (pb_store_search_bm25(st, tab + 1, 10, 0, &a, &na) || pb_store_search_bm25_fts(st, tab + 1, 10, 0, &b, &nb))
+            continue;
+        bool same = na == nb;
+        for (int i = 0; same && i < na; i++)
+            same = fabs(a[i].score - b[i].score) <= 1e-9 * fabs(b[i].score) + 1e-12 &&
+                   (a[i].chunk_id == b[i].chunk_id || a[i].score == b[i].score);
+        n_same += same;
+        n_cmp++;
+        if (!same && na && nb)
+            NOTE("ranking differs for '%s': %lld %.6f vs %lld %.6f", tab + 1, (long long)a[0].chunk_id, a[0].score,
+                 (long long)b[0].chunk_id, b[0].score);
+        pb_store_hits_free(a, na);
+        pb_store_hits_free(b, nb);
+    }
+    if (f) fclose(f);
+    CHECK(n_cmp > 0 && n_same == n_cmp, "C BM25 = FTS5 bm25(): same top 10 and scores for %d/%d questions", n_same,
+          n_cmp);
     CHECK(n_q >= 60, "at least 60 questions (%d)", n_q);
     double recall = n_q ? (double)hit5 / n_q : 0;
     NOTE("BM25 recall@1 = %.3f, recall@5 = %.3f, MRR@5 = %.3f over %d questions", n_q ? (double)hit1 / n_q : 0.0,

@@ -86,11 +86,11 @@ static bool same(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
 static bool has_u2581(const char *s, size_t n) { return memmem(s, n, "\xE2\x96\x81", 3) != NULL; }
 
 typedef struct tally {
-    int total, ids_ok, dec_ok, rt_total, rt_ok, llama_ok, shown;
+    int total, ids_ok, dec_ok, rt_total, rt_ok, llama_ok, shown, stream_ok;
 } tally;
 
 enum { CAP = 1 << 20 };
-static char text[CAP], dec[4 * CAP], want_dec[CAP];
+static char text[CAP], dec[4 * CAP], want_dec[CAP]; /* dec: [0, 2 CAP) decode, [2 CAP, 4 CAP) stream */
 static int32_t got[CAP], want[CAP];
 
 /* one string: ids (flags), decode of want minus BOS vs want_dec (or text), round trip when no U+2581 */
@@ -112,6 +112,23 @@ static void check_one(const pb_vocab *v, const char *name, tally *t, const char 
     size_t nd = 0;
     st = pb_detokenize(v, w + skip, nw - skip, true, dec, sizeof dec, &nd);
     if (st == PB_OK && nd == nwd && memcmp(dec, wd, nd) == 0) t->dec_ok++;
+    /* the streaming detokenizer, fed one id at a time, gives what pb_detokenize gives (specials not rendered) */
+    pb_detok_stream *ds = NULL;
+    size_t ns = 0;
+    bool sok = pb_detok_stream_new(v, &ds) == PB_OK;
+    for (int64_t i = skip; sok && i < nw; i++) {
+        const char *p;
+        size_t k;
+        sok = pb_detok_stream_push(ds, w[i], &p, &k) == PB_OK;
+        if (sok) memcpy(dec + 2 * CAP + ns, p, k), ns += k;
+    }
+    const char *p;
+    size_t k;
+    sok = sok && pb_detok_stream_flush(ds, &p, &k) == PB_OK;
+    if (sok) memcpy(dec + 2 * CAP + ns, p, k), ns += k;
+    pb_detok_stream_free(ds);
+    st = pb_detokenize(v, w + skip, nw - skip, false, dec, 2 * CAP, &nd);
+    if (sok && st == PB_OK && nd == ns && memcmp(dec, dec + 2 * CAP, ns) == 0) t->stream_ok++;
     if (!has_u2581(s, n)) {
         t->rt_total++;
         st = pb_tokenize(v, s, n, PB_TOK_PARSE_SPECIAL, got, CAP, &ng);
@@ -160,7 +177,11 @@ static void fixture(const pb_vocab *g2, const pb_vocab *g3) {
     CHECK(t3.total == 1000 && t3.ids_ok == t3.total, "fixture gemma3: %d/%d strings give ids identical to HF",
           t3.ids_ok, t3.total);
     CHECK(t2.dec_ok == t2.total, "fixture gemma2: decode(HF ids) == HF decoded for %d/%d", t2.dec_ok, t2.total);
+    CHECK(t2.stream_ok == t2.total, "fixture gemma2: streamed decode == pb_detokenize for %d/%d", t2.stream_ok,
+          t2.total);
     CHECK(t3.dec_ok == t3.total, "fixture gemma3: decode(HF ids) == HF decoded for %d/%d", t3.dec_ok, t3.total);
+    CHECK(t3.stream_ok == t3.total, "fixture gemma3: streamed decode == pb_detokenize for %d/%d", t3.stream_ok,
+          t3.total);
     CHECK(t2.rt_ok == t2.rt_total && t2.rt_total > 900, "fixture gemma2: decode(encode(x)) == x for %d/%d (no U+2581)",
           t2.rt_ok, t2.rt_total);
     CHECK(t3.rt_ok == t3.rt_total && t3.rt_total > 900, "fixture gemma3: decode(encode(x)) == x for %d/%d (no U+2581)",
@@ -274,11 +295,65 @@ static void corpus(const pb_vocab *g2, const pb_vocab *g3) {
     CHECK(t3.total >= 5000 && t3.ids_ok == t3.total, "corpus gemma3: %d/%d strings give ids identical to HF", t3.ids_ok,
           t3.total);
     CHECK(t2.dec_ok == t2.total, "corpus gemma2: decode(HF ids) == HF decoded for %d/%d", t2.dec_ok, t2.total);
+    CHECK(t2.stream_ok == t2.total, "corpus gemma2: streamed decode == pb_detokenize for %d/%d", t2.stream_ok,
+          t2.total);
     CHECK(t3.dec_ok == t3.total, "corpus gemma3: decode(HF ids) == HF decoded for %d/%d", t3.dec_ok, t3.total);
+    CHECK(t3.stream_ok == t3.total, "corpus gemma3: streamed decode == pb_detokenize for %d/%d", t3.stream_ok,
+          t3.total);
     CHECK(t2.rt_ok == t2.rt_total, "corpus gemma2: decode(encode(x)) == x for %d/%d (no U+2581)", t2.rt_ok,
           t2.rt_total);
     CHECK(t3.rt_ok == t3.rt_total, "corpus gemma3: decode(encode(x)) == x for %d/%d (no U+2581)", t3.rt_ok,
           t3.rt_total);
+}
+
+/* 256k vocabulary from an in-memory GGUF: the brief's target is < 150 ms (best of 3; sanitizer builds only report) */
+static void load_speed(void) {
+    hf_vocab *hv = NULL;
+    pb_gguf_writer *w = pb_gguf_writer_new();
+    void *mem = NULL;
+    size_t len = 0;
+    pb_gguf *g = NULL;
+    if (hf_vocab_load(G2_JSON, NULL, &hv) != PB_OK || hf_vocab_write(hv, w) != PB_OK ||
+        pb_gguf_write_memory(w, &mem, &len) != PB_OK || pb_gguf_open_memory(mem, len, &g) != PB_OK) {
+        CHECK(0, "build a GGUF for the load-time check: %s", pb_last_error());
+    } else {
+        double best = 1e9;
+        for (int r = 0; r < 3; r++) {
+            pb_vocab *v = NULL;
+            double t0 = pb_time_ms();
+            pb_status st = pb_vocab_from_gguf(g, &v);
+            double ms = pb_time_ms() - t0;
+            if (st == PB_OK && ms < best) best = ms;
+            pb_vocab_free(v);
+        }
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        NOTE("pb_vocab_from_gguf, 256000 tokens: %.1f ms (sanitizer build, not checked)", best);
+#else
+        CHECK(best < 150.0, "pb_vocab_from_gguf, 256000 tokens: %.1f ms (target < 150 ms)", best);
+#endif
+    }
+    pb_gguf_close(g);
+    free(mem);
+    pb_gguf_writer_free(w);
+    hf_vocab_free(hv);
+}
+
+/* chat template with the real vocabularies: detected from tokenizer_config's template, markers as control ids */
+static void chat(const pb_vocab *v, int32_t sot, int32_t eot) {
+    pb_chat_msg msgs[] = {{"system", "You are a helpful assistant"}, {"user", "Hello"}};
+    char buf[256];
+    size_t len;
+    pb_status st = pb_chat_format_vocab(v, msgs, 2, true, buf, sizeof buf, &len);
+    CHECK(st == PB_OK && !strcmp(buf, "<start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n"
+                                      "<start_of_turn>model\n"),
+          "chat format (template detected: %s)", pb_vocab_chat_kind(v) == PB_CHAT_GEMMA ? "gemma" : "none");
+    int32_t a[64];
+    int64_t na = 0, nb = 0;
+    st = pb_chat_tokenize_vocab(v, msgs, 2, true, a, 64, &na);
+    pb_tokenize(v, buf, len, PB_TOK_ADD_BOS | PB_TOK_PARSE_SPECIAL, got, CAP, &nb);
+    CHECK(st == PB_OK && same(a, na, got, nb) && a[0] == 2 && a[1] == sot && a[na - 5] == eot && a[na - 3] == sot,
+          "chat tokenize: <bos> <start_of_turn>=%d ... <end_of_turn>=%d \\n <start_of_turn> model \\n (%lld ids)", sot,
+          eot, (long long)na);
 }
 
 int main(void) {
@@ -298,6 +373,7 @@ int main(void) {
     CHECK(st == PB_OK, "load Gemma 3 tokenizer.json (%s)", st ? pb_last_error() : "ok");
     NOTE("tokenizer.json -> vocab: gemma2 %.0f ms, gemma3 %.0f ms", t1 - t0, pb_time_ms() - t1);
     if (!g2 || !g3) TEST_DONE();
+    load_speed();
     CHECK(pb_vocab_size(g2) == 256000 && pb_vocab_size(g3) == 262145, "vocab sizes %d / %d", pb_vocab_size(g2),
           pb_vocab_size(g3));
     CHECK(pb_vocab_eot(g2) == 107 && pb_vocab_eot(g3) == 106, "<end_of_turn> = %d / %d", pb_vocab_eot(g2),
@@ -306,6 +382,8 @@ int main(void) {
           "bos 2, eos gemma2 1, eos gemma3 %d (tokenizer_config eos_token <end_of_turn>)", pb_vocab_eos(g3));
     CHECK(pb_vocab_is_eog(g3, 1) && pb_vocab_is_eog(g3, 106) && pb_vocab_is_eog(g2, 107) && !pb_vocab_is_eog(g2, 106),
           "end-of-generation ids include <eos> and <end_of_turn>");
+    chat(g2, 106, 107);
+    chat(g3, 105, 106);
     fixture(g2, g3);
     corpus(g2, g3);
     pb_vocab *conv = converter_style(G2_JSON);

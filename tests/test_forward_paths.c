@@ -23,6 +23,15 @@ static void test_paths(const int32_t *toks) {
     CHECK(run(m, toks, NT, 1, PB_KV_F16, 2, c) == PB_OK, "q4_0: token by token");
     CHECK(run(m, toks, NT, 32, PB_KV_F16, 1, d) == PB_OK, "q4_0: one thread, chunks of 32");
     cmp ab = compare(a, b, NT, V), ac = compare(a, c, NT, V), ad = compare(a, d, NT, V);
+    float *ea = malloc(n * 4), *eb = malloc(n * 4);
+    CHECK(run_ex(m, toks, NT, NT, PB_KV_F16, 2, true, ea) == PB_OK &&
+              run_ex(m, toks, NT, 1, PB_KV_F16, 1, true, eb) == PB_OK,
+          "q4_0 exact mode: batch on 2 threads, token by token on 1");
+    cmp ee = compare(ea, eb, NT, V);
+    report("exact: batch vs token by token", ee);
+    CHECK(ee.max == 0.0, "exact mode: token by token on 1 thread == batch on 2 threads, bit for bit");
+    free(ea);
+    free(eb);
     report("batch vs chunks of 7", ab);
     report("batch vs token by token", ac);
     report("2 threads vs 1 thread (chunks 32)", ad);
@@ -34,6 +43,31 @@ static void test_paths(const int32_t *toks) {
     free(b);
     free(c);
     free(d);
+    pb_model_close(m);
+}
+
+/* Contexts longer than one attention block (128 keys): decode splits the keys over threads in blocks and
+ * merges them; prefill walks the same blocks. 200 positions = the 128 tokens then 72 of them again. */
+static void test_blocks(const int32_t *toks) {
+    pb_model *m = open_peer("q4_0");
+    if (!m) return;
+    enum { N2 = 200 };
+    int32_t t2[N2];
+    for (int i = 0; i < N2; i++) t2[i] = toks[i % NT];
+    int V = pb_model_hparams(m)->n_vocab;
+    float *a = malloc(sizeof(float) * N2 * (size_t)V), *b = malloc(sizeof(float) * N2 * (size_t)V),
+          *c1 = malloc(sizeof(float) * N2 * (size_t)V);
+    pb_status s1 = run(m, t2, N2, N2, PB_KV_F16, 2, a), s2 = run(m, t2, N2, 1, PB_KV_F16, 2, b),
+              s3 = run(m, t2, N2, 1, PB_KV_F16, 1, c1);
+    CHECK(s1 == PB_OK && s2 == PB_OK && s3 == PB_OK, "200 positions: batch, token by token on 2 and 1 threads");
+    cmp c = compare(a, b, N2, V), split = compare(b, c1, N2, V);
+    NOTE("200 positions, batch vs token by token: max|d| %.3g top-1 %d/%d", c.max, c.top1, N2);
+    NOTE("200 positions, decode with key blocks split over 2 threads vs walked by 1: max|d| %.3g", split.max);
+    CHECK(split.max == 0.0, "decode over key blocks split across threads == one thread, bit for bit");
+    CHECK(c.max <= 1e-4 && c.top1 == N2, "200 positions: token by token == one batch (max|d| %.3g)", c.max);
+    free(c1);
+    free(a);
+    free(b);
     pb_model_close(m);
 }
 
@@ -78,6 +112,7 @@ int main(void) {
     if (!pbt_fixture("model/tokens.bin")) TEST_DONE();
     CHECK(read_tokens(toks), "tokens.bin");
     test_paths(toks);
+    test_blocks(toks);
     test_kv_types(toks);
     TEST_DONE();
 }

@@ -72,6 +72,52 @@ static void test_recipe_2b(void) {
           "Q4_0 mix: token_embd Q6_K, or Q8_0 when ne0 %% 256 != 0 (Gemma 3 270M)");
 }
 
+/* Other mixes on the tiny model's shapes (n_layer 26, attn_output rows of 128 fall back): type counts as
+ * llama-quantize's files list them (fixture README / metrics.json), with IQ4_NL -> Q4_0 for Q2_K/Q3_K
+ * fallbacks (we cannot write IQ4_NL; newer llama.cpp picks Q4_0 too), and Q4_K_S by q4_k_m-recipe.md §4. */
+static void test_recipe_tiny_counts(void) {
+    static const struct {
+        const char *mix;
+        int want[4][2]; /* {type, count} */
+    } cases[] = {
+        {"Q2_K", {{PB_TYPE_Q2_K, 104}, {PB_TYPE_Q3_K, 52}, {PB_TYPE_Q4_0, 26}, {PB_TYPE_Q6_K, 1}}},
+        {"Q3_K_M", {{PB_TYPE_Q3_K, 104}, {PB_TYPE_Q4_K, 49}, {PB_TYPE_Q5_0, 26}, {PB_TYPE_Q5_K, 3}}},
+        {"Q4_K_S", {{PB_TYPE_Q4_K, 149}, {PB_TYPE_Q5_K, 7}, {PB_TYPE_Q5_0, 26}, {PB_TYPE_Q6_K, 1}}},
+        {"Q3_K_L", {{PB_TYPE_Q3_K, 104}, {PB_TYPE_Q5_K, 52}, {PB_TYPE_Q5_1, 26}, {PB_TYPE_Q6_K, 1}}},
+    };
+    const char *per_layer[] = {"attn_k",       "attn_norm", "attn_output", "attn_q", "attn_v",
+                               "ffn_down",     "ffn_gate",  "ffn_norm",    "ffn_up", "post_attention_norm",
+                               "post_ffw_norm"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pb_recipe r;
+        pb_recipe_init(&r, pb_recipe_ftype_from_name(cases[c].mix));
+        r.n_gqa = 2;
+        char name[64];
+        for (int il = 0; il < 26; il++)
+            for (int k = 0; k < 11; k++) {
+                snprintf(name, sizeof name, "blk.%d.%s.weight", il, per_layer[k]);
+                pb_recipe_count(&r, name);
+            }
+        int counts[64] = {0};
+        counts[pb_recipe_tensor_type(&r, "token_embd.weight", 256)]++;
+        for (int il = 0; il < 26; il++)
+            for (int k = 0; k < 11; k++) {
+                snprintf(name, sizeof name, "blk.%d.%s.weight", il, per_layer[k]);
+                if (!pb_recipe_is_quantizable(name, 2)) continue;
+                int64_t ne0 = strcmp(per_layer[k], "ffn_down") == 0      ? 512
+                              : strcmp(per_layer[k], "attn_output") == 0 ? 128
+                                                                         : 256;
+                counts[pb_recipe_tensor_type(&r, name, ne0)]++;
+            }
+        bool ok = true;
+        for (int k = 0; k < 4; k++) ok &= counts[cases[c].want[k][0]] == cases[c].want[k][1];
+        CHECK(ok, "%s on the tiny Gemma 2: %s %d, %s %d, %s %d, %s %d", cases[c].mix, pb_type_name(cases[c].want[0][0]),
+              counts[cases[c].want[0][0]], pb_type_name(cases[c].want[1][0]), counts[cases[c].want[1][0]],
+              pb_type_name(cases[c].want[2][0]), counts[cases[c].want[2][0]], pb_type_name(cases[c].want[3][0]),
+              counts[cases[c].want[3][0]]);
+    }
+}
+
 /* ---- against llama-quantize's files ------------------------------------------------------------ */
 
 static double sq_err(const pb_gguf_tensor *t, const float *ref, int64_t n, float *tmp) {
@@ -228,18 +274,18 @@ static void test_errors(const char *src) {
     unlink("build-test-qok.gguf");
 }
 
-/* Requantize rules: a Q8_0 source needs allow_requantize; F32 dequantizes everything. */
+/* Requantize rules: re-quantizing a Q8_0 source needs allow_requantize; F32 dequantizes without it. */
 static void test_requantize(const char *q8) {
     struct stat stt;
     cli_quantize_params p = {.in_path = q8, .out_path = "build-test-qreq.gguf", .mix = "q4_0", .n_threads = 2};
     CHECK(cli_quantize_model(&p, NULL) == PB_ERR_UNSUPPORTED && strstr(pb_last_error(), "--allow-requantize") &&
               stat(p.out_path, &stt) != 0,
           "quantized source refused without --allow-requantize: '%s'", pb_last_error());
-    p.mix = "f32";
-    p.allow_requantize = true;
+    p.mix = "f32"; /* dequantizing needs no flag */
     cli_quantize_stats st;
     pb_status s = cli_quantize_model(&p, &st);
-    CHECK(s == PB_OK && st.n_by_type[PB_TYPE_F32] == st.n_tensors, "F32 mix dequantizes every tensor (%lld/%lld F32)",
+    CHECK(s == PB_OK && st.n_by_type[PB_TYPE_F32] == st.n_tensors,
+          "F32 mix dequantizes every tensor without --allow-requantize (%lld/%lld F32)",
           (long long)st.n_by_type[PB_TYPE_F32], (long long)st.n_tensors);
     pb_gguf *a = NULL, *b = NULL;
     if (pb_gguf_open(p.out_path, &a) == PB_OK && pb_gguf_open(q8, &b) == PB_OK) {
@@ -255,10 +301,18 @@ static void test_requantize(const char *q8) {
     pb_gguf_close(a);
     pb_gguf_close(b);
     unlink(p.out_path);
+    p.mix = "q4_k_m";
+    p.allow_requantize = true;
+    s = cli_quantize_model(&p, &st);
+    CHECK(s == PB_OK && st.n_by_type[PB_TYPE_Q4_K] == 130 && st.n_by_type[PB_TYPE_Q6_K] == 27 &&
+              st.n_by_type[PB_TYPE_Q5_0] == 26 && st.n_by_type[PB_TYPE_F32] == 105,
+          "Q8_0 -> Q4_K_M with --allow-requantize: the Q4_K_M recipe (%s)", s ? pb_last_error() : "ok");
+    unlink(p.out_path);
 }
 
 int main(void) {
     test_recipe_2b();
+    test_recipe_tiny_counts();
     const char *src = pbt_fixture("model/gemma2-tiny-v.f16.gguf");
     if (src) {
         test_errors(src);

@@ -6,7 +6,7 @@ MODEL=${PB_TEST_MODEL:-models/default.gguf}
 [ -f "$MODEL" ] || MODEL=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
 OUT=$(mktemp -d)
 trap 'kill $PID 2>/dev/null; rm -rf "$OUT"' EXIT
-"$BIN" serve -m "$MODEL" --port 0 --api-key k1 --max-body 4096 --ctx 512 >"$OUT/stdout" 2>"$OUT/stderr" &
+"$BIN" serve -m "$MODEL" --port 0 --api-key k1 --max-body 4096 >"$OUT/stdout" 2>"$OUT/stderr" &
 PID=$!
 for i in $(seq 1 100); do grep -q listening "$OUT/stdout" && break; sleep 0.1; done
 PORT=$(sed -n 's/^listening //p' "$OUT/stdout")

@@ -15,7 +15,9 @@ typedef struct piece {
     int type;
 } piece;
 
-#define U "\xE2\x96\x81" /* U+2581 */
+#define U    "\xE2\x96\x81" /* U+2581 */
+#define U10  U U U U U U U U U U
+#define U100 U10 U10 U10 U10 U10 U10 U10 U10 U10 U10
 
 static const piece base[] = {
     {"<pad>", 0, 3},         {"<eos>", 0, 3}, {"<bos>", 0, 3}, {"<unk>", 0, 2}, {"<start_of_turn>", 0, 3},
@@ -29,6 +31,7 @@ static const piece normal[] = {
     {"s", -1, 1},    {"r", -1, 1},     {"us", -1.8f, 1}, {"er", -1.8f, 1},    {"m", -1, 1},   {"d", -1, 1},
     {"user", -2, 1}, {"model", -2, 1}, {"1", -1, 1},     {"2", -1, 1},        {"12", -9, 1},  {U U, -1.5f, 1},
     {"x", -1, 1},    {"<", -1, 1},     {">", -1, 1},     {"\xC3\xA9", -1, 1}, /* é */
+    {U100, -50, 1}, /* a 300-byte piece: the stream buffer must grow */
 };
 
 static int32_t nid(const pb_vocab *v, const char *t) { return pb_vocab_find(v, t, strlen(t)); }
@@ -225,6 +228,10 @@ static void test_stream(const pb_vocab *v) {
     bool ok = k == 0;
     pb_detok_stream_push(s, nid(v, U "hello"), &p, &k);
     CHECK(ok && k == 6 && !memcmp(p, " hello", 6), "stream: control token silent, ▁hello -> ' hello'");
+    pb_detok_stream_push(s, nid(v, U100), &p, &k);
+    char spaces[101];
+    memset(spaces, ' ', 100);
+    CHECK(k == 100 && !memcmp(p, spaces, 100), "stream: a 300-byte piece (buffer grows, pointer valid)");
     CHECK(pb_detok_stream_push(s, -5, &p, &k) == PB_ERR_INVALID_ARG, "stream: bad id rejected");
     pb_detok_stream_free(s);
     pb_detok_stream_free(NULL);

@@ -63,6 +63,8 @@ out=$("$BIN" detokenize --vocab "$G2" --special 2 106 1645 108)
 check "detokenize --special renders control tokens: $out" [ "$out" = "<bos><start_of_turn>user" ]
 out=$("$BIN" detokenize --vocab "$G2" 2 106 1645)
 check "detokenize without --special drops control tokens: $out" [ "$out" = "user" ]
+out=$(echo "[]" | "$BIN" detokenize --vocab "$G2" -); rc=$?
+check "detokenize of no ids: empty output, exit 0" [ $rc = 0 -a -z "$out" ]
 out=$("$BIN" detokenize --vocab "$G2" "[4521," "2134]")
 check "detokenize accepts a JSON array: $out" [ "$out" = "Hello world" ]
 

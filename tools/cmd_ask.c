@@ -142,8 +142,10 @@ static int fallback(const char *faq_db, pb_store *kb, const char *question, cons
         cJSON_AddStringToObject(o, "question", question);
         cJSON_AddBoolToObject(o, "fallback", true);
         cJSON_AddStringToObject(o, "fallback_reason", reason);
-        if (text) cJSON_AddStringToObject(o, "answer", text);
-        else cJSON_AddNullToObject(o, "answer");
+        if (text)
+            cJSON_AddStringToObject(o, "answer", text);
+        else
+            cJSON_AddNullToObject(o, "answer");
         if (pr) cJSON_AddItemToObject(o, "citations", json_cites(pr, NULL));
         json_print(o);
     } else if (text) {
@@ -167,11 +169,16 @@ PB_CMD(ask) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model_path = argv[++i];
-        else if (!strcmp(a, "--faq") && i + 1 < argc) faq_db = argv[++i];
-        else if (!strcmp(a, "--preset") && i + 1 < argc) preset = argv[++i];
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc) embed = argv[++i];
+        } else if (!strcmp(a, "--db") && i + 1 < argc)
+            db = argv[++i];
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
+            model_path = argv[++i];
+        else if (!strcmp(a, "--faq") && i + 1 < argc)
+            faq_db = argv[++i];
+        else if (!strcmp(a, "--preset") && i + 1 < argc)
+            preset = argv[++i];
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc)
+            embed = argv[++i];
         else if (!strcmp(a, "-k") && i + 1 < argc) {
             if (!cli_parse_int("ask", a, argv[++i], 1, 100, &k)) return 2;
         } else if (!strcmp(a, "--ctx") && i + 1 < argc) {
@@ -182,11 +189,16 @@ PB_CMD(ask) {
             if (!cli_parse_int("ask", a, argv[++i], 0, 0x7fffffffL, &seed)) return 2;
         } else if (!strcmp(a, "--fallback-after") && i + 1 < argc) {
             if (!cli_parse_float("ask", a, argv[++i], 0, 86400, &fallback_after)) return 2;
-        } else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--dry-run")) dry = true;
-        else if (a[0] == '-' && a[1]) return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
-        else if (!question) question = a;
-        else return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
+        } else if (!strcmp(a, "--json"))
+            json = true;
+        else if (!strcmp(a, "--dry-run"))
+            dry = true;
+        else if (a[0] == '-' && a[1])
+            return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
+        else if (!question)
+            question = a;
+        else
+            return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
     }
     if (!db) return cli_usage_error("ask", usage, "--db KB.sqlite is required");
     if (!question) return cli_usage_error("ask", usage, "no question");
@@ -215,8 +227,10 @@ PB_CMD(ask) {
         pb_store_hit *vh = NULL;
         int nv = 0;
         s = pb_store_embed_search(st, embed, question, (int)k, &vh, &nv);
-        if (!s) s = pb_store_fuse_rrf(hits, n_hits, vh, nv, 60, (int)k, &hits, &n_hits);
-        else pb_store_hits_free(hits, n_hits), hits = NULL, n_hits = 0;
+        if (!s)
+            s = pb_store_fuse_rrf(hits, n_hits, vh, nv, 60, (int)k, &hits, &n_hits);
+        else
+            pb_store_hits_free(hits, n_hits), hits = NULL, n_hits = 0;
     }
     if (s) {
         pb_store_close(st);
@@ -229,7 +243,8 @@ PB_CMD(ask) {
     int64_t budget = n_ctx - max_tokens - 64; /* 64: chat turn markers and slack */
     if (!dry) {
         if (!model_path) model_path = cli_default_model();
-        if (!model_path) snprintf(reason, sizeof reason, "no model (give -m MODEL.gguf or set PB_MODEL)");
+        if (!model_path)
+            snprintf(reason, sizeof reason, "no model (give -m MODEL.gguf or set PB_MODEL)");
         else {
             pb_model_params mp = pb_model_default_params();
             if ((s = pb_model_open(model_path, &mp, &model)))
@@ -247,12 +262,14 @@ PB_CMD(ask) {
     pb_store_counter_init(&counter, model ? pb_model_vocab(model) : NULL);
     pb_store_prompt pr;
     memset(&pr, 0, sizeof pr);
-    if (budget < 64 || (s = pb_store_prompt_build(question, hits, n_hits, budget, pb_store_counter_fn, &counter, &pr))) {
+    if (budget < 64 ||
+        (s = pb_store_prompt_build(question, hits, n_hits, budget, pb_store_counter_fn, &counter, &pr))) {
         if (!reason[0])
             snprintf(reason, sizeof reason, "the question does not fit the context: %s",
                      budget < 64 ? "--ctx too small" : pb_last_error());
     }
     pb_store_hits_free(hits, n_hits);
+    hits = NULL;
     int rc = 0;
     if (dry) {
         if (json) {
@@ -276,8 +293,11 @@ PB_CMD(ask) {
         goto done;
     }
     if (pr.n_cites == 0) {
-        /* nothing retrieved: the model would only guess; the FAQ may still know */
-        rc = fallback(faq_db, st, question, "no document in the knowledge base matches the question", json, NULL);
+        /* nothing retrieved (or no room for it): the model would only guess; the FAQ may still know */
+        rc = fallback(faq_db, st, question,
+                      n_hits ? "no room for any source in the context (raise --ctx or lower --max-tokens)"
+                             : "no document in the knowledge base matches the question",
+                      json, NULL);
         goto done;
     }
 

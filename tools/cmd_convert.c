@@ -26,6 +26,9 @@ static const char *usage = "pocketbrain convert HF_DIR OUT.gguf [--type f32|f16|
 
 typedef struct conv {
     const char *dir;
+    cJSON *config;
+    cv_vocab *vocab;
+    uint32_t file_type;
     cv_hparams hp;
     const char *prefix; /* HF tensor name prefix that holds embed_tokens.weight */
     pb_st_model *st;
@@ -122,14 +125,18 @@ static pb_status bind_tensors(conv *c) {
 }
 
 /* Rows of one output tensor as float32: the safetensors values, plus 1 for norms (Gemma RMSNorm stores w
- * and computes x * (1 + w); GGUF files hold 1 + w, added in float32 as llama.cpp's converter does). */
+ * and computes x * (1 + w); GGUF files hold 1 + w). */
 static pb_status conv_rows(void *user, int64_t ti, int64_t r0, int64_t r1, float *buf) {
     conv *c = user;
     const cv_tensor *t = &c->plan[ti];
     int64_t n = (r1 - r0) * t->ne[0];
     pb_status s = pb_st_read_f32(c->src[ti], r0 * t->ne[0], n, buf);
     if (s != PB_OK) return s;
-    if (t->kind == CV_NORM)
+    /* llama.cpp's converter adds in the tensor's torch dtype: f32 for F32/BF16 sources (BF16 is upcast
+     * first), f16 for F16 sources, i.e. the sum is rounded to f16 there. */
+    if (t->kind == CV_NORM && c->src[ti]->dtype == PB_ST_F16)
+        for (int64_t i = 0; i < n; i++) buf[i] = pb_fp16_to_fp32(pb_fp32_to_fp16(buf[i] + 1.0f));
+    else if (t->kind == CV_NORM)
         for (int64_t i = 0; i < n; i++) buf[i] += 1.0f;
     return PB_OK;
 }
@@ -146,9 +153,15 @@ static void conv_progress(void *user, size_t done, size_t total) {
 
 /* ---- command --------------------------------------------------------------------------------- */
 
-PB_CMD(convert) {
-    const char *in_dir = NULL, *out_path = NULL, *type_name = "f16", *name = NULL;
-    long n_threads = 0;
+typedef struct conv_opts {
+    const char *in_dir, *out_path, *type_name, *name;
+    long n_threads;
+} conv_opts;
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, conv_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->type_name = "f16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -156,129 +169,135 @@ PB_CMD(convert) {
             return 0;
         } else if (strcmp(a, "--type") == 0 || strcmp(a, "--outtype") == 0) {
             if (++i >= argc) return cli_usage_error("convert", usage, "%s needs a value", a);
-            type_name = argv[i];
+            o->type_name = argv[i];
         } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (++i >= argc || !cli_parse_int("convert", a, argv[i], 1, 256, &n_threads)) return 2;
+            if (++i >= argc || !cli_parse_int("convert", a, argv[i], 1, 256, &o->n_threads)) return 2;
         } else if (strcmp(a, "--name") == 0) {
             if (++i >= argc) return cli_usage_error("convert", usage, "--name needs a value");
-            name = argv[i];
+            o->name = argv[i];
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("convert", usage, "unknown option '%s'", a);
-        } else if (!in_dir) {
-            in_dir = a;
-        } else if (!out_path) {
-            out_path = a;
+        } else if (!o->in_dir) {
+            o->in_dir = a;
+        } else if (!o->out_path) {
+            o->out_path = a;
         } else {
             return cli_usage_error("convert", usage, "unexpected argument '%s'", a);
         }
     }
-    if (!in_dir || !out_path) return cli_usage_error("convert", usage, "HF_DIR and OUT.gguf are required");
-    {
-        int t;
-        uint32_t ft;
-        if (!cv_outtype_parse(type_name, &t, &ft) && pb_recipe_ftype_from_name(type_name) < 0)
-            return cli_usage_error("convert", usage, "unknown --type '%s' (f32, f16, bf16, q8_0 or a mix: %s)",
-                                   type_name, pb_recipe_mix_list());
-    }
-    cli_install_cleanup_handlers();
+    if (!o->in_dir || !o->out_path) return cli_usage_error("convert", usage, "HF_DIR and OUT.gguf are required");
+    int t;
+    uint32_t ft;
+    if (!cv_outtype_parse(o->type_name, &t, &ft) && pb_recipe_ftype_from_name(o->type_name) < 0)
+        return cli_usage_error("convert", usage, "unknown --type '%s' (f32, f16, bf16, q8_0 or a mix: %s)",
+                               o->type_name, pb_recipe_mix_list());
+    return -1;
+}
 
+/* Matches the vocabulary to the embedding rows: Gemma 3 trims padding rows to the tokenizer (llama.cpp's
+ * converter); Gemma 1/2 pad the vocabulary with [PADn] entries up to vocab_size instead. */
+static pb_status size_vocab(conv *c) {
+    char en[256];
+    snprintf(en, sizeof en, "%sembed_tokens.weight", c->prefix);
+    const pb_st_tensor *e = pb_st_find(c->st, en);
+    uint32_t n_tok = cv_vocab_size(c->vocab);
+    if (e->n_dims != 2) return pb_error(PB_ERR_FORMAT, "tensor '%s' has %d dimensions, expected 2", en, e->n_dims);
+    if (c->hp.arch != CV_GEMMA3 && e->shape[0] != (int64_t)c->hp.n_vocab)
+        return pb_error(PB_ERR_FORMAT, "tensor '%s' has %lld rows but config.json vocab_size is %u", en,
+                        (long long)e->shape[0], c->hp.n_vocab);
+    if ((int64_t)n_tok > e->shape[0]) {
+        /* Entries past the embedding (e.g. Gemma 3's <image_soft_token> in a text-only checkpoint) cannot be
+         * embedded; llama.cpp's converter ignores them too. */
+        cli_err("convert", "note: dropping %lld tokenizer entries with ids >= %lld (first: '%s')",
+                (long long)(n_tok - e->shape[0]), (long long)e->shape[0], c->vocab->tokens[e->shape[0]]);
+        cv_vocab_truncate(c->vocab, (uint32_t)e->shape[0]);
+        n_tok = (uint32_t)e->shape[0];
+    }
+    if (c->hp.arch == CV_GEMMA3) {
+        c->hp.n_vocab = n_tok;
+        return PB_OK;
+    }
+    c->hp.n_vocab = (uint32_t)e->shape[0];
+    return cv_vocab_pad(c->vocab, c->hp.n_vocab);
+}
+
+/* config.json -> hparams, safetensors -> bound tensors, tokenizer -> vocabulary, --type -> types. */
+static pb_status conv_prepare(conv *c, const conv_opts *o) {
+    pb_status s;
+    if ((s = read_config(o->in_dir, &c->config)) != PB_OK) return s;
+    if ((s = cv_hparams_from_config(c->config, &c->hp, &c->prefix, on_warn, NULL)) != PB_OK) return s;
+    if ((s = pb_st_open(o->in_dir, &c->st)) != PB_OK) return s;
+    if ((s = find_prefix(c)) != PB_OK) return s;
+    /* Vocabulary first: it decides how many embedding rows are kept. */
+    if ((s = cv_vocab_load(o->in_dir, &c->hp, &c->vocab)) != PB_OK) return s;
+    if ((s = size_vocab(c)) != PB_OK) return s;
+    c->n_plan = cv_tensor_plan(&c->hp, NULL);
+    c->plan = calloc((size_t)c->n_plan, sizeof *c->plan);
+    c->src = calloc((size_t)c->n_plan, sizeof *c->src);
+    c->types = calloc((size_t)c->n_plan, sizeof *c->types);
+    if (!c->plan || !c->src || !c->types) return pb_error(PB_ERR_NOMEM, "out of memory");
+    cv_tensor_plan(&c->hp, c->plan);
+    if ((s = bind_tensors(c)) != PB_OK) return s;
+    return cv_pick_types(o->type_name, &c->hp, c->plan, c->n_plan, c->types, &c->file_type);
+}
+
+/* Metadata, then every tensor through the fill callback; atomic (no file on error). */
+static pb_status conv_write(conv *c, const conv_opts *o) {
+    char name[256];
+    if (o->name) {
+        snprintf(name, sizeof name, "%s", o->name);
+    } else { /* the folder's name, as llama.cpp's converter derives it */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", o->in_dir);
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+        const char *slash = strrchr(dir, '/');
+        snprintf(name, sizeof name, "%s", slash ? slash + 1 : dir);
+    }
+    pb_gguf_writer *w = pb_gguf_writer_new();
+    if (!w) return pb_error(PB_ERR_NOMEM, "out of memory");
+    pb_status s = cv_write_arch_kv(w, &c->hp, name, c->file_type);
+    if (s == PB_OK) s = cv_vocab_write(c->vocab, w, &c->hp);
+    if (s == PB_OK) s = pb_gguf_set_u32(w, "general.quantization_version", 2);
+    for (int i = 0; i < c->n_plan && s == PB_OK; i++)
+        s = pb_gguf_add_tensor(w, c->plan[i].name, c->types[i], c->plan[i].n_dims, c->plan[i].ne, NULL);
+    if (s == PB_OK) s = pb_pool_new(o->n_threads ? (int)o->n_threads : pb_cpu_physical_cores(), &c->pool);
+    if (s == PB_OK) {
+        pb_gguf_writer_set_fill(w, conv_fill, c);
+        cli_progress_init(&c->progress, "convert");
+        pb_gguf_writer_set_progress(w, conv_progress, c);
+        s = pb_gguf_write(w, o->out_path);
+        cli_progress_done(&c->progress);
+    }
+    pb_gguf_writer_free(w);
+    return s;
+}
+
+PB_CMD(convert) {
+    conv_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+    cli_install_cleanup_handlers();
     conv c;
     memset(&c, 0, sizeof c);
-    c.dir = in_dir;
-    cJSON *config = NULL;
-    pb_gguf_writer *w = NULL;
-    cv_vocab *vocab = NULL;
-    int rc = 1;
-    char *dflt_name = NULL;
-    pb_status s;
+    c.dir = o.in_dir;
     double t0 = pb_time_ms();
-
-    if ((s = read_config(in_dir, &config)) != PB_OK) goto fail;
-    if ((s = cv_hparams_from_config(config, &c.hp, &c.prefix, on_warn, NULL)) != PB_OK) goto fail;
-    if ((s = pb_st_open(in_dir, &c.st)) != PB_OK) goto fail;
-    if ((s = find_prefix(&c)) != PB_OK) goto fail;
-
-    /* Vocabulary first: it decides how many embedding rows are kept. */
-    if ((s = cv_vocab_load(in_dir, &c.hp, &vocab)) != PB_OK) goto fail;
-    {
-        char en[256];
-        snprintf(en, sizeof en, "%sembed_tokens.weight", c.prefix);
-        const pb_st_tensor *e = pb_st_find(c.st, en);
-        uint32_t n_tok = cv_vocab_size(vocab);
-        if (e->n_dims != 2) {
-            s = pb_error(PB_ERR_FORMAT, "tensor '%s' has %d dimensions, expected 2", en, e->n_dims);
-            goto fail;
-        }
-        if ((int64_t)n_tok > e->shape[0]) {
-            s = pb_error(PB_ERR_FORMAT, "the tokenizer has %u tokens but '%s' has only %lld rows", n_tok, en,
-                         (long long)e->shape[0]);
-            goto fail;
-        }
-        /* Gemma 3 trims padding rows to the tokenizer (llama.cpp's converter); Gemma 1/2 pad the
-         * vocabulary with [PADn] entries instead, up to the embedding rows. */
-        if (c.hp.arch == CV_GEMMA3)
-            c.hp.n_vocab = n_tok;
-        else if ((s = cv_vocab_pad(vocab, (uint32_t)e->shape[0])) != PB_OK)
-            goto fail;
-        else
-            c.hp.n_vocab = (uint32_t)e->shape[0];
+    pb_status s = conv_prepare(&c, &o);
+    if (s == PB_OK) s = conv_write(&c, &o);
+    if (s == PB_OK) {
+        fprintf(stderr, "pocketbrain convert: wrote %s (%s, %s, %d tensors, %u tokens) in %.1f s, peak RSS %.0f MB\n",
+                o.out_path, cv_arch_name(c.hp.arch), o.type_name, c.n_plan, c.hp.n_vocab, (pb_time_ms() - t0) / 1000.0,
+                (double)pb_peak_rss() / 1e6);
+        rc = 0;
+    } else {
+        rc = cli_fail("convert", s, o.in_dir);
     }
-
-    c.n_plan = cv_tensor_plan(&c.hp, NULL);
-    c.plan = calloc((size_t)c.n_plan, sizeof *c.plan);
-    c.src = calloc((size_t)c.n_plan, sizeof *c.src);
-    c.types = calloc((size_t)c.n_plan, sizeof *c.types);
-    if (!c.plan || !c.src || !c.types) {
-        s = pb_error(PB_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    cv_tensor_plan(&c.hp, c.plan);
-    if ((s = bind_tensors(&c)) != PB_OK) goto fail;
-    uint32_t file_type = 0;
-    if ((s = cv_pick_types(type_name, &c.hp, c.plan, c.n_plan, c.types, &file_type)) != PB_OK) goto fail;
-
-    if (!name) {
-        dflt_name = pb_strdup(in_dir);
-        if (!dflt_name) goto fail;
-        size_t n = strlen(dflt_name);
-        while (n > 1 && dflt_name[n - 1] == '/') dflt_name[--n] = 0;
-        char *slash = strrchr(dflt_name, '/');
-        name = slash ? slash + 1 : dflt_name;
-    }
-    w = pb_gguf_writer_new();
-    if (!w) {
-        s = pb_error(PB_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    if ((s = cv_write_arch_kv(w, &c.hp, name, file_type)) != PB_OK) goto fail;
-    if ((s = cv_vocab_write(vocab, w, &c.hp)) != PB_OK) goto fail;
-    if ((s = pb_gguf_set_u32(w, "general.quantization_version", 2)) != PB_OK) goto fail;
-    for (int i = 0; i < c.n_plan; i++)
-        if ((s = pb_gguf_add_tensor(w, c.plan[i].name, c.types[i], c.plan[i].n_dims, c.plan[i].ne, NULL)) != PB_OK)
-            goto fail;
-
-    if ((s = pb_pool_new(n_threads ? (int)n_threads : pb_cpu_physical_cores(), &c.pool)) != PB_OK) goto fail;
-    pb_gguf_writer_set_fill(w, conv_fill, &c);
-    cli_progress_init(&c.progress, "convert");
-    pb_gguf_writer_set_progress(w, conv_progress, &c);
-    s = pb_gguf_write(w, out_path);
-    cli_progress_done(&c.progress);
-    if (s != PB_OK) goto fail;
-    fprintf(stderr, "pocketbrain convert: wrote %s (%s, %s, %d tensors, %u tokens) in %.1f s\n", out_path,
-            cv_arch_name(c.hp.arch), type_name, c.n_plan, c.hp.n_vocab, (pb_time_ms() - t0) / 1000.0);
-    rc = 0;
-    goto done;
-fail:
-    rc = cli_fail("convert", s, in_dir);
-done:
-    pb_gguf_writer_free(w);
     pb_pool_free(c.pool);
-    cv_vocab_free(vocab);
+    cv_vocab_free(c.vocab);
     pb_st_close(c.st);
-    cJSON_Delete(config);
+    cJSON_Delete(c.config);
     free(c.plan);
     free(c.src);
     free(c.types);
-    free(dflt_name);
     return rc;
 }

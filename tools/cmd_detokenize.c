@@ -124,15 +124,11 @@ PB_CMD(detokenize) {
         return cli_fail("detokenize", st, "vocabulary");
     }
     size_t len = 0;
-    st = pb_detokenize(v, b.ids, b.n, special, NULL, 0, &len);
-    char *text = NULL;
-    if (st == PB_ERR_INVALID_ARG && len > 0) { /* size query */
+    char one[1], *text = one;
+    st = pb_detokenize(v, b.ids, b.n, special, one, sizeof one, &len);
+    if (st == PB_ERR_INVALID_ARG && len > 0) { /* did not fit: len is the size needed */
         text = malloc(len + 1);
         st = text ? pb_detokenize(v, b.ids, b.n, special, text, len + 1, &len) : PB_ERR_NOMEM;
-    } else if (st == PB_ERR_INVALID_ARG && len == 0 && b.n > 0) {
-        /* every id rendered empty, or an id is out of range: ask again with a 1-byte buffer */
-        char one[1];
-        st = pb_detokenize(v, b.ids, b.n, special, one, 1, &len);
     }
     if (st != PB_OK)
         rc = cli_fail("detokenize", st, "ids");
@@ -140,7 +136,7 @@ PB_CMD(detokenize) {
         cli_err("detokenize", "write error on stdout");
         rc = 1;
     }
-    free(text);
+    if (text != one) free(text);
     free(b.ids);
     pb_vocab_free(v);
     return rc;

@@ -43,17 +43,24 @@ PB_CMD(faq) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
-        else if (!strcmp(a, "--json")) json = true;
+        } else if (!strcmp(a, "--db") && i + 1 < argc)
+            db = argv[++i];
+        else if (!strcmp(a, "--json"))
+            json = true;
         else if (a[0] == '-' && a[1] == '-' && n_pos == 0)
             return cli_usage_error("faq", usage, "unknown option or missing value: %s", a);
-        else if (n_pos < 4) pos[n_pos++] = a;
-        else return cli_usage_error("faq", usage, "too many arguments");
+        else if (n_pos < 4)
+            pos[n_pos++] = a;
+        else
+            return cli_usage_error("faq", usage, "too many arguments");
     }
     if (!db) return cli_usage_error("faq", usage, "--db FAQ.sqlite is required");
     if (n_pos == 0) return cli_usage_error("faq", usage, "missing action (add, import, list, match)");
     const char *act = pos[0];
-    int need = !strcmp(act, "add") ? 3 : !strcmp(act, "import") || !strcmp(act, "match") ? 2 : !strcmp(act, "list") ? 1 : 0;
+    int need = !strcmp(act, "add")                               ? 3
+               : !strcmp(act, "import") || !strcmp(act, "match") ? 2
+               : !strcmp(act, "list")                            ? 1
+                                                                 : 0;
     if (!need) return cli_usage_error("faq", usage, "unknown action '%s'", act);
     if (n_pos != need) return cli_usage_error("faq", usage, "'%s' takes %d argument(s)", act, need - 1);
     pb_store *st;
@@ -62,15 +69,20 @@ PB_CMD(faq) {
     int rc = 0;
     if (!strcmp(act, "add")) {
         int64_t id;
-        if ((s = pb_store_faq_add(st, pos[1], pos[2], &id))) rc = cli_fail("faq", s, "add");
-        else printf("added FAQ #%lld\n", (long long)id);
+        if ((s = pb_store_faq_add(st, pos[1], pos[2], &id)))
+            rc = cli_fail("faq", s, "add");
+        else
+            printf("added FAQ #%lld\n", (long long)id);
     } else if (!strcmp(act, "import")) {
         int64_t n;
-        if ((s = pb_store_faq_import(st, pos[1], &n))) rc = cli_fail("faq", s, "import");
-        else printf("imported %lld FAQ pairs from %s\n", (long long)n, pos[1]);
+        if ((s = pb_store_faq_import(st, pos[1], &n)))
+            rc = cli_fail("faq", s, "import");
+        else
+            printf("imported %lld FAQ pairs from %s\n", (long long)n, pos[1]);
     } else if (!strcmp(act, "list")) {
         list_ctx c = {json, json ? cJSON_CreateArray() : NULL};
-        if ((s = pb_store_faq_list(st, print_pair, &c))) rc = cli_fail("faq", s, "list");
+        if ((s = pb_store_faq_list(st, print_pair, &c)))
+            rc = cli_fail("faq", s, "list");
         else if (json) {
             char *t = cJSON_PrintUnformatted(c.arr);
             if (t) puts(t);

@@ -37,8 +37,7 @@ static void clear_bar(ingest_ui *ui) {
     }
 }
 
-static void on_event(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t done,
-                     size_t total) {
+static void on_event(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t done, size_t total) {
     ingest_ui *ui = user;
     switch (ev) {
     case PB_INGEST_PROGRESS:
@@ -58,8 +57,10 @@ static void on_event(void *user, pb_ingest_event ev, const char *path, const cha
         if (ui->verbose) {
             clear_bar(ui);
             fprintf(stderr, "pocketbrain ingest: %s %s%s%s\n",
-                    ev == PB_INGEST_ADDED ? "added" : ev == PB_INGEST_UPDATED ? "updated" : "unchanged", path,
-                    detail ? ": " : "", detail ? detail : "");
+                    ev == PB_INGEST_ADDED     ? "added"
+                    : ev == PB_INGEST_UPDATED ? "updated"
+                                              : "unchanged",
+                    path, detail ? ": " : "", detail ? detail : "");
         }
         return;
     }
@@ -79,13 +80,18 @@ PB_CMD(ingest) {
             puts(usage);
             free(paths);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
+        } else if (!strcmp(a, "--db") && i + 1 < argc)
+            db = argv[++i];
         else if ((!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
             vocab_path = argv[++i];
-        else if (!strcmp(a, "--prune")) p.prune = true;
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc) embed = argv[++i];
-        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) ui.verbose = true;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) ui.quiet = true;
+        else if (!strcmp(a, "--prune"))
+            p.prune = true;
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc)
+            embed = argv[++i];
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
+            ui.verbose = true;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
+            ui.quiet = true;
         else if (!strcmp(a, "--chunk-tokens") && i + 1 < argc) {
             if (!cli_parse_int("ingest", a, argv[++i], 16, 8192, &v)) goto usage_fail;
             p.chunk.target_tokens = v;
@@ -95,7 +101,8 @@ PB_CMD(ingest) {
         } else if (a[0] == '-' && a[1]) {
             free(paths);
             return cli_usage_error("ingest", usage, "unknown option or missing value: %s", a);
-        } else paths[n_paths++] = a;
+        } else
+            paths[n_paths++] = a;
     }
     if (!db) {
         free(paths);
@@ -129,8 +136,10 @@ PB_CMD(ingest) {
         return cli_fail("ingest", s, "open");
     }
     char how[600];
-    if (vocab_path) snprintf(how, sizeof how, "tokenizer of %s", vocab_path);
-    else snprintf(how, sizeof how, "estimate ceil(words*1.3)");
+    if (vocab_path)
+        snprintf(how, sizeof how, "tokenizer of %s", vocab_path);
+    else
+        snprintf(how, sizeof how, "estimate ceil(words*1.3)");
     pb_store_meta_set(st, "token_counts", how);
     signal(SIGINT, on_sigint);
     signal(SIGTERM, on_sigint);
@@ -142,7 +151,8 @@ PB_CMD(ingest) {
     s = pb_store_ingest(st, paths, n_paths, &p, &stats);
     if (!ui.quiet) cli_progress_done(&ui.bar);
     int rc = 0;
-    if (s && s != PB_ERR_CANCELLED) rc = cli_fail("ingest", s, "ingest");
+    if (s && s != PB_ERR_CANCELLED)
+        rc = cli_fail("ingest", s, "ingest");
     else {
         double mb = (double)stats.bytes / 1e6, sec = stats.ms / 1000.0;
         if (!ui.quiet || stats.skipped)
@@ -152,14 +162,17 @@ PB_CMD(ingest) {
                    (long long)stats.n_files, (long long)stats.added, (long long)stats.updated,
                    (long long)stats.unchanged, (long long)stats.skipped, (long long)stats.removed,
                    (long long)stats.n_chunks, mb, sec, sec > 0 ? mb / sec : 0.0);
-        if (s == PB_ERR_CANCELLED) rc = 130;
-        else if (stats.skipped) rc = 3;
+        if (s == PB_ERR_CANCELLED)
+            rc = 130;
+        else if (stats.skipped)
+            rc = 3;
     }
     if (embed && (rc == 0 || rc == 3)) {
         pb_embedder *e;
         int64_t n_emb = 0;
         double t0 = pb_time_ms();
-        if ((s = pb_embedder_open(embed, 512, 0, &e))) rc = cli_fail("ingest", s, "embedding model");
+        if ((s = pb_embedder_open(embed, 512, 0, &e)))
+            rc = cli_fail("ingest", s, "embedding model");
         else {
             if ((s = pb_store_embed_missing(st, e, NULL, NULL, &n_emb))) rc = cli_fail("ingest", s, "embeddings");
             if (!ui.quiet)

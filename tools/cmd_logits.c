@@ -11,8 +11,10 @@
 
 static const char *usage =
     "pocketbrain logits -m MODEL --tokens IDS.bin -o OUT.f32 [--batch N] [--threads N] [--kv-type f16|q8_0|f32]\n"
+    "                   [--exact]\n"
     "  IDS.bin: int32 little-endian token ids. OUT.f32: float32 [n_tokens, n_vocab], row-major.\n"
-    "  --batch N feeds the prompt N tokens per forward pass (default 512; 1 = token by token).";
+    "  --batch N feeds the prompt N tokens per forward pass (default 512; 1 = token by token).\n"
+    "  --exact: float32 matmuls on dequantized weight rows (reference numerics) instead of quantized activations.";
 
 static int read_ids(const char *path, int32_t **ids, int *n) {
     char *buf = NULL;
@@ -39,12 +41,17 @@ static int read_ids(const char *path, int32_t **ids, int *n) {
 PB_CMD(logits) {
     const char *model = NULL, *tok_path = NULL, *out_path = NULL, *kv_name = "f16";
     long batch = 512, threads = 0;
+    bool exact = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("%s\n", usage);
             return 0;
+        }
+        if (strcmp(a, "--exact") == 0) {
+            exact = true;
+            continue;
         }
         if (!v) return cli_usage_error("logits", usage, "option %s needs a value", a);
         if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
@@ -98,6 +105,7 @@ PB_CMD(logits) {
         rc = cli_fail("logits", s, "setting up");
         goto done;
     }
+    pb_forward_set_exact(fc, exact);
     logits = malloc(sizeof(float) * (size_t)nb * (size_t)hp->n_vocab);
     if (!logits) {
         cli_err("logits", "out of memory for %d x %d logits", nb, hp->n_vocab);
@@ -126,8 +134,8 @@ PB_CMD(logits) {
         goto done;
     }
     open_out = false;
-    fprintf(stderr, "logits: %d tokens x %d vocab -> %s (batch %d, %d threads, kv %s, %.0f ms)\n", n, hp->n_vocab,
-            out_path, nb, nth, kv_name, pb_time_ms() - t0);
+    fprintf(stderr, "logits: %d tokens x %d vocab -> %s (batch %d, %d threads, kv %s%s, %.0f ms)\n", n, hp->n_vocab,
+            out_path, nb, nth, kv_name, exact ? ", exact" : "", pb_time_ms() - t0);
     rc = 0;
 done:
     if (open_out) pb_atomic_abort(&af);

@@ -15,10 +15,10 @@ static void print_help(void) {
            "choices, no importance matrix). Norms and 1-D tensors are copied; metadata is copied and\n"
            "general.file_type / general.quantization_version are set. The output appears only when complete.\n\n"
            "MIX: %s\n"
-           "  (F16, BF16 and F32 convert every matrix to that type; F32 also dequantizes quantized tensors.)\n\n"
+           "  (F16, BF16 and F32 convert every matrix to that type, dequantizing quantized ones; no flag needed.)\n\n"
            "options:\n"
            "  --threads N          worker threads (default: physical cores)\n"
-           "  --allow-requantize   accept an already quantized input (quality loss)\n",
+           "  --allow-requantize   re-quantize tensors that are already quantized (quality loss)\n",
            usage, pb_recipe_mix_list());
 }
 
@@ -36,7 +36,7 @@ PB_CMD(quantize) {
             return 0;
         } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
             if (i + 1 >= argc) return cli_usage_error("quantize", usage, "%s needs a value", a);
-            if (!cli_parse_int("quantize", a, argv[++i], 1, 1024, &threads)) return 2;
+            if (!cli_parse_int("quantize", a, argv[++i], 1, 256, &threads)) return 2;
         } else if (strcmp(a, "--allow-requantize") == 0) {
             requant = true;
         } else if (a[0] == '-' && a[1] != 0) {

@@ -9,25 +9,31 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char usage[] = "pocketbrain search --db KB.sqlite \"query\" [-k N] [--json] [--embed-model M.gguf]\n"
-                            "  Shows the k best chunks (default 5) with scores and sources (file:line).";
+static const char usage[] =
+    "pocketbrain search --db KB.sqlite \"query\" [-k N] [--per-doc N] [--json] [--embed-model M.gguf]\n"
+    "  Shows the k best chunks (default 5) with scores and sources (file:line), at most --per-doc chunks\n"
+    "  of one document (default 1; 0 = no limit).";
 
-/* One line of at most max bytes from text, whitespace collapsed (UTF-8 kept whole). */
+/* One line of at most max bytes (NUL included) from text, whitespace collapsed, "..." when cut. */
 static void snippet(const char *text, size_t max, char *out) {
     size_t o = 0;
-    bool sp = false;
-    for (const char *p = text; *p && o + 4 < max; p++) {
+    bool sp = false, cut = false;
+    for (const char *p = text; *p; p++) {
         bool ws = *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r';
         if (ws) {
             sp = o > 0;
             continue;
         }
+        if (o + 2 + 4 > max) { /* room for a space, this byte, "..." and the NUL */
+            cut = true;
+            break;
+        }
         if (sp) out[o++] = ' ';
         sp = false;
         out[o++] = *p;
     }
-    if (o + 4 >= max) {
-        while (o && ((unsigned char)out[o - 1] & 0xc0) == 0x80) o--;
+    if (cut) {
+        while (o && ((unsigned char)out[o - 1] & 0xc0) == 0x80) o--; /* keep UTF-8 whole */
         if (o && (unsigned char)out[o - 1] >= 0xc0) o--;
         memcpy(out + o, "...", 3);
         o += 3;
@@ -37,21 +43,29 @@ static void snippet(const char *text, size_t max, char *out) {
 
 PB_CMD(search) {
     const char *db = NULL, *query = NULL, *embed = NULL;
-    long k = 5;
+    long k = 5, per_doc = 1;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc) db = argv[++i];
+        } else if (!strcmp(a, "--db") && i + 1 < argc)
+            db = argv[++i];
         else if ((!strcmp(a, "-k") || !strcmp(a, "--top")) && i + 1 < argc) {
             if (!cli_parse_int("search", a, argv[++i], 1, 1000, &k)) return 2;
-        } else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc) embed = argv[++i];
-        else if (a[0] == '-' && a[1]) return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
-        else if (!query) query = a;
-        else return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
+        } else if (!strcmp(a, "--per-doc") && i + 1 < argc) {
+            if (!cli_parse_int("search", a, argv[++i], 0, 1000, &per_doc)) return 2;
+        } else if (!strcmp(a, "--json"))
+            json = true;
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc)
+            embed = argv[++i];
+        else if (a[0] == '-' && a[1])
+            return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
+        else if (!query)
+            query = a;
+        else
+            return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
     }
     if (!db) return cli_usage_error("search", usage, "--db KB.sqlite is required");
     if (!query) return cli_usage_error("search", usage, "no query");
@@ -64,13 +78,15 @@ PB_CMD(search) {
     if (s) return cli_fail("search", s, "open");
     pb_store_hit *hits = NULL;
     int n = 0;
-    s = pb_store_search_bm25(st, query, (int)k, 0, &hits, &n);
+    s = pb_store_search_bm25(st, query, (int)k, (int)per_doc, &hits, &n);
     if (!s && embed) {
         pb_store_hit *vh = NULL;
         int nv = 0;
         s = pb_store_embed_search(st, embed, query, (int)k, &vh, &nv);
-        if (!s) s = pb_store_fuse_rrf(hits, n, vh, nv, 60, (int)k, &hits, &n);
-        else pb_store_hits_free(hits, n), hits = NULL, n = 0;
+        if (!s)
+            s = pb_store_fuse_rrf(hits, n, vh, nv, 60, (int)k, &hits, &n);
+        else
+            pb_store_hits_free(hits, n), hits = NULL, n = 0;
     }
     if (s) {
         pb_store_close(st);

@@ -27,6 +27,7 @@ int cmd_serve(int argc, char **argv) {
     pb_server_params p = pb_server_default_params();
     long v;
     double d;
+    bool ctx_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -65,6 +66,7 @@ int cmd_serve(int argc, char **argv) {
             NEED_VAL();
             if (!cli_parse_int(cmd, a, val, 16, 1 << 20, &v)) return 2;
             p.n_ctx = (int)v;
+            ctx_given = true;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED_VAL();
             if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return 2;
@@ -99,6 +101,11 @@ int cmd_serve(int argc, char **argv) {
     pb_model *m = NULL;
     pb_status s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);
+    if (!ctx_given) { /* default: 2048 or the model's training context, whichever is smaller */
+        pb_model_info info;
+        if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < p.n_ctx)
+            p.n_ctx = info.n_ctx_train;
+    }
     const char *base = strrchr(model, '/');
     p.model_id = base ? base + 1 : model;
     if ((db || faq)) {

@@ -122,152 +122,153 @@ static void print_table(const synth *sy, const char *type_name, uint32_t file_ty
     printf("# tensor data %zu bytes (%.3f GB)\n", total, (double)total / 1e9);
 }
 
-PB_CMD(synth) {
-    const char *arch_s = NULL, *size = NULL, *type_name = NULL, *out_path = NULL, *vocab_path = NULL, *name = NULL;
-    long seed = 1, n_threads = 0;
-    bool table_only = false;
+typedef struct synth_opts {
+    const char *arch_s, *size, *type_name, *out_path, *vocab_path, *name;
+    long seed, n_threads;
+    bool table_only;
+    cv_arch arch;
+} synth_opts;
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, synth_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-#define NEXT()                                                                                                         \
-    do {                                                                                                               \
-        if (++i >= argc) return cli_usage_error("synth", usage, "%s needs a value", a);                                \
-    } while (0)
+        const char **str = strcmp(a, "--arch") == 0                             ? &o->arch_s
+                           : strcmp(a, "--size") == 0                           ? &o->size
+                           : strcmp(a, "--type") == 0                           ? &o->type_name
+                           : strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 ? &o->out_path
+                           : strcmp(a, "--vocab") == 0                          ? &o->vocab_path
+                           : strcmp(a, "--name") == 0                           ? &o->name
+                                                                                : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("usage: %s\n", usage);
             return 0;
-        } else if (strcmp(a, "--arch") == 0) {
-            NEXT();
-            arch_s = argv[i];
-        } else if (strcmp(a, "--size") == 0) {
-            NEXT();
-            size = argv[i];
-        } else if (strcmp(a, "--type") == 0) {
-            NEXT();
-            type_name = argv[i];
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            NEXT();
-            out_path = argv[i];
-        } else if (strcmp(a, "--vocab") == 0) {
-            NEXT();
-            vocab_path = argv[i];
-        } else if (strcmp(a, "--name") == 0) {
-            NEXT();
-            name = argv[i];
-        } else if (strcmp(a, "--seed") == 0) {
-            NEXT();
-            if (!cli_parse_int("synth", a, argv[i], 0, 2147483647L, &seed)) return 2;
-        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            NEXT();
-            if (!cli_parse_int("synth", a, argv[i], 1, 256, &n_threads)) return 2;
         } else if (strcmp(a, "--print-table") == 0 || strcmp(a, "--dry-run") == 0) {
-            table_only = true;
+            o->table_only = true;
+        } else if (str || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
+            if (++i >= argc) return cli_usage_error("synth", usage, "%s needs a value", a);
+            if (str)
+                *str = argv[i];
+            else if (strcmp(a, "--seed") == 0) {
+                if (!cli_parse_int("synth", a, argv[i], 0, 2147483647L, &o->seed)) return 2;
+            } else if (!cli_parse_int("synth", a, argv[i], 1, 256, &o->n_threads)) {
+                return 2;
+            }
         } else {
             return cli_usage_error("synth", usage, "unknown argument '%s'", a);
         }
-#undef NEXT
     }
-    cv_arch arch;
-    if (!arch_s || !parse_arch(arch_s, &arch))
+    if (!o->arch_s || !parse_arch(o->arch_s, &o->arch))
         return cli_usage_error("synth", usage, "--arch must be gemma, gemma2 or gemma3 (got '%s')",
-                               arch_s ? arch_s : "nothing");
-    if (!size) return cli_usage_error("synth", usage, "--size is required (%s: %s)", arch_s, cv_preset_names(arch));
-    if (!type_name) return cli_usage_error("synth", usage, "--type is required");
-    {
-        int t;
-        uint32_t ft;
-        if (!cv_outtype_parse(type_name, &t, &ft) && pb_recipe_ftype_from_name(type_name) < 0)
-            return cli_usage_error("synth", usage, "unknown --type '%s' (f32, f16, bf16, q8_0 or a mix: %s)", type_name,
-                                   pb_recipe_mix_list());
-    }
-    if (!out_path && !table_only) return cli_usage_error("synth", usage, "-o FILE is required");
-    cli_install_cleanup_handlers();
+                               o->arch_s ? o->arch_s : "nothing");
+    if (!o->size)
+        return cli_usage_error("synth", usage, "--size is required (%s: %s)", o->arch_s, cv_preset_names(o->arch));
+    if (!o->type_name) return cli_usage_error("synth", usage, "--type is required");
+    int t;
+    uint32_t ft;
+    if (!cv_outtype_parse(o->type_name, &t, &ft) && pb_recipe_ftype_from_name(o->type_name) < 0)
+        return cli_usage_error("synth", usage, "unknown --type '%s' (f32, f16, bf16, q8_0 or a mix: %s)", o->type_name,
+                               pb_recipe_mix_list());
+    if (!o->out_path && !o->table_only) return cli_usage_error("synth", usage, "-o FILE is required");
+    return -1;
+}
 
+/* The real tokenizer (--vocab tokenizer.json, tokenizer_config.json from its folder) padded to the preset's
+ * size for Gemma 1/2, or a synthetic vocabulary of exactly that size. */
+static pb_status load_vocab(synth *sy, const synth_opts *o, cv_vocab **vocab) {
+    if (!o->vocab_path) return cv_vocab_synthetic(&sy->hp, vocab);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", o->vocab_path);
+    size_t n = strlen(dir);
+    if (n > 5 && strcmp(dir + n - 5, ".json") == 0) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
+    }
+    pb_status s = cv_vocab_load(dir, &sy->hp, vocab);
+    if (s != PB_OK) return s;
+    uint32_t n_tok = cv_vocab_size(*vocab);
+    if (n_tok < sy->hp.n_vocab && sy->hp.arch != CV_GEMMA3) return cv_vocab_pad(*vocab, sy->hp.n_vocab);
+    if (n_tok > sy->hp.n_vocab) { /* as convert: entries past the embedding rows are dropped */
+        cli_err("synth", "note: dropping %u tokenizer entries with ids >= %u (first: '%s')", n_tok - sy->hp.n_vocab,
+                sy->hp.n_vocab, (*vocab)->tokens[sy->hp.n_vocab]);
+        cv_vocab_truncate(*vocab, sy->hp.n_vocab);
+        return PB_OK;
+    }
+    if (n_tok != sy->hp.n_vocab) {
+        cli_err("synth", "note: the tokenizer has %u tokens; %s %s has %u, using %u", n_tok, o->arch_s, o->size,
+                sy->hp.n_vocab, n_tok);
+        sy->hp.n_vocab = n_tok;
+    }
+    return PB_OK;
+}
+
+static pb_status synth_write(synth *sy, const synth_opts *o, const cv_vocab *vocab, uint32_t file_type) {
+    char name[256];
+    if (o->name)
+        snprintf(name, sizeof name, "%s", o->name);
+    else
+        snprintf(name, sizeof name, "synthetic %s %s (seed %ld)", o->arch_s, o->size, o->seed);
+    pb_gguf_writer *w = pb_gguf_writer_new();
+    if (!w) return pb_error(PB_ERR_NOMEM, "out of memory");
+    pb_status s = cv_write_arch_kv(w, &sy->hp, name, file_type);
+    if (s == PB_OK) s = cv_vocab_write(vocab, w, &sy->hp);
+    if (s == PB_OK) s = pb_gguf_set_u32(w, "general.quantization_version", 2);
+    for (int i = 0; i < sy->n_plan && s == PB_OK; i++)
+        s = pb_gguf_add_tensor(w, sy->plan[i].name, sy->types[i], sy->plan[i].n_dims, sy->plan[i].ne, NULL);
+    if (s == PB_OK) s = pb_pool_new(o->n_threads ? (int)o->n_threads : pb_cpu_physical_cores(), &sy->pool);
+    if (s == PB_OK) {
+        pb_gguf_writer_set_fill(w, synth_fill, sy);
+        cli_progress_init(&sy->progress, "synth");
+        pb_gguf_writer_set_progress(w, synth_progress, sy);
+        s = pb_gguf_write(w, o->out_path);
+        cli_progress_done(&sy->progress);
+    }
+    pb_gguf_writer_free(w);
+    return s;
+}
+
+PB_CMD(synth) {
+    synth_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
     synth sy;
     memset(&sy, 0, sizeof sy);
-    sy.seed = (uint64_t)seed;
-    cv_vocab *vocab = NULL;
-    pb_gguf_writer *w = NULL;
-    char dflt_name[128];
-    int rc = 1;
-    double t0 = pb_time_ms();
-    pb_status s = cv_hparams_preset(arch, size, &sy.hp);
-    if (s != PB_OK) {
+    sy.seed = (uint64_t)o.seed;
+    if (cv_hparams_preset(o.arch, o.size, &sy.hp) != PB_OK) {
         cli_err("synth", "%s", pb_last_error());
         return 2;
     }
-    if (vocab_path) {
-        /* --vocab names tokenizer.json (or its folder); tokenizer_config.json is read from the same folder. */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", vocab_path);
-        size_t n = strlen(dir);
-        if (n > 5 && strcmp(dir + n - 5, ".json") == 0) {
-            char *slash = strrchr(dir, '/');
-            if (slash)
-                *slash = 0;
-            else
-                snprintf(dir, sizeof dir, ".");
-        }
-        if ((s = cv_vocab_load(dir, &sy.hp, &vocab)) != PB_OK) goto fail;
-        uint32_t n_tok = cv_vocab_size(vocab);
-        if (n_tok < sy.hp.n_vocab && sy.hp.arch != CV_GEMMA3) {
-            if ((s = cv_vocab_pad(vocab, sy.hp.n_vocab)) != PB_OK) goto fail;
-        } else if (n_tok != sy.hp.n_vocab) {
-            cli_err("synth", "note: the tokenizer has %u tokens; %s %s has %u, using %u", n_tok, arch_s, size,
-                    sy.hp.n_vocab, n_tok);
-            sy.hp.n_vocab = n_tok;
-        }
-    } else if ((s = cv_vocab_synthetic(&sy.hp, &vocab)) != PB_OK) {
-        goto fail;
-    }
-
-    sy.n_plan = cv_tensor_plan(&sy.hp, NULL);
-    sy.plan = calloc((size_t)sy.n_plan, sizeof *sy.plan);
-    sy.types = calloc((size_t)sy.n_plan, sizeof *sy.types);
-    if (!sy.plan || !sy.types) {
-        s = pb_error(PB_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    cv_tensor_plan(&sy.hp, sy.plan);
+    cli_install_cleanup_handlers();
+    cv_vocab *vocab = NULL;
     uint32_t file_type = 0;
-    if ((s = cv_pick_types(type_name, &sy.hp, sy.plan, sy.n_plan, sy.types, &file_type)) != PB_OK) {
-        cli_err("synth", "%s", pb_last_error());
-        rc = 2;
-        goto done;
+    double t0 = pb_time_ms();
+    pb_status s = load_vocab(&sy, &o, &vocab);
+    if (s == PB_OK) {
+        sy.n_plan = cv_tensor_plan(&sy.hp, NULL);
+        sy.plan = calloc((size_t)sy.n_plan, sizeof *sy.plan);
+        sy.types = calloc((size_t)sy.n_plan, sizeof *sy.types);
+        if (!sy.plan || !sy.types) s = pb_error(PB_ERR_NOMEM, "out of memory");
     }
-    if (table_only) {
-        print_table(&sy, type_name, file_type);
+    if (s == PB_OK) {
+        cv_tensor_plan(&sy.hp, sy.plan);
+        s = cv_pick_types(o.type_name, &sy.hp, sy.plan, sy.n_plan, sy.types, &file_type);
+    }
+    if (s == PB_OK && o.table_only) {
+        print_table(&sy, o.type_name, file_type);
         rc = 0;
-        goto done;
+    } else if (s == PB_OK && (s = synth_write(&sy, &o, vocab, file_type)) == PB_OK) {
+        fprintf(stderr, "pocketbrain synth: wrote %s (%s %s, %s, %d tensors, %u tokens) in %.1f s, peak RSS %.0f MB\n",
+                o.out_path, o.arch_s, o.size, o.type_name, sy.n_plan, sy.hp.n_vocab, (pb_time_ms() - t0) / 1000.0,
+                (double)pb_peak_rss() / 1e6);
+        rc = 0;
+    } else {
+        rc = cli_fail("synth", s, o.out_path ? o.out_path : o.arch_s);
     }
-    if (!name) {
-        snprintf(dflt_name, sizeof dflt_name, "synthetic %s %s (seed %ld)", arch_s, size, seed);
-        name = dflt_name;
-    }
-    if (!(w = pb_gguf_writer_new())) {
-        s = pb_error(PB_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    if ((s = cv_write_arch_kv(w, &sy.hp, name, file_type)) != PB_OK) goto fail;
-    if ((s = cv_vocab_write(vocab, w, &sy.hp)) != PB_OK) goto fail;
-    if ((s = pb_gguf_set_u32(w, "general.quantization_version", 2)) != PB_OK) goto fail;
-    for (int i = 0; i < sy.n_plan; i++)
-        if ((s = pb_gguf_add_tensor(w, sy.plan[i].name, sy.types[i], sy.plan[i].n_dims, sy.plan[i].ne, NULL)) != PB_OK)
-            goto fail;
-    if ((s = pb_pool_new(n_threads ? (int)n_threads : pb_cpu_physical_cores(), &sy.pool)) != PB_OK) goto fail;
-    pb_gguf_writer_set_fill(w, synth_fill, &sy);
-    cli_progress_init(&sy.progress, "synth");
-    pb_gguf_writer_set_progress(w, synth_progress, &sy);
-    s = pb_gguf_write(w, out_path);
-    cli_progress_done(&sy.progress);
-    if (s != PB_OK) goto fail;
-    fprintf(stderr, "pocketbrain synth: wrote %s (%s %s, %s, %d tensors, %u tokens) in %.1f s\n", out_path, arch_s,
-            size, type_name, sy.n_plan, sy.hp.n_vocab, (pb_time_ms() - t0) / 1000.0);
-    rc = 0;
-    goto done;
-fail:
-    rc = cli_fail("synth", s, out_path ? out_path : "synth");
-done:
-    pb_gguf_writer_free(w);
     pb_pool_free(sy.pool);
     cv_vocab_free(vocab);
     free(sy.plan);

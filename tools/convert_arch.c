@@ -146,11 +146,9 @@ static pb_status gemma3_rope(const cJSON *c, cv_hparams *hp) {
     return PB_OK;
 }
 
-pb_status cv_hparams_from_config(const cJSON *config, cv_hparams *hp, const char **prefix, cv_warn_fn warn,
-                                 void *user) {
-    memset(hp, 0, sizeof *hp);
-    *prefix = "model.";
-    if (!cJSON_IsObject(config)) return pb_error(PB_ERR_FORMAT, "config.json: not a JSON object");
+/* Sets hp->arch from architectures[0] / model_type; *text gets the object holding the text model's fields
+ * (config itself, or text_config of a multimodal checkpoint). */
+static pb_status detect_arch(const cJSON *config, cv_hparams *hp, const cJSON **text, const char **prefix) {
     const cJSON *c = config;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(config, "architectures");
     const char *model_type = get_str(config, "model_type");
@@ -191,29 +189,14 @@ pb_status cv_hparams_from_config(const cJSON *config, cv_hparams *hp, const char
         found = true;
     }
     if (!found) return pb_error(PB_ERR_FORMAT, "config.json: neither 'architectures' nor 'model_type' is given");
+    *text = c;
+    return PB_OK;
+}
 
+/* Keys that only some versions have: softcaps, sliding window, rope, layer pattern, query scale. */
+static pb_status arch_specific(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user) {
     pb_status s;
     bool g3 = hp->arch == CV_GEMMA3;
-    /* Required everywhere; gemma3 text_config fields default as in the converter / HF. */
-    if ((s = get_u32(c, "hidden_size", 0, &hp->n_embd)) != PB_OK) return s;
-    if ((s = get_u32(c, "num_hidden_layers", 0, &hp->n_layer)) != PB_OK) return s;
-    if ((s = get_u32(c, "intermediate_size", 0, &hp->n_ff)) != PB_OK) return s;
-    if ((s = get_u32(c, "num_attention_heads", g3 ? 8 : 0, &hp->n_head)) != PB_OK) return s;
-    if ((s = get_u32(c, "num_key_value_heads", g3 ? 4 : hp->n_head, &hp->n_head_kv)) != PB_OK) return s;
-    if ((s = get_u32(c, "head_dim", g3 ? 256 : 0, &hp->head_dim)) != PB_OK) return s;
-    if ((s = get_u32(c, "max_position_embeddings", g3 ? 131072 : 0, &hp->n_ctx_train)) != PB_OK) return s;
-    if ((s = get_u32(c, "vocab_size", g3 ? 262208 : 0, &hp->n_vocab)) != PB_OK) return s;
-    if ((s = get_f32(c, "rms_norm_eps", 1e-6f, !g3, &hp->rms_eps)) != PB_OK) return s;
-    if (hp->n_head % hp->n_head_kv)
-        return pb_error(PB_ERR_FORMAT,
-                        "config.json: num_attention_heads %u is not a multiple of num_key_value_heads %u", hp->n_head,
-                        hp->n_head_kv);
-
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
-    if (!tie) tie = cJSON_GetObjectItemCaseSensitive(config, "tie_word_embeddings");
-    if (cJSON_IsFalse(tie))
-        return pb_error(PB_ERR_UNSUPPORTED, "config.json: tie_word_embeddings is false; Gemma GGUF files use the "
-                                            "token embedding as the output matrix");
     const char *act = get_str(c, "hidden_activation");
     if (act && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu_tanh") != 0)
         warnf(warn, user, "hidden_activation '%s': GGUF Gemma models always use tanh-approximated GELU", act);
@@ -263,6 +246,37 @@ pb_status cv_hparams_from_config(const cJSON *config, cv_hparams *hp, const char
                   q->valuedouble, want);
     }
     return PB_OK;
+}
+
+pb_status cv_hparams_from_config(const cJSON *config, cv_hparams *hp, const char **prefix, cv_warn_fn warn,
+                                 void *user) {
+    memset(hp, 0, sizeof *hp);
+    *prefix = "model.";
+    if (!cJSON_IsObject(config)) return pb_error(PB_ERR_FORMAT, "config.json: not a JSON object");
+    const cJSON *c = NULL;
+    pb_status s = detect_arch(config, hp, &c, prefix);
+    if (s != PB_OK) return s;
+    bool g3 = hp->arch == CV_GEMMA3;
+    /* Required everywhere; gemma3 text_config fields default as in the converter / HF. */
+    if ((s = get_u32(c, "hidden_size", 0, &hp->n_embd)) != PB_OK) return s;
+    if ((s = get_u32(c, "num_hidden_layers", 0, &hp->n_layer)) != PB_OK) return s;
+    if ((s = get_u32(c, "intermediate_size", 0, &hp->n_ff)) != PB_OK) return s;
+    if ((s = get_u32(c, "num_attention_heads", g3 ? 8 : 0, &hp->n_head)) != PB_OK) return s;
+    if ((s = get_u32(c, "num_key_value_heads", g3 ? 4 : hp->n_head, &hp->n_head_kv)) != PB_OK) return s;
+    if ((s = get_u32(c, "head_dim", g3 ? 256 : 0, &hp->head_dim)) != PB_OK) return s;
+    if ((s = get_u32(c, "max_position_embeddings", g3 ? 131072 : 0, &hp->n_ctx_train)) != PB_OK) return s;
+    if ((s = get_u32(c, "vocab_size", g3 ? 262208 : 0, &hp->n_vocab)) != PB_OK) return s;
+    if ((s = get_f32(c, "rms_norm_eps", 1e-6f, !g3, &hp->rms_eps)) != PB_OK) return s;
+    if (hp->n_head % hp->n_head_kv)
+        return pb_error(PB_ERR_FORMAT,
+                        "config.json: num_attention_heads %u is not a multiple of num_key_value_heads %u", hp->n_head,
+                        hp->n_head_kv);
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
+    if (!tie) tie = cJSON_GetObjectItemCaseSensitive(config, "tie_word_embeddings");
+    if (cJSON_IsFalse(tie))
+        return pb_error(PB_ERR_UNSUPPORTED, "config.json: tie_word_embeddings is false; Gemma GGUF files use the "
+                                            "token embedding as the output matrix");
+    return arch_specific(c, hp, warn, user);
 }
 
 /* ---- presets (shapes of released checkpoints; gemma-architecture.md §7) ------------------------ */

@@ -12,6 +12,14 @@ void cv_vocab_free(cv_vocab *v) { hf_vocab_free(v); }
 uint32_t cv_vocab_size(const cv_vocab *v) { return v->n; }
 pb_status cv_vocab_pad(cv_vocab *v, uint32_t n) { return hf_vocab_pad(v, n); }
 
+void cv_vocab_truncate(cv_vocab *v, uint32_t n) {
+    for (uint32_t i = n; i < v->n; i++) free(v->tokens[i]);
+    if (n < v->n) v->n = n;
+    int32_t *ids[] = {&v->bos, &v->eos, &v->unk, &v->pad};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (*ids[i] >= (int32_t)v->n) *ids[i] = -1;
+}
+
 pb_status cv_vocab_write(const cv_vocab *v, pb_gguf_writer *w, const cv_hparams *hp) {
     pb_status s = hf_vocab_write(v, w);
     /* Gemma 1's converter also names <end_of_turn> as EOT (id 107). */

@@ -23,6 +23,9 @@ uint32_t cv_vocab_size(const cv_vocab *v);
 /* Appends "[PAD<i>]" tokens (score -1000, type UNUSED) up to n (llama.cpp: vocab_size from config.json
  * beyond the tokenizer's pieces). No-op when the vocabulary already has n or more tokens. */
 pb_status cv_vocab_pad(cv_vocab *v, uint32_t n);
+/* Drops tokens with ids >= n (llama.cpp's converter ignores tokenizer entries beyond vocab_size, e.g.
+ * Gemma 3's <image_soft_token> 262144 in a 262144-row model). Special ids beyond n are unset. */
+void cv_vocab_truncate(cv_vocab *v, uint32_t n);
 /* Writes tokenizer.ggml.* and tokenizer.chat_template (hf_vocab_write), plus Gemma 1's eot_token_id. */
 pb_status cv_vocab_write(const cv_vocab *v, pb_gguf_writer *w, const cv_hparams *hp);
 void cv_vocab_free(cv_vocab *v);

@@ -95,6 +95,84 @@ static void recipe_hparams(pb_recipe *r, const pb_gguf *g) {
     if (nh > 0 && nkv > 0) r->n_gqa = (int)(nh / nkv);
 }
 
+/* Lists the tensors in llama.cpp's order and decides each one's output type; errors (unreadable types,
+ * quantized sources without allow_requantize) come out here, before any work. */
+static pb_status plan_jobs(const cli_quantize_params *p, const pb_gguf *g, int ftype, qctx *c, int64_t *max_ne0) {
+    pb_recipe r;
+    pb_status s = pb_recipe_init(&r, ftype);
+    if (s) return s;
+    recipe_hparams(&r, g);
+    c->n_jobs = pb_gguf_n_tensors(g);
+    c->jobs = pb_calloc((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof(job));
+    if (!c->jobs) return PB_ERR_NOMEM;
+    for (int64_t i = 0; i < c->n_jobs; i++) {
+        c->jobs[i].src = pb_gguf_tensor_at(g, i);
+        pb_recipe_count(&r, c->jobs[i].src->name);
+    }
+    qsort(c->jobs, (size_t)c->n_jobs, sizeof(job), order_cmp);
+    *max_ne0 = 1;
+    for (int64_t i = 0; i < c->n_jobs; i++) {
+        job *j = &c->jobs[i];
+        const pb_gguf_tensor *t = j->src;
+        j->type = t->type;
+        if (pb_recipe_is_quantizable(t->name, t->n_dims)) j->type = pb_recipe_tensor_type(&r, t->name, t->ne[0]);
+        j->convert = j->type != t->type;
+        if (!j->convert) continue;
+        if ((s = pb_type_check_supported(t->type))) return pb_error_prefix(s, "quantize: tensor '%s': ", t->name);
+        /* dequantizing to a float type loses nothing more; re-quantizing does and needs the flag */
+        bool src_float = t->type == PB_TYPE_F32 || t->type == PB_TYPE_F16 || t->type == PB_TYPE_BF16;
+        bool dst_float = j->type == PB_TYPE_F32 || j->type == PB_TYPE_F16 || j->type == PB_TYPE_BF16;
+        if (!src_float && !dst_float && !p->allow_requantize)
+            return pb_error(PB_ERR_UNSUPPORTED,
+                            "quantize: tensor '%s' is already quantized (%s); pass --allow-requantize to re-quantize "
+                            "it (quality loss)",
+                            t->name, pb_type_name(t->type));
+        if (pb_row_size(j->type, t->ne[0]) == 0)
+            return pb_error(PB_ERR_UNSUPPORTED, "quantize: tensor '%s' rows of %lld do not fit type %s", t->name,
+                            (long long)t->ne[0], pb_type_name(j->type));
+        if (t->ne[0] > *max_ne0) *max_ne0 = t->ne[0];
+    }
+    return PB_OK;
+}
+
+/* The pool and one f32 conversion buffer per thread. */
+static pb_status make_workers(const cli_quantize_params *p, int64_t max_ne0, qctx *c) {
+    int nth = p->n_threads > 0 ? p->n_threads : pb_cpu_physical_cores();
+    if (nth < 1) nth = 1;
+    pb_status s = pb_pool_new(nth, &c->pool);
+    if (s) return s;
+    c->f32 = pb_calloc((size_t)nth, sizeof(float *));
+    c->bad_rows = pb_calloc((size_t)nth, sizeof(int64_t));
+    if (!c->f32 || !c->bad_rows) return PB_ERR_NOMEM;
+    for (int i = 0; i < nth; i++)
+        if (!(c->f32[i] = pb_malloc((size_t)max_ne0 * ROWS_PER_CHUNK * sizeof(float)))) return PB_ERR_NOMEM;
+    return PB_OK;
+}
+
+/* Metadata (all keys but split.*, then file_type and quantization_version) and the tensor table. */
+static pb_status describe_output(pb_gguf_writer *w, const pb_gguf *g, int ftype, const qctx *c,
+                                 cli_quantize_stats *st) {
+    pb_status s;
+    for (int64_t i = 0; i < pb_gguf_n_kv(g); i++) {
+        if (strncmp(pb_gguf_kv_key(g, i), "split.", 6) == 0) continue;
+        if ((s = pb_gguf_copy_kv(w, g, i))) return s;
+    }
+    if ((s = pb_gguf_set_u32(w, "general.quantization_version", 2)) ||
+        (s = pb_gguf_set_u32(w, "general.file_type", (uint32_t)ftype)))
+        return s;
+    for (int64_t i = 0; i < c->n_jobs; i++) {
+        const job *j = &c->jobs[i];
+        const pb_gguf_tensor *t = j->src;
+        if ((s = pb_gguf_add_tensor(w, t->name, j->type, t->n_dims, t->ne, j->convert ? NULL : t->data))) return s;
+        st->n_tensors++;
+        st->n_converted += j->convert;
+        if (j->type < 64) st->n_by_type[j->type]++;
+        st->in_bytes += t->nbytes;
+        st->out_bytes += pb_row_size(j->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    return PB_OK;
+}
+
 pb_status cli_quantize_model(const cli_quantize_params *p, cli_quantize_stats *stats) {
     double t0 = pb_time_ms();
     cli_quantize_stats st;
@@ -105,98 +183,20 @@ pb_status cli_quantize_model(const cli_quantize_params *p, cli_quantize_stats *s
                         pb_recipe_mix_list());
     pb_gguf *g = NULL;
     pb_gguf_writer *w = NULL;
-    pb_pool *pool = NULL;
     qctx c;
     memset(&c, 0, sizeof c);
+    int64_t max_ne0 = 1;
     pb_status s = pb_gguf_open(p->in_path, &g);
     if (s) {
         if (!strstr(pb_last_error(), p->in_path)) pb_error_prefix(s, "%s: ", p->in_path);
         goto done;
     }
-    pb_recipe r;
-    if ((s = pb_recipe_init(&r, ftype))) goto done;
-    recipe_hparams(&r, g);
-
-    c.n_jobs = pb_gguf_n_tensors(g);
-    c.jobs = pb_calloc((size_t)(c.n_jobs ? c.n_jobs : 1), sizeof(job));
-    if (!c.jobs) {
-        s = PB_ERR_NOMEM;
-        goto done;
-    }
-    for (int64_t i = 0; i < c.n_jobs; i++) {
-        c.jobs[i].src = pb_gguf_tensor_at(g, i);
-        pb_recipe_count(&r, c.jobs[i].src->name);
-    }
-    qsort(c.jobs, (size_t)c.n_jobs, sizeof(job), order_cmp);
-
-    /* decide every tensor's type first, so errors come before any work */
-    int64_t max_ne0 = 1;
-    for (int64_t i = 0; i < c.n_jobs; i++) {
-        job *j = &c.jobs[i];
-        const pb_gguf_tensor *t = j->src;
-        j->type = t->type;
-        if (pb_recipe_is_quantizable(t->name, t->n_dims)) j->type = pb_recipe_tensor_type(&r, t->name, t->ne[0]);
-        j->convert = j->type != t->type;
-        if (!j->convert) continue;
-        if ((s = pb_type_check_supported(t->type))) {
-            pb_error_prefix(s, "quantize: tensor '%s': ", t->name);
-            goto done;
-        }
-        bool src_float = t->type == PB_TYPE_F32 || t->type == PB_TYPE_F16 || t->type == PB_TYPE_BF16;
-        if (!src_float && !p->allow_requantize) {
-            s = pb_error(PB_ERR_UNSUPPORTED,
-                         "quantize: tensor '%s' is already quantized (%s); pass --allow-requantize to re-quantize it "
-                         "(quality loss)",
-                         t->name, pb_type_name(t->type));
-            goto done;
-        }
-        if (pb_row_size(j->type, t->ne[0]) == 0) {
-            s = pb_error(PB_ERR_UNSUPPORTED, "quantize: tensor '%s' rows of %lld do not fit type %s", t->name,
-                         (long long)t->ne[0], pb_type_name(j->type));
-            goto done;
-        }
-        if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
-    }
-
-    int nth = p->n_threads > 0 ? p->n_threads : pb_cpu_physical_cores();
-    if (nth < 1) nth = 1;
-    if ((s = pb_pool_new(nth, &pool))) goto done;
-    c.pool = pool;
-    c.f32 = pb_calloc((size_t)nth, sizeof(float *));
-    c.bad_rows = pb_calloc((size_t)nth, sizeof(int64_t));
-    if (!c.f32 || !c.bad_rows) {
-        s = PB_ERR_NOMEM;
-        goto done;
-    }
-    for (int i = 0; i < nth; i++) {
-        if (!(c.f32[i] = pb_malloc((size_t)max_ne0 * ROWS_PER_CHUNK * sizeof(float)))) {
-            s = PB_ERR_NOMEM;
-            goto done;
-        }
-    }
-
+    if ((s = plan_jobs(p, g, ftype, &c, &max_ne0)) || (s = make_workers(p, max_ne0, &c))) goto done;
     if (!(w = pb_gguf_writer_new())) {
         s = PB_ERR_NOMEM;
         goto done;
     }
-    for (int64_t i = 0; i < pb_gguf_n_kv(g); i++) {
-        const char *key = pb_gguf_kv_key(g, i);
-        if (strncmp(key, "split.", 6) == 0) continue;
-        if ((s = pb_gguf_copy_kv(w, g, i))) goto done;
-    }
-    if ((s = pb_gguf_set_u32(w, "general.quantization_version", 2)) ||
-        (s = pb_gguf_set_u32(w, "general.file_type", (uint32_t)ftype)))
-        goto done;
-    for (int64_t i = 0; i < c.n_jobs; i++) {
-        const job *j = &c.jobs[i];
-        const pb_gguf_tensor *t = j->src;
-        if ((s = pb_gguf_add_tensor(w, t->name, j->type, t->n_dims, t->ne, j->convert ? NULL : t->data))) goto done;
-        st.n_tensors++;
-        st.n_converted += j->convert;
-        if (j->type < 64) st.n_by_type[j->type]++;
-        st.in_bytes += t->nbytes;
-        st.out_bytes += pb_row_size(j->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
-    }
+    if ((s = describe_output(w, g, ftype, &c, &st))) goto done;
     pb_gguf_writer_set_fill(w, fill, &c);
     pb_gguf_writer_set_progress(w, on_progress, (void *)p);
     s = pb_gguf_write(w, p->out_path);
@@ -205,11 +205,11 @@ pb_status cli_quantize_model(const cli_quantize_params *p, cli_quantize_stats *s
 done:
     pb_gguf_writer_free(w);
     if (c.f32)
-        for (int i = 0; i < (pool ? pb_pool_size(pool) : 0); i++) free(c.f32[i]);
+        for (int i = 0; i < (c.pool ? pb_pool_size(c.pool) : 0); i++) free(c.f32[i]);
     free(c.f32);
     free(c.bad_rows);
     free(c.jobs);
-    pb_pool_free(pool);
+    pb_pool_free(c.pool);
     pb_gguf_close(g);
     st.seconds = (pb_time_ms() - t0) / 1000.0;
     if (stats) *stats = st;

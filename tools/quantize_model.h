@@ -11,7 +11,7 @@ typedef struct cli_quantize_params {
     const char *out_path;  /* destination; written as <out>.tmp.<pid> then renamed (no partial file) */
     const char *mix;       /* "Q4_K_M", "q8_0", "f16", ... (pb_recipe_mix_list) */
     int n_threads;         /* 0 = physical cores */
-    bool allow_requantize; /* allow quantized sources to be dequantized and re-quantized */
+    bool allow_requantize; /* allow quantized sources to be re-quantized (F32/F16/BF16 targets never need it) */
     /* optional: called after each tensor with bytes of output done / total (from the writer thread) */
     void (*progress)(void *user, double done, double total);
     void *progress_user;
@@ -28,7 +28,7 @@ typedef struct cli_quantize_stats {
 /* Quantizes p->in_path to p->out_path. Copies every metadata key (except split.* keys), sets
  * general.file_type (u32, the llama ftype) and general.quantization_version = 2, writes tensors in
  * llama.cpp's order. Errors: PB_ERR_INVALID_ARG (unknown mix), PB_ERR_IO/FORMAT (input), PB_ERR_UNSUPPORTED
- * (a tensor type we cannot read, or a quantized source without allow_requantize), PB_ERR_FORMAT for
+ * (a tensor type we cannot read, or a quantized source to re-quantize without allow_requantize), PB_ERR_FORMAT for
  * non-finite weights (the message names tensor and row). No output file exists after an error.
  * stats may be NULL. */
 pb_status cli_quantize_model(const cli_quantize_params *p, cli_quantize_stats *stats);

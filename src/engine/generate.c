@@ -219,7 +219,10 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
             s->n_keep + (n - n_open) < s->n_ctx) {
             /* dropping every earlier turn: the new text follows the head directly */
             pb_error_clear();
-            status = pb_engine_keep(s, s->n_keep, &st->n_reprefilled);
+            int64_t re = 0;
+            status = pb_engine_keep(s, s->n_keep, &re);
+            st->n_reprefilled += re;
+            s->totals.n_reprefilled += re;
             s->n_turns = 0;
             s->totals.n_shifts++;
             st->n_shifts++;

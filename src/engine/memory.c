@@ -151,7 +151,7 @@ pb_status pb_session_admit(const char *model_path, pb_session_params *params, si
     }
     int ctx = n_ctx;
     if (e->total > avail) {
-        ctx = e->max_n_ctx >= 256 ? e->max_n_ctx / 256 * 256 : 0;
+        ctx = e->max_n_ctx >= 256 ? e->max_n_ctx / 256 * 256 : e->max_n_ctx;
         int min_ctx = hp.n_ctx_train > 0 && hp.n_ctx_train < 256 ? hp.n_ctx_train : 256;
         if (ctx < min_ctx) {
             return pb_error(PB_ERR_MEMORY_LIMIT,

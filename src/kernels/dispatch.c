@@ -1,8 +1,38 @@
-/* dispatch.c -- the one place that chooses kernels: fills the type table's vec_dot from pb_cpu_features(). */
+/* dispatch.c -- the one place that chooses kernels: fills the type table's vec_dot (and the activation
+ * quantizers, F16 reads and matmul tiles) from pb_cpu_features(), once, at the first pb_type_get(). */
 #include "kernels/kernels.h"
 
 void pb_kernels_init(pb_type_traits *table, int n) {
     pb_kernels_fill_ref(table, n);
+    pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
     unsigned f = pb_cpu_features();
-    (void)f; /* ISA files (x86_avx2.c, x86_avx512.c, arm_neon.c) override entries here when present */
+    (void)f;
+#if defined(__x86_64__)
+    const unsigned avx2 = PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C;
+    const unsigned avx512 =
+        avx2 | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ | PB_CPU_AVX512VNNI;
+    if ((f & avx512) == avx512)
+        pb_kernels_fill_avx512(table, n, gemm);
+    else if ((f & avx2) == avx2)
+        pb_kernels_fill_avx2(table, n, gemm);
+#elif defined(__aarch64__)
+    if (f & PB_CPU_DOTPROD) pb_kernels_fill_neon(table, n, gemm);
+#endif
+    for (int i = 0; i < PB_TYPE_COUNT; i++) pb_matmul_set_gemm(i, gemm[i]);
+}
+
+/* Name of the family pb_kernels_init picked ("avx512", "avx2", "neon", "scalar"), for benches and logs. */
+const char *pb_kernels_isa(void) {
+    unsigned f = pb_cpu_features();
+    (void)f;
+#if defined(__x86_64__)
+    const unsigned avx2 = PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C;
+    const unsigned avx512 =
+        avx2 | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ | PB_CPU_AVX512VNNI;
+    if ((f & avx512) == avx512) return "avx512";
+    if ((f & avx2) == avx2) return "avx2";
+#elif defined(__aarch64__)
+    if (f & PB_CPU_DOTPROD) return "neon";
+#endif
+    return "scalar";
 }

@@ -7,6 +7,7 @@
 #ifndef PB_KERNELS_H
 #define PB_KERNELS_H
 
+#include "tensor/matmul.h"
 #include "tensor/types.h"
 
 /* ---- ref.c: portable scalar C, the executable spec every ISA version is tested against ---- */
@@ -26,8 +27,45 @@ void pb_vec_dot_q5_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
 void pb_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
 void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y);
 
+/* ---- ISA families (x86_kern.h via x86_avx2.c / x86_avx512.c, arm_neon.c), same signatures as ref.c.
+ * gemm tiles: y[t*ldy + r] = dot(weight row r, activation row t), r < nr, t < nt <= PB_GEMM_NT, each
+ * bit-identical to the same family's vec_dot. Quantizers: bit-identical to the tensor room's. ---- */
+#define PB_KERNEL_FAMILY(sfx)                                                                                          \
+    void pb_vec_dot_f32_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_f16_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_bf16_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                               \
+    void pb_vec_dot_q4_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
+    void pb_vec_dot_q8_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
+    void pb_vec_dot_q4_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
+    void pb_vec_dot_q5_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
+    void pb_vec_dot_q6_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
+    void pb_gemm_q4_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q8_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q4_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q5_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q6_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_f16_to_f32_##sfx(const void *src, float *dst, int64_t n);                                                \
+    void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                  \
+    void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                  \
+    void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
+
+#if defined(__x86_64__)
+PB_KERNEL_FAMILY(avx2);
+PB_KERNEL_FAMILY(avx512);
+#elif defined(__aarch64__)
+PB_KERNEL_FAMILY(neon);
+#endif
+
 /* Fills vec_dot of every row of table with the ref kernels (dispatch.c uses it as the base layer,
  * then overrides with ISA versions). Exposed so tests can compare an ISA table against ref. */
 void pb_kernels_fill_ref(pb_type_traits *table, int n);
+
+/* Name of the kernel family dispatch.c picked for this CPU: "avx512", "avx2", "neon" or "scalar". */
+const char *pb_kernels_isa(void);
 
 #endif

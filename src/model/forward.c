@@ -17,6 +17,8 @@ struct pb_forward_ctx {
     const pb_model *m;
     int n_batch;
     int n_last;                           /* rows in hidden from the last call */
+    bool exact;                           /* float32 matmuls on dequantized rows (pb_forward_set_exact) */
+    float *wrow;                          /* [PB_FWD_MAX_THREADS, max_K] dequantized weight rows (exact mode) */
     float *x;                             /* [n_batch, d]     residual stream            */
     float *xn;                            /* [n_batch, d]     normed input of a block    */
     float *q;                             /* [n_batch, H*hd]  queries                    */
@@ -29,7 +31,8 @@ struct pb_forward_ctx {
     uint8_t *stash;                       /* [n_swa_layers][2][n_batch] rows (F32-sized) of new K/V for ring layers */
     size_t stash_layer;                   /* bytes per ring layer */
     int swa_slot[PB_MAX_LAYERS];          /* index of a ring layer's stash, -1 for full layers */
-    void *act;                            /* pb_matmul activation scratch */
+    float *part; /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
+    void *act;   /* pb_matmul activation scratch */
     void *mem;
     size_t bytes;
 };
@@ -52,9 +55,7 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
     for (int il = 0; il < hp->n_layer; il++) fc->swa_slot[il] = hp->swa_layer[il] ? n_swa++ : -1;
     fc->stash_layer = PB_PAD(2 * (size_t)B * (size_t)kv_dim * sizeof(float), 64);
     /* activation scratch: the largest any matrix of the model needs */
-    size_t act = 0;
-    const pb_gguf_tensor *mats[] = {m->output};
-    act = PB_MAX(act, pb_matmul_scratch_size(mats[0]->type, mats[0]->ne[0], B));
+    size_t act = pb_matmul_scratch_size(m->output->type, m->output->ne[0], B);
     for (int il = 0; il < hp->n_layer; il++) {
         const pb_layer_w *w = &m->layers[il];
         const pb_gguf_tensor *ts[] = {w->wq, w->wk, w->wv, w->wo, w->gate, w->up, w->down};
@@ -73,7 +74,9 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
                       fsize(B * d),
                       fsize(B * hd / 2) * 4,
                       fsize(1) + PB_PAD(act, 64),
-                      fc->stash_layer * (size_t)n_swa};
+                      fsize((int64_t)PB_FWD_MAX_THREADS * PB_MAX(PB_MAX(d, F), q_dim)),
+                      fc->stash_layer * (size_t)n_swa,
+                      fsize((int64_t)PB_MAX(2 * B, PB_ATT_MAX_BLOCKS + 1) * hp->n_head * (hd + 2))};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
     fc->mem = pb_aligned_alloc(total);
@@ -96,7 +99,11 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
     p += 4 * rs;
     fc->act = p;
     p += fsize(1) + PB_PAD(act, 64);
+    fc->wrow = (float *)p;
+    p += fsize((int64_t)PB_FWD_MAX_THREADS * PB_MAX(PB_MAX(d, F), q_dim));
     fc->stash = p;
+    p += fc->stash_layer * (size_t)n_swa;
+    fc->part = (float *)p;
     *out = fc;
     return PB_OK;
 }
@@ -112,9 +119,39 @@ const float *pb_forward_hidden(const pb_forward_ctx *fc) { return fc->hidden; }
 
 // --- helpers ---------------------------------------------------------------------------------------------
 
+void pb_forward_set_exact(pb_forward_ctx *fc, bool exact) { fc->exact = exact; }
+
+typedef struct {
+    const pb_gguf_tensor *w;
+    const float *x;
+    float *y, *wrow;
+    int n;
+} exact_job;
+
+/* Exact mode: each weight row is dequantized once into this thread's buffer and dotted in float32 with
+ * every token's activations (no activation quantization; never more than one row per thread in float). */
+static void exact_worker(void *ctx, int ith, int nth) {
+    const exact_job *j = ctx;
+    int64_t K = j->w->ne[0], N = j->w->ne[1], lo, hi;
+    const pb_type_traits *tr = pb_type_get(j->w->type);
+    size_t rb = pb_row_size(j->w->type, K);
+    float *wr = j->wrow + (size_t)ith * (size_t)K;
+    pb_split(N, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        tr->to_float((const uint8_t *)j->w->data + (size_t)r * rb, wr, K);
+        for (int t = 0; t < j->n; t++) j->y[t * N + r] = pb_vec_dot(wr, j->x + t * K, K);
+    }
+}
+
 /* y[n, N] = x[n, K] . W^T for a GGUF matrix W of ne [K, N] (quantized weights used in place). */
 static pb_status linear(pb_forward_ctx *fc, pb_pool *pool, const pb_gguf_tensor *w, const float *x, int n, float *y) {
-    return pb_matmul(w->data, w->type, w->ne[0], w->ne[1], x, n, y, fc->act, pool);
+    if (!fc->exact) return pb_matmul(w->data, w->type, w->ne[0], w->ne[1], x, n, y, fc->act, pool);
+    exact_job j = {w, x, y, fc->wrow, n};
+    if (pool)
+        pb_pool_run_n(pool, PB_MIN(pb_pool_size(pool), PB_FWD_MAX_THREADS), exact_worker, &j);
+    else
+        exact_worker(&j, 0, 1);
+    return PB_OK;
 }
 
 /* Row-wise RMSNorm of n rows of width d. */
@@ -147,47 +184,144 @@ static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint
     return cache + (size_t)slot * kv->row_bytes;
 }
 
-/* One (token, query head) pair: softmax(scale * q.K^T [softcapped], causal/sliding mask) . V, with a
- * single-pass (online) softmax so no score buffer is needed. Keys are read in position order, so a
- * token's result does not depend on how the prompt was split into batches. */
-static void attend_one(const attn_job *j, int t, int h) {
+/* Attention state of the n_rep query heads sharing one kv head, over some keys: per head
+ * [max score, sum of exp(score - max), sum of exp(score - max) * v (hd values)] = ST(hd) floats. */
+#define ST(hd) ((hd) + 2)
+
+/* Fresh state over keys k0..k1 (online softmax: one pass, no score buffer). Each K/V row is converted to
+ * float32 once and used by all n_rep query heads of the group (GQA). */
+static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
-    int hd = hp->head_dim, g = h / (hp->n_head / hp->n_head_kv); /* GQA: kv head of query head h */
-    int p = j->n_past + t;
-    int lo = hp->swa_layer[j->il] ? PB_MAX(0, p - hp->sliding_window + 1) : 0; /* key t' visible: p-W < t' <= p */
-    const float *qv = j->fc->q + ((int64_t)t * hp->n_head + h) * hd;
+    int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
+    const float *q = j->fc->q + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd; /* [n_rep, hd] */
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
     size_t hoff = (size_t)g * kv->head_bytes;
-    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], acc[PB_MAX_HEAD_DIM];
-    memset(acc, 0, sizeof(float) * (size_t)hd);
-    float mx = -INFINITY, sum = 0.0f;
-    for (int tk = lo; tk <= p; tk++) {
-        to_f(kv_row(j, kv->k[j->il], j->stash_k, tk) + hoff, kb, hd);
-        float s = pb_vec_dot(qv, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * query_pre_attn_scalar^-0.5 */
-        if (hp->attn_softcap > 0.0f) s = tanhf(s / hp->attn_softcap) * hp->attn_softcap; /* Gemma 2: cap 50 */
-        if (s > mx) {
-            float c = expf(mx - s); /* 0 on the first key */
-            sum *= c;
-            pb_vec_scale(acc, hd, c);
-            mx = s;
-        }
-        float e = expf(s - mx);
-        sum += e;
-        to_f(kv_row(j, kv->v[j->il], j->stash_v, tk) + hoff, vb, hd);
-        pb_vec_mad(acc, vb, e, hd);
+    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA];
+    for (int r = 0; r < n_rep; r++) {
+        float *x = st + r * ST(hd);
+        x[0] = -INFINITY;
+        x[1] = 0.0f;
+        memset(x + 2, 0, sizeof(float) * (size_t)hd);
     }
-    float *out = j->fc->att + ((int64_t)t * hp->n_head + h) * hd;
-    float inv = 1.0f / sum;
-    for (int i = 0; i < hd; i++) out[i] = acc[i] * inv;
+    for (int tk = k0; tk <= k1; tk++) {
+        to_f(kv_row(j, kv->k[j->il], j->stash_k, tk) + hoff, kb, hd);
+        for (int r = 0; r < n_rep; r++) {
+            float s = pb_vec_dot(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+            if (hp->attn_softcap > 0.0f) s = tanhf(s / hp->attn_softcap) * hp->attn_softcap; /* Gemma 2: 50 */
+            sc[r] = s;
+        }
+        to_f(kv_row(j, kv->v[j->il], j->stash_v, tk) + hoff, vb, hd);
+        for (int r = 0; r < n_rep; r++) {
+            float *x = st + r * ST(hd);
+            if (sc[r] > x[0]) { /* new max: rescale what was summed so far (factor 0 on the first key) */
+                float c = expf(x[0] - sc[r]);
+                x[1] *= c;
+                pb_vec_scale(x + 2, hd, c);
+                x[0] = sc[r];
+            }
+            float e = expf(sc[r] - x[0]);
+            x[1] += e;
+            pb_vec_mad(x + 2, vb, e, hd);
+        }
+    }
 }
 
-static void attn_worker(void *ctx, int ith, int nth) {
+/* dst = dst (+) src for n_rep head states (first: copy). Always applied in block order. */
+static void att_merge(float *dst, const float *src, int n_rep, int hd, bool first) {
+    if (first) {
+        memcpy(dst, src, sizeof(float) * (size_t)(n_rep * ST(hd)));
+        return;
+    }
+    for (int r = 0; r < n_rep; r++) {
+        float *a = dst + r * ST(hd);
+        const float *b = src + r * ST(hd);
+        float mx = a[0] > b[0] ? a[0] : b[0];
+        float ca = expf(a[0] - mx), cb = expf(b[0] - mx);
+        a[0] = mx;
+        a[1] = a[1] * ca + b[1] * cb;
+        for (int i = 0; i < hd; i++) a[2 + i] = a[2 + i] * ca + b[2 + i] * cb;
+    }
+}
+
+/* softmax . V = (sum of exp * v) / (sum of exp), into att rows of the group's query heads. */
+static void att_finish(const attn_job *j, int t, int g, const float *st) {
+    const pb_hparams *hp = &j->m->hp;
+    int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
+    float *out = j->fc->att + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd;
+    for (int r = 0; r < n_rep; r++) {
+        const float *x = st + r * ST(hd);
+        float inv = 1.0f / x[1];
+        for (int i = 0; i < hd; i++) out[r * hd + i] = x[2 + i] * inv;
+    }
+}
+
+/* Keys visible from token t (p = n_past + t): p-W < key <= p on sliding-window layers, key <= p otherwise.
+ * They are cut into blocks at multiples of kv->attn_block (absolute positions), the unit of parallel work
+ * in decode; prefill walks the same blocks in the same order, so both give bit-identical results. */
+static void key_range(const attn_job *j, int t, int *lo, int *hi) {
+    const pb_hparams *hp = &j->m->hp;
+    int p = j->n_past + t;
+    *lo = hp->swa_layer[j->il] ? PB_MAX(0, p - hp->sliding_window + 1) : 0;
+    *hi = p;
+}
+
+/* Prefill: one task per (token, kv head), blocks walked in order. */
+static void att_rows_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
-    int H = j->m->hp.n_head;
+    const pb_hparams *hp = &j->m->hp;
+    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
+    size_t slot = (size_t)n_rep * ST(hd);
     int64_t lo, hi;
-    pb_split((int64_t)j->n * H, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) attend_one(j, (int)(i / H), (int)(i % H));
+    pb_split((int64_t)j->n * Hkv, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        int t = (int)(i / Hkv), g = (int)(i % Hkv), k0, k1;
+        float *run = j->fc->part + (size_t)i * 2 * slot, *tmp = run + slot;
+        key_range(j, t, &k0, &k1);
+        for (int b0 = k0; b0 <= k1; b0 = (b0 / B + 1) * B) {
+            att_block(j, t, g, b0, PB_MIN(k1, (b0 / B + 1) * B - 1), tmp);
+            att_merge(run, tmp, n_rep, hd, b0 == k0);
+        }
+        att_finish(j, t, g, run);
+    }
+}
+
+/* Decode (one token): one task per (kv head, block), merged afterwards in block order. */
+static void att_blocks_worker(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    const pb_hparams *hp = &j->m->hp;
+    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
+    size_t slot = (size_t)n_rep * ST(hd);
+    int k0, k1;
+    key_range(j, 0, &k0, &k1);
+    int nb = k1 / B - k0 / B + 1;
+    int64_t lo, hi;
+    pb_split((int64_t)nb * Hkv, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        int g = (int)(i / nb), b = (int)(i % nb);
+        int b0 = b == 0 ? k0 : (k0 / B + b) * B, b1 = PB_MIN(k1, (k0 / B + b + 1) * B - 1);
+        att_block(j, 0, g, b0, b1, j->fc->part + (size_t)i * slot);
+    }
+}
+
+static void attend(attn_job *j, pb_pool *pool) {
+    const pb_hparams *hp = &j->m->hp;
+    int nth = pool ? pb_pool_size(pool) : 1;
+    int B = j->kv->attn_block, k0, k1;
+    key_range(j, 0, &k0, &k1);
+    int nb = k1 / B - k0 / B + 1;
+    if (j->n > 1 || nb == 1 || hp->n_head_kv >= nth) {
+        run_pool(pool, att_rows_worker, j);
+        return;
+    }
+    run_pool(pool, att_blocks_worker, j);
+    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv;
+    size_t slot = (size_t)n_rep * ST(hd);
+    float *run = j->fc->part + (size_t)nb * Hkv * slot;
+    for (int g = 0; g < Hkv; g++) {
+        for (int b = 0; b < nb; b++) att_merge(run, j->fc->part + ((size_t)g * nb + b) * slot, n_rep, hd, b == 0);
+        att_finish(j, 0, g, run);
+    }
 }
 
 // --- one transformer block -----------------------------------------------------------------------------
@@ -211,7 +345,7 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
         from_f(fc->k + t * kv_dim, dk + (size_t)t * kv->row_bytes, kv_dim);
         from_f(fc->v + t * kv_dim, dv + (size_t)t * kv->row_bytes, kv_dim);
     }
-    run_pool(pool, attn_worker, &j);
+    attend(&j, pool);
 }
 
 static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {

@@ -42,6 +42,7 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
     kv->row_bytes = pb_row_size(st, kv->kv_dim);
     kv->head_bytes = pb_row_size(st, hp->head_dim);
     kv->window = hp->sliding_window;
+    kv->attn_block = PB_MAX(128, (n_ctx + PB_ATT_MAX_BLOCKS - 1) / PB_ATT_MAX_BLOCKS);
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         kv->ring[il] = hp->swa_layer[il] != 0;

@@ -11,6 +11,7 @@ struct pb_kv_cache {
     int kv_dim, head_dim, window;
     size_t row_bytes;          /* bytes of one position's row (n_head_kv * head_dim values) */
     size_t head_bytes;         /* bytes of one kv head inside a row */
+    int attn_block;            /* keys per attention block: max(128, ceil(n_ctx / PB_ATT_MAX_BLOCKS)) */
     bool ring[PB_MAX_LAYERS];  /* sliding-window layer: ring of cap rows */
     int cap[PB_MAX_LAYERS];    /* rows held per layer */
     uint8_t *k[PB_MAX_LAYERS]; /* [cap][row_bytes] */

@@ -65,6 +65,11 @@ typedef struct pb_forward_ctx pb_forward_ctx;
 pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **out);
 void pb_forward_ctx_free(pb_forward_ctx *fc);
 size_t pb_forward_ctx_bytes(const pb_forward_ctx *fc);
+/* Exact mode (default off): matmuls in float32 on weight rows dequantized one at a time per thread, the
+ * numerics of a float64 reference up to float32 rounding, instead of pb_matmul's quantized activations
+ * (llama.cpp-style Q8 activations: faster, but ~1 logit of noise on quantized models). The weights stay
+ * quantized in memory. For validation and `pocketbrain logits --exact`. */
+void pb_forward_set_exact(pb_forward_ctx *fc, bool exact);
 
 /* Runs n (1..n_batch) tokens at positions n_past..n_past+n-1, appending their K/V to kv.
  * logits: n_vocab floats for the last token, or n*n_vocab (row-major) when all_logits.

@@ -4,8 +4,11 @@
 
 #include "model/model.h"
 
-#define PB_MAX_LAYERS   256
-#define PB_MAX_HEAD_DIM 512
+#define PB_MAX_LAYERS      256
+#define PB_MAX_HEAD_DIM    512
+#define PB_FWD_MAX_THREADS 64  /* threads a forward pass uses at most in exact mode */
+#define PB_MAX_GQA         64  /* query heads per kv head */
+#define PB_ATT_MAX_BLOCKS  256 /* key blocks per attention row (decode splits work over them) */
 
 /* Weight views of one transformer block (pointers into the GGUF mapping; ne fastest first). */
 typedef struct pb_layer_w {

@@ -240,8 +240,10 @@ static int32_t nucleus(cand *c, int32_t n, double need) {
     while (hi - lo > 32) {
         /* median of three as pivot, moved to hi-1 */
         int32_t a = lo, b = lo + (hi - lo) / 2, d = hi - 1, piv;
-        if (cand_cmp(&c[a], &c[b]) < 0) piv = cand_cmp(&c[b], &c[d]) < 0 ? b : (cand_cmp(&c[a], &c[d]) < 0 ? d : a);
-        else piv = cand_cmp(&c[a], &c[d]) < 0 ? a : (cand_cmp(&c[b], &c[d]) < 0 ? d : b);
+        if (cand_cmp(&c[a], &c[b]) < 0)
+            piv = cand_cmp(&c[b], &c[d]) < 0 ? b : (cand_cmp(&c[a], &c[d]) < 0 ? d : a);
+        else
+            piv = cand_cmp(&c[a], &c[d]) < 0 ? a : (cand_cmp(&c[b], &c[d]) < 0 ? d : b);
         cand t = c[piv];
         c[piv] = c[hi - 1];
         c[hi - 1] = t;

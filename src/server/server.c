@@ -698,28 +698,34 @@ static void use_fallback_locked(job *j, const char *answer) {
     pthread_mutex_unlock(&srv->m.mu);
 }
 
-/* Waits until the job is done or has output, applying the FAQ fallback when no token came in time.
- * Caller holds j->mu. Returns false on timeout of one wait period (the caller loops). */
+/* Applies the FAQ fallback when no token came within fallback_after seconds, else waits up to ms for the
+ * job to make progress. Caller holds j->mu and loops. */
 static void wait_job_locked(job *j, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     pb_server *srv = j->srv;
     if (!j->fell_back && !j->done && j->n_pieces == 0 && srv->p.fallback_after > 0 &&
-        pb_time_ms() - j->t_enqueue > srv->p.fallback_after * 1000.0) {
+        pb_time_ms() - j->t_enqueue >= srv->p.fallback_after * 1000.0) {
         char ans[4096];
         pthread_mutex_unlock(&j->mu);
         bool found = faq_fallback(j, ans, sizeof ans);
         pthread_mutex_lock(&j->mu);
-        if (found && !j->fell_back && j->n_pieces == 0) {
+        if (found && !j->fell_back && j->n_pieces == 0 && !j->done) {
             use_fallback_locked(j, ans);
             if (j->running_on) pb_session_cancel(j->running_on->session);
             j->cancelled = true;
+            return;
         }
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    /* wake early enough to apply the fallback on time */
+    if (srv->p.fallback_after > 0 && j->n_pieces == 0) {
+        double left = srv->p.fallback_after * 1000.0 - (pb_time_ms() - j->t_enqueue);
+        if (left > 0 && left < ms) ms = (int)left + 1;
+    }
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {

@@ -21,7 +21,7 @@
 /* Schema versions (PRAGMA user_version). 1: documents + chunks + plain FTS5; 2: titles, line numbers,
  * heading paths, token counts, stemmed FTS5; 3: meta, embeddings, FAQ. Older files are migrated on open. */
 #define PB_STORE_SCHEMA_VERSION 3
-#define PB_STORE_APP_ID 0x50424b42 /* 'PBKB' in PRAGMA application_id */
+#define PB_STORE_APP_ID         0x50424b42 /* 'PBKB' in PRAGMA application_id */
 
 typedef struct pb_store pb_store;
 
@@ -161,8 +161,8 @@ void pb_store_extracted_free(pb_extracted *e);
 /* ---- chunking (store_chunk.c) ------------------------------------------------------------------- */
 
 typedef struct pb_chunk_params {
-    int64_t target_tokens;  /* a chunk is closed before it would exceed this (default 200) */
-    int64_t overlap_tokens; /* a split inside a section repeats about this many tokens (default 40) */
+    int64_t target_tokens;   /* a chunk is closed before it would exceed this (default 200) */
+    int64_t overlap_tokens;  /* a split inside a section repeats about this many tokens (default 40) */
     pb_store_count_fn count; /* NULL: pb_store_estimate_tokens */
     void *count_user;
 } pb_chunk_params;
@@ -173,8 +173,8 @@ pb_chunk_params pb_chunk_default_params(void);
  * a section longer than target_tokens is split at paragraph (then sentence, then word) boundaries with
  * overlap_tokens of overlap. Positions are mapped to the source through e->src_off / e->page_off.
  * *out is an array of *n_out chunks (free with pb_store_chunks_free). Empty text gives 0 chunks. */
-pb_status pb_store_chunk_doc(const pb_extracted *e, const char *title, const pb_chunk_params *p,
-                             pb_store_chunk **out, int64_t *n_out);
+pb_status pb_store_chunk_doc(const pb_extracted *e, const char *title, const pb_chunk_params *p, pb_store_chunk **out,
+                             int64_t *n_out);
 void pb_store_chunks_free(pb_store_chunk *c, int64_t n);
 
 /* ---- ingest (store_ingest.c) -------------------------------------------------------------------- */
@@ -188,14 +188,14 @@ typedef enum pb_ingest_event {
     PB_INGEST_PROGRESS,  /* bytes_done / bytes_total advanced (path may be NULL) */
 } pb_ingest_event;
 
-typedef void (*pb_ingest_fn)(void *user, pb_ingest_event ev, const char *path, const char *detail,
-                             size_t bytes_done, size_t bytes_total);
+typedef void (*pb_ingest_fn)(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t bytes_done,
+                             size_t bytes_total);
 
 typedef struct pb_ingest_params {
     pb_chunk_params chunk;
-    bool prune;          /* remove documents under the given paths whose files are gone */
-    size_t batch_bytes;  /* commit after this many source bytes (default 8 MiB) */
-    int batch_files;     /* ... or this many changed files (default 64) */
+    bool prune;            /* remove documents under the given paths whose files are gone */
+    size_t batch_bytes;    /* commit after this many source bytes (default 16 MiB) */
+    int batch_files;       /* ... or this many changed files (default 512) */
     pb_ingest_fn on_event; /* may be NULL */
     void *user;
     const volatile int *cancel; /* when non-zero: stop after the current file (committed), PB_ERR_CANCELLED */
@@ -238,8 +238,12 @@ typedef struct pb_store_hit {
 
 /* The k best chunks for a query by BM25 (heading column weighted 2, text 1). At most max_per_doc chunks of
  * one document are kept (0 = no limit), so that the list shows distinct sources. 0 hits is not an error. */
-pb_status pb_store_search_bm25(pb_store *st, const char *query, int k, int max_per_doc, pb_store_hit **out,
-                               int *n_out);
+pb_status pb_store_search_bm25(pb_store *st, const char *query, int k, int max_per_doc, pb_store_hit **out, int *n_out);
+/* The same ranking computed by FTS5's own bm25() (slower on large bases: a B-tree lookup per matching row).
+ * pb_store_search_bm25 scores single-word terms itself from fts5vocab postings and falls back to this for
+ * phrases; kept as the reference the tests compare with. */
+pb_status pb_store_search_bm25_fts(pb_store *st, const char *query, int k, int max_per_doc, pb_store_hit **out,
+                                   int *n_out);
 /* The k chunks whose stored embeddings (for model name) have the highest cosine similarity with q. */
 pb_status pb_store_search_vec(pb_store *st, const char *model, const float *q, int dim, int k, pb_store_hit **out,
                               int *n_out);
@@ -250,8 +254,7 @@ pb_status pb_store_fuse_rrf(pb_store_hit *a, int na, pb_store_hit *b, int nb, in
 void pb_store_hits_free(pb_store_hit *h, int n);
 
 /* "path:12-30", "path:12", or "path (p. 3)". */
-void pb_store_format_location(const char *path, int64_t line_start, int64_t line_end, int page, char *buf,
-                              size_t cap);
+void pb_store_format_location(const char *path, int64_t line_start, int64_t line_end, int page, char *buf, size_t cap);
 
 /* ---- embeddings (store_db.c) -------------------------------------------------------------------- */
 
@@ -301,8 +304,7 @@ pb_status pb_store_faq_add(pb_store *st, const char *question, const char *answe
  * PB_ERR_FORMAT naming the file and line, and nothing is added. */
 pb_status pb_store_faq_import(pb_store *st, const char *path, int64_t *n_added);
 /* Calls fn for each pair in id order; fn returns false to stop. */
-pb_status pb_store_faq_list(pb_store *st, bool (*fn)(void *user, int64_t id, const char *q, const char *a),
-                            void *user);
+pb_status pb_store_faq_list(pb_store *st, bool (*fn)(void *user, int64_t id, const char *q, const char *a), void *user);
 
 typedef struct pb_store_faq_hit {
     int64_t id;

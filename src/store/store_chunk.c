@@ -172,8 +172,10 @@ static void split_units(units *us) {
         bool blank = k == le;
         size_t ha, hb;
         int level = 0;
-        if (headings && le - k >= 3 && (memcmp(t + k, "```", 3) == 0 || memcmp(t + k, "~~~", 3) == 0)) fence = !fence;
-        else if (headings && !fence) level = heading_level(t, i, le, &ha, &hb);
+        if (headings && le - k >= 3 && (memcmp(t + k, "```", 3) == 0 || memcmp(t + k, "~~~", 3) == 0))
+            fence = !fence;
+        else if (headings && !fence)
+            level = heading_level(t, i, le, &ha, &hb);
         if (blank || level) {
             if (para != (size_t)-1) add_paragraph(us, para, i);
             para = (size_t)-1;
@@ -210,8 +212,10 @@ static int64_t line_of(const lines *l, size_t off) {
     size_t lo = 0, hi = l->n;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (l->starts[mid] <= off) lo = mid;
-        else hi = mid;
+        if (l->starts[mid] <= off)
+            lo = mid;
+        else
+            hi = mid;
     }
     return (int64_t)lo + 1;
 }
@@ -306,15 +310,17 @@ static size_t overlap_start(const packer *pk, size_t a, size_t b) {
     return i;
 }
 
-pb_status pb_store_chunk_doc(const pb_extracted *e, const char *title, const pb_chunk_params *p,
-                             pb_store_chunk **out, int64_t *n_out) {
+pb_status pb_store_chunk_doc(const pb_extracted *e, const char *title, const pb_chunk_params *p, pb_store_chunk **out,
+                             int64_t *n_out) {
     *out = NULL;
     *n_out = 0;
     pb_chunk_params dp = pb_chunk_default_params();
     if (!p) p = &dp;
     if (p->target_tokens < 16 || p->overlap_tokens < 0 || p->overlap_tokens >= p->target_tokens)
-        return pb_error(PB_ERR_INVALID_ARG, "chunk: target %lld tokens / overlap %lld tokens (need target >= 16,"
-                        " 0 <= overlap < target)", (long long)p->target_tokens, (long long)p->overlap_tokens);
+        return pb_error(PB_ERR_INVALID_ARG,
+                        "chunk: target %lld tokens / overlap %lld tokens (need target >= 16,"
+                        " 0 <= overlap < target)",
+                        (long long)p->target_tokens, (long long)p->overlap_tokens);
     units us = {e, p, NULL, 0, 0, false};
     split_units(&us);
     packer pk = {0};

@@ -75,9 +75,10 @@ pb_status pb_store_sql_error(pb_store *st, const char *what) {
 
 pb_status pb_store_exec(pb_store *st, const char *sql) {
     char *msg = NULL;
+    if (sqlite3_strnicmp(sql, "SELECT", 6) != 0) pb_store_invalidate(st);
     if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        pb_status s = pb_error(sqlite3_errcode(st->db) == SQLITE_NOTADB ? PB_ERR_FORMAT : PB_ERR_IO,
-                               "store '%s': %s", st->path, msg ? msg : sqlite3_errmsg(st->db));
+        pb_status s = pb_error(sqlite3_errcode(st->db) == SQLITE_NOTADB ? PB_ERR_FORMAT : PB_ERR_IO, "store '%s': %s",
+                               st->path, msg ? msg : sqlite3_errmsg(st->db));
         sqlite3_free(msg);
         return s;
     }
@@ -95,8 +96,10 @@ pb_status pb_store_query_int(pb_store *st, const char *sql, int64_t *out) {
     if (s) return s;
     *out = 0;
     int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(q, 0);
-    else if (rc != SQLITE_DONE) s = pb_store_sql_error(st, "query");
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(q, 0);
+    else if (rc != SQLITE_DONE)
+        s = pb_store_sql_error(st, "query");
     sqlite3_finalize(q);
     return s;
 }
@@ -156,8 +159,10 @@ static pb_status open_db(const char *path, pb_store **out) {
                         (long long)ver, PB_STORE_SCHEMA_VERSION);
     }
     st->version = (int)ver;
+    st->n_chunks_cached = -1;
     /* WAL: readers never block the writer, and a killed writer leaves the last committed state. */
-    if ((s = pb_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"))) {
+    if ((s = pb_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
+                               " PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;"))) {
         pb_store_close(st);
         return s;
     }
@@ -171,6 +176,17 @@ static pb_status migrate_to(pb_store *st, int target) {
         char sql[64];
         pb_status s = pb_store_begin(st);
         if (s) return s;
+        /* another connection may have migrated while we waited for the write lock */
+        int64_t now = 0;
+        if ((s = pb_store_query_int(st, "PRAGMA user_version", &now))) {
+            pb_store_rollback(st);
+            return s;
+        }
+        if (now >= next) {
+            pb_store_rollback(st);
+            st->version = (int)now;
+            continue;
+        }
         if ((s = pb_store_exec(st, steps[next - 1]))) {
             pb_store_rollback(st);
             return pb_error_prefix(s, "migration to schema version %d: ", next);
@@ -218,6 +234,8 @@ void pb_store_close(pb_store *st) {
     if (!st) return;
     if (st->put_doc) sqlite3_finalize(st->put_doc);
     if (st->put_chunk) sqlite3_finalize(st->put_chunk);
+    free(st->ds_len);
+    free(st->ds_score);
     if (st->db) sqlite3_close_v2(st->db);
     free(st->path);
     free(st);
@@ -282,9 +300,12 @@ pb_status pb_store_meta_get(pb_store *st, const char *key, char *buf, size_t cap
     if (s) return s;
     sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
     int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) snprintf(buf, cap, "%s", (const char *)sqlite3_column_text(q, 0));
-    else if (rc == SQLITE_DONE) s = pb_error(PB_ERR_NOT_FOUND, "store: no meta key '%s'", key);
-    else s = pb_store_sql_error(st, "meta get");
+    if (rc == SQLITE_ROW)
+        snprintf(buf, cap, "%s", (const char *)sqlite3_column_text(q, 0));
+    else if (rc == SQLITE_DONE)
+        s = pb_error(PB_ERR_NOT_FOUND, "store: no meta key '%s'", key);
+    else
+        s = pb_store_sql_error(st, "meta get");
     sqlite3_finalize(q);
     return s;
 }
@@ -313,11 +334,11 @@ pb_status pb_store_doc_lookup(pb_store *st, const char *path, pb_store_doc_info 
 
 static pb_status delete_doc_id(pb_store *st, int64_t id) {
     char sql[256];
+    pb_store_invalidate(st);
     pb_status s;
     if (st->version >= 3) {
         snprintf(sql, sizeof sql,
-                 "DELETE FROM embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE doc_id = %lld)",
-                 (long long)id);
+                 "DELETE FROM embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE doc_id = %lld)", (long long)id);
         if ((s = pb_store_exec(st, sql))) return s;
     }
     snprintf(sql, sizeof sql, "DELETE FROM chunks WHERE doc_id = %lld; DELETE FROM documents WHERE id = %lld",
@@ -384,6 +405,7 @@ pb_status pb_store_doc_put(pb_store *st, const pb_store_doc *doc, const pb_store
         if (sqlite3_step(q) != SQLITE_DONE) return pb_store_sql_error(st, "insert chunk");
     }
     if (doc_id) *doc_id = id;
+    pb_store_invalidate(st);
     return PB_OK;
 }
 
@@ -422,8 +444,10 @@ pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_ro
         }
         size_t rl = strlen(roots[r]);
         memcpy(prefix, roots[r], rl);
-        if (rl && prefix[rl - 1] == '/') prefix[rl] = 0;
-        else prefix[rl] = '/', prefix[rl + 1] = 0;
+        if (rl && prefix[rl - 1] == '/')
+            prefix[rl] = 0;
+        else
+            prefix[rl] = '/', prefix[rl + 1] = 0;
         sqlite3_bind_text(q, 1, roots[r], -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, prefix, -1, SQLITE_STATIC);
         int64_t *ids = NULL;
@@ -446,8 +470,8 @@ pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_ro
             paths[n] = pb_store_col_dup(q, 1);
             n++;
         }
-        if (rc != SQLITE_DONE) s = rc == SQLITE_NOMEM ? pb_error(PB_ERR_NOMEM, "store: out of memory")
-                                                      : pb_store_sql_error(st, "prune");
+        if (rc != SQLITE_DONE)
+            s = rc == SQLITE_NOMEM ? pb_error(PB_ERR_NOMEM, "store: out of memory") : pb_store_sql_error(st, "prune");
         sqlite3_finalize(q);
         free(prefix);
         for (int64_t i = 0; i < n; i++) {
@@ -495,7 +519,8 @@ uint16_t pb_store_f32_to_f16(float f) {
 float pb_store_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
     if (e == 0) {
-        if (m == 0) x = sign;
+        if (m == 0)
+            x = sign;
         else {
             e = 127 - 15 + 1;
             while (!(m & 0x400u)) {
@@ -523,8 +548,8 @@ pb_status pb_store_embedding_put(pb_store *st, int64_t chunk_id, const char *mod
     if (!h) return PB_ERR_NOMEM;
     for (int i = 0; i < dim; i++) h[i] = pb_store_f32_to_f16(vec[i]);
     sqlite3_stmt *q;
-    pb_status s = pb_store_prepare(st, "INSERT OR REPLACE INTO embeddings(chunk_id, model, dim, vec) VALUES (?,?,?,?)",
-                                   &q);
+    pb_status s =
+        pb_store_prepare(st, "INSERT OR REPLACE INTO embeddings(chunk_id, model, dim, vec) VALUES (?,?,?,?)", &q);
     if (!s) {
         sqlite3_bind_int64(q, 1, chunk_id);
         sqlite3_bind_text(q, 2, model, -1, SQLITE_STATIC);

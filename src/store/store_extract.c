@@ -41,10 +41,14 @@ static int utf8_len(const uint8_t *p, size_t n) {
     if (c < 0x80) return 1;
     int len;
     uint32_t cp, min;
-    if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f, min = 0x80;
-    else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f, min = 0x800;
-    else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
+    if ((c & 0xe0) == 0xc0)
+        len = 2, cp = c & 0x1f, min = 0x80;
+    else if ((c & 0xf0) == 0xe0)
+        len = 3, cp = c & 0x0f, min = 0x800;
+    else if ((c & 0xf8) == 0xf0)
+        len = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return 0;
     if ((size_t)len > n) return 0;
     for (int i = 1; i < len; i++) {
         if ((p[i] & 0xc0) != 0x80) return 0;
@@ -99,7 +103,8 @@ static void out_byte(outbuf *o, char c, size_t src) {
 
 static void out_utf8(outbuf *o, uint32_t cp, size_t src) {
     if (cp == 0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) cp = 0xfffd;
-    if (cp < 0x80) out_byte(o, (char)cp, src);
+    if (cp < 0x80)
+        out_byte(o, (char)cp, src);
     else if (cp < 0x800) {
         out_byte(o, (char)(0xc0 | (cp >> 6)), src);
         out_byte(o, (char)(0x80 | (cp & 0x3f)), src);
@@ -120,8 +125,10 @@ static int trailing_newlines(const outbuf *o) {
     int n = 0;
     for (size_t i = o->len; i > 0; i--) {
         char c = o->buf[i - 1];
-        if (c == '\n') n++;
-        else if (c != ' ') break;
+        if (c == '\n')
+            n++;
+        else if (c != ' ')
+            break;
     }
     return o->len == 0 ? 2 : n;
 }
@@ -148,20 +155,17 @@ typedef struct {
 
 /* The named entities that show up in ordinary documents; unknown ones stay literal. */
 static const entity entities[] = {
-    {"amp", '&'},       {"lt", '<'},         {"gt", '>'},        {"quot", '"'},     {"apos", '\''},
-    {"nbsp", 0xa0},     {"copy", 0xa9},      {"reg", 0xae},      {"trade", 0x2122}, {"mdash", 0x2014},
-    {"ndash", 0x2013},  {"hellip", 0x2026},  {"lsquo", 0x2018},  {"rsquo", 0x2019}, {"ldquo", 0x201c},
-    {"rdquo", 0x201d},  {"laquo", 0xab},     {"raquo", 0xbb},    {"bull", 0x2022},  {"middot", 0xb7},
-    {"deg", 0xb0},      {"plusmn", 0xb1},    {"times", 0xd7},    {"divide", 0xf7},  {"euro", 0x20ac},
-    {"pound", 0xa3},    {"yen", 0xa5},       {"cent", 0xa2},     {"sect", 0xa7},    {"para", 0xb6},
-    {"eacute", 0xe9},   {"egrave", 0xe8},    {"ecirc", 0xea},    {"aacute", 0xe1},  {"agrave", 0xe0},
-    {"acirc", 0xe2},    {"auml", 0xe4},      {"ouml", 0xf6},     {"uuml", 0xfc},    {"Auml", 0xc4},
-    {"Ouml", 0xd6},     {"Uuml", 0xdc},      {"szlig", 0xdf},    {"ccedil", 0xe7},  {"ntilde", 0xf1},
-    {"oacute", 0xf3},   {"iacute", 0xed},    {"uacute", 0xfa},   {"larr", 0x2190},  {"rarr", 0x2192},
-    {"uarr", 0x2191},   {"darr", 0x2193},    {"le", 0x2264},     {"ge", 0x2265},    {"ne", 0x2260},
-    {"shy", 0xad},      {"zwj", 0x200d},     {"zwnj", 0x200c},   {"thinsp", 0x2009}, {"ensp", 0x2002},
-    {"emsp", 0x2003},   {"hearts", 0x2665},  {"micro", 0xb5},    {"frac12", 0xbd},  {"iexcl", 0xa1},
-    {"iquest", 0xbf},
+    {"amp", '&'},      {"lt", '<'},        {"gt", '>'},       {"quot", '"'},     {"apos", '\''},     {"nbsp", 0xa0},
+    {"copy", 0xa9},    {"reg", 0xae},      {"trade", 0x2122}, {"mdash", 0x2014}, {"ndash", 0x2013},  {"hellip", 0x2026},
+    {"lsquo", 0x2018}, {"rsquo", 0x2019},  {"ldquo", 0x201c}, {"rdquo", 0x201d}, {"laquo", 0xab},    {"raquo", 0xbb},
+    {"bull", 0x2022},  {"middot", 0xb7},   {"deg", 0xb0},     {"plusmn", 0xb1},  {"times", 0xd7},    {"divide", 0xf7},
+    {"euro", 0x20ac},  {"pound", 0xa3},    {"yen", 0xa5},     {"cent", 0xa2},    {"sect", 0xa7},     {"para", 0xb6},
+    {"eacute", 0xe9},  {"egrave", 0xe8},   {"ecirc", 0xea},   {"aacute", 0xe1},  {"agrave", 0xe0},   {"acirc", 0xe2},
+    {"auml", 0xe4},    {"ouml", 0xf6},     {"uuml", 0xfc},    {"Auml", 0xc4},    {"Ouml", 0xd6},     {"Uuml", 0xdc},
+    {"szlig", 0xdf},   {"ccedil", 0xe7},   {"ntilde", 0xf1},  {"oacute", 0xf3},  {"iacute", 0xed},   {"uacute", 0xfa},
+    {"larr", 0x2190},  {"rarr", 0x2192},   {"uarr", 0x2191},  {"darr", 0x2193},  {"le", 0x2264},     {"ge", 0x2265},
+    {"ne", 0x2260},    {"shy", 0xad},      {"zwj", 0x200d},   {"zwnj", 0x200c},  {"thinsp", 0x2009}, {"ensp", 0x2002},
+    {"emsp", 0x2003},  {"hearts", 0x2665}, {"micro", 0xb5},   {"frac12", 0xbd},  {"iexcl", 0xa1},    {"iquest", 0xbf},
 };
 
 /* Decodes the entity at s[0] == '&' (n bytes available). Returns bytes consumed (0 = not an entity). */
@@ -175,7 +179,7 @@ static size_t decode_entity(const char *s, size_t n, uint32_t *cp) {
         size_t start = i;
         while (i < n && i - start < 8) {
             char c = s[i];
-            int d = c >= '0' && c <= '9' ? c - '0'
+            int d = c >= '0' && c <= '9'                 ? c - '0'
                     : base == 16 && c >= 'a' && c <= 'f' ? c - 'a' + 10
                     : base == 16 && c >= 'A' && c <= 'F' ? c - 'A' + 10
                                                          : -1;
@@ -188,8 +192,8 @@ static size_t decode_entity(const char *s, size_t n, uint32_t *cp) {
         return i + 1;
     }
     size_t start = i;
-    while (i < n && i - start < 10 && ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-                                       (s[i] >= '0' && s[i] <= '9')))
+    while (i < n && i - start < 10 &&
+           ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')))
         i++;
     if (i == start || i >= n || s[i] != ';') return 0;
     for (size_t k = 0; k < sizeof entities / sizeof entities[0]; k++)
@@ -218,10 +222,10 @@ static bool name_in(const char *name, const char *const *list) {
 }
 
 static const char *const block_tags[] = {
-    "p",      "div",   "section", "article", "header",   "footer",   "nav",     "aside",  "main", "blockquote",
-    "pre",    "ul",    "ol",      "dl",      "dt",       "dd",       "table",   "thead",  "tbody", "tfoot",
-    "tr",     "hr",    "form",    "fieldset", "figure",  "figcaption", "address", "details", "summary",
-    "caption", "body", "html",    "center",  "menu",     NULL};
+    "p",          "div",     "section", "article", "header", "footer",   "nav",    "aside",      "main",
+    "blockquote", "pre",     "ul",      "ol",      "dl",     "dt",       "dd",     "table",      "thead",
+    "tbody",      "tfoot",   "tr",      "hr",      "form",   "fieldset", "figure", "figcaption", "address",
+    "details",    "summary", "caption", "body",    "html",   "center",   "menu",   NULL};
 static const char *const raw_tags[] = {"script", "style", "noscript", "template", "textarea", "svg", "math", NULL};
 
 /* Appends text s[a, b) with entity decoding; whitespace collapses unless pre. */
@@ -232,16 +236,21 @@ static void html_text(outbuf *o, const char *s, size_t a, size_t b, bool pre) {
             uint32_t cp;
             size_t used = decode_entity(s + i, b - i, &cp);
             if (used) {
-                if (cp == 0xa0) out_space(o, i); /* nbsp reads as a space for search */
-                else out_utf8(o, cp, i);
+                if (cp == 0xa0)
+                    out_space(o, i); /* nbsp reads as a space for search */
+                else
+                    out_utf8(o, cp, i);
                 i += used;
                 continue;
             }
         }
         if (is_space(c)) {
-            if (pre && c == '\n') out_byte(o, '\n', i);
-            else if (pre && c != '\r') out_byte(o, ' ', i);
-            else if (!pre) out_space(o, i);
+            if (pre && c == '\n')
+                out_byte(o, '\n', i);
+            else if (pre && c != '\r')
+                out_byte(o, ' ', i);
+            else if (!pre)
+                out_space(o, i);
             i++;
             continue;
         }
@@ -315,7 +324,8 @@ pb_status pb_store_html_to_text(const char *s, size_t n, pb_extracted *out) {
         /* end of tag, skipping quoted attribute values; an unterminated tag ends the document */
         char q = 0;
         while (p < n && (q || s[p] != '>')) {
-            if (q && s[p] == q) q = 0;
+            if (q && s[p] == q)
+                q = 0;
             else if (!q && (s[p] == '"' || s[p] == '\'') && p > 0 && (s[p - 1] == '=' || is_space(s[p - 1])))
                 q = s[p];
             p++;
@@ -364,16 +374,19 @@ pb_status pb_store_html_to_text(const char *s, size_t n, pb_extracted *out) {
             continue;
         }
         if (in_heading) continue; /* inline markup inside a heading; keep it on one line */
-        if (strcmp(name, "br") == 0) out_break(&o, 1, tag);
+        if (strcmp(name, "br") == 0)
+            out_break(&o, 1, tag);
         else if (strcmp(name, "li") == 0 && !closing) {
             out_break(&o, 1, tag);
             out_byte(&o, '-', tag);
             out_byte(&o, ' ', tag);
-        } else if (strcmp(name, "td") == 0 || strcmp(name, "th") == 0) out_space(&o, tag);
+        } else if (strcmp(name, "td") == 0 || strcmp(name, "th") == 0)
+            out_space(&o, tag);
         else if (strcmp(name, "pre") == 0) {
             pre += closing ? (pre > 0 ? -1 : 0) : 1;
             out_break(&o, 2, tag);
-        } else if (name_in(name, block_tags)) out_break(&o, 2, tag);
+        } else if (name_in(name, block_tags))
+            out_break(&o, 2, tag);
     }
     html_text(&o, s, text_start, n, pre > 0);
     while (o.len && (o.buf[o.len - 1] == ' ' || o.buf[o.len - 1] == '\n')) o.len--;
@@ -392,8 +405,10 @@ pb_status pb_store_html_to_text(const char *s, size_t n, pb_extracted *out) {
     out->src = s;
     out->src_len = n;
     out->title = title && *title ? title : h1 ? h1 : pb_strdup("");
-    if (out->title == title) free(h1);
-    else free(title);
+    if (out->title == title)
+        free(h1);
+    else
+        free(title);
     if (!out->title) {
         pb_store_extracted_free(out);
         return PB_ERR_NOMEM;
@@ -480,7 +495,8 @@ static pb_status extract_pdf(const char *path, const uint8_t *data, size_t size,
                     k++;
                     continue;
                 }
-                if (t[k] == '\f') out_byte(&o, '\n', o.len);
+                if (t[k] == '\f')
+                    out_byte(&o, '\n', o.len);
                 else
                     for (int m = 0; m < l; m++) out_byte(&o, t[k + (size_t)m], o.len);
                 k += (size_t)l;
@@ -502,12 +518,15 @@ static pb_status extract_pdf(const char *path, const uint8_t *data, size_t size,
     free(o.src); /* PDF offsets are text offsets; the page map gives the location */
     out->text = o.buf;
     out->len = o.len - 1;
-    if (title && *title) out->title = pb_strdup(title);
-    else out->title = base_name(path);
+    if (title && *title)
+        out->title = pb_strdup(title);
+    else
+        out->title = base_name(path);
     g_free(title);
     size_t k = 0;
     while (k < out->len && is_space(out->text[k])) k++;
-    if (k == out->len) return pb_error(PB_ERR_FORMAT, "PDF has no extractable text (%d pages; scanned images?)", n_pages);
+    if (k == out->len)
+        return pb_error(PB_ERR_FORMAT, "PDF has no extractable text (%d pages; scanned images?)", n_pages);
     return out->title ? PB_OK : PB_ERR_NOMEM;
 }
 

@@ -57,9 +57,12 @@ static pb_status parse_jsonl(const char *line, char **q, char **a) {
     const cJSON *ja = cJSON_GetObjectItemCaseSensitive(j, "answer");
     if (!jq) jq = cJSON_GetObjectItemCaseSensitive(j, "q");
     if (!ja) ja = cJSON_GetObjectItemCaseSensitive(j, "a");
-    if (!cJSON_IsObject(j)) s = pb_error(PB_ERR_FORMAT, "not a JSON object");
-    else if (!cJSON_IsString(jq)) s = pb_error(PB_ERR_FORMAT, "no string \"question\" (or \"q\")");
-    else if (!cJSON_IsString(ja)) s = pb_error(PB_ERR_FORMAT, "no string \"answer\" (or \"a\")");
+    if (!cJSON_IsObject(j))
+        s = pb_error(PB_ERR_FORMAT, "not a JSON object");
+    else if (!cJSON_IsString(jq))
+        s = pb_error(PB_ERR_FORMAT, "no string \"question\" (or \"q\")");
+    else if (!cJSON_IsString(ja))
+        s = pb_error(PB_ERR_FORMAT, "no string \"answer\" (or \"a\")");
     else {
         *q = pb_strdup(jq->valuestring);
         *a = pb_strdup(ja->valuestring);
@@ -102,7 +105,8 @@ pb_status pb_store_faq_import(pb_store *st, const char *path, int64_t *n_added) 
                 s = parse_jsonl(line, &q, &a);
             } else {
                 char *tab = strchr(line, '\t');
-                if (!tab) s = pb_error(PB_ERR_FORMAT, "no TAB between question and answer");
+                if (!tab)
+                    s = pb_error(PB_ERR_FORMAT, "no TAB between question and answer");
                 else {
                     *tab = 0;
                     q = pb_strdup(line);
@@ -111,8 +115,10 @@ pb_status pb_store_faq_import(pb_store *st, const char *path, int64_t *n_added) 
                 }
             }
             if (!s) s = pb_store_faq_add(st, q, a, NULL);
-            if (s) pb_error_prefix(s, "faq import '%s' line %lld: ", path, (long long)line_no);
-            else n++;
+            if (s)
+                pb_error_prefix(s, "faq import '%s' line %lld: ", path, (long long)line_no);
+            else
+                n++;
             free(q);
             free(a);
         }
@@ -201,8 +207,8 @@ pb_status pb_store_faq_fallback(pb_store *st, const char *question, const char *
     const char *r = reason && *reason ? reason : "no answer from the model";
     size_t n = strlen(r) + strlen(m.answer) + strlen(m.question) + 96;
     *text = pb_malloc(n);
-    if (*text) snprintf(*text, n, "[fallback: %s; FAQ match, score %.2f]\n%s\n(FAQ: %s)", r, m.score, m.answer,
-                        m.question);
+    if (*text)
+        snprintf(*text, n, "[fallback: %s; FAQ match, score %.2f]\n%s\n(FAQ: %s)", r, m.score, m.answer, m.question);
     pb_store_faq_hit_free(&m);
     return *text ? PB_OK : PB_ERR_NOMEM;
 }

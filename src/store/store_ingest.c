@@ -17,8 +17,8 @@ pb_ingest_params pb_ingest_default_params(void) {
     pb_ingest_params p;
     memset(&p, 0, sizeof p);
     p.chunk = pb_chunk_default_params();
-    p.batch_bytes = (size_t)8 << 20;
-    p.batch_files = 64;
+    p.batch_bytes = (size_t)16 << 20;
+    p.batch_files = 512;
     return p;
 }
 
@@ -195,8 +195,10 @@ static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_pa
         if (s == PB_OK) {
             *changed = true;
             stats->n_chunks += n_chunks;
-            if (exists) stats->updated++;
-            else stats->added++;
+            if (exists)
+                stats->updated++;
+            else
+                stats->added++;
             char msg[64];
             snprintf(msg, sizeof msg, "%lld chunks", (long long)n_chunks);
             event(p, exists ? PB_INGEST_UPDATED : PB_INGEST_ADDED, f->path, msg, 0, 0);
@@ -233,8 +235,8 @@ pb_status pb_store_ingest(pb_store *st, const char *const *paths, int n_paths, c
         struct stat sb;
         if (stat(abs, &sb) != 0) {
             stats->skipped++;
-            event(p, PB_INGEST_SKIPPED, paths[i], p->prune ? "no such file or directory (documents under it are pruned)"
-                                                           : "no such file or directory",
+            event(p, PB_INGEST_SKIPPED, paths[i],
+                  p->prune ? "no such file or directory (documents under it are pruned)" : "no such file or directory",
                   0, 0);
         } else if (S_ISDIR(sb.st_mode)) {
             walk(&l, abs, 0);

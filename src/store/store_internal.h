@@ -10,10 +10,25 @@
 struct pb_store {
     sqlite3 *db;
     char *path;
-    int version;              /* PRAGMA user_version as last read or migrated */
-    sqlite3_stmt *put_doc;    /* cached: hot in ingest */
+    int version;           /* PRAGMA user_version as last read or migrated */
+    sqlite3_stmt *put_doc; /* cached: hot in ingest */
     sqlite3_stmt *put_chunk;
+    bool vocab_ready;        /* temp fts5vocab tables for query-term statistics exist */
+    int64_t n_chunks_cached; /* chunk count for term statistics; -1 = unknown (reset by every write) */
+    /* C BM25 scorer: row lengths (tokens over all FTS columns) indexed by rowid, and a score array of the
+     * same size (all zero between searches); dropped by writes */
+    uint32_t *ds_len;
+    double *ds_score;
+    int64_t ds_n, ds_max;
+    double ds_avg;
+    bool ds_valid;
 };
+
+/* Forgets cached statistics after a write (chunk count, row lengths). */
+static inline void pb_store_invalidate(pb_store *st) {
+    st->n_chunks_cached = -1;
+    st->ds_valid = false;
+}
 
 /* pb_error() with SQLite's message: "store '<path>': <what>: <sqlite message>". */
 pb_status pb_store_sql_error(pb_store *st, const char *what);

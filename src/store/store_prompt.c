@@ -83,8 +83,10 @@ pb_status pb_store_prompt_build(const char *question, const pb_store_hit *hits, 
     if (used > budget_tokens) {
         free(tail.s);
         free(b.s);
-        return pb_error(PB_ERR_CONTEXT_FULL, "prompt: the instructions and the question need %lld tokens, the budget is"
-                        " %lld", (long long)used, (long long)budget_tokens);
+        return pb_error(PB_ERR_CONTEXT_FULL,
+                        "prompt: the instructions and the question need %lld tokens, the budget is"
+                        " %lld",
+                        (long long)used, (long long)budget_tokens);
     }
     out->cites = pb_calloc(n_hits > 0 ? (size_t)n_hits : 1, sizeof *out->cites);
     if (!out->cites) {
@@ -122,8 +124,10 @@ pb_status pb_store_prompt_build(const char *question, const pb_store_hit *hits, 
                 e.len = head_len;
                 sb_add(&e, h->text, mid);
                 sb_str(&e, " ...\n\n");
-                if (count(cnt, user, e.s, e.len) <= room) lo = mid;
-                else hi = mid;
+                if (count(cnt, user, e.s, e.len) <= room)
+                    lo = mid;
+                else
+                    hi = mid;
             }
             if (lo == 0) {
                 free(e.s);

@@ -11,8 +11,18 @@ size_t pb_matmul_scratch_size(int type, int64_t K, int64_t n_tok) {
     return out;
 }
 
+static pb_gemm_fn gemm_table[PB_TYPE_COUNT];
+
+void pb_matmul_set_gemm(int type, pb_gemm_fn fn) {
+    if (type >= 0 && type < PB_TYPE_COUNT) gemm_table[type] = fn;
+}
+
+/* Weight rows per tile pass: their bytes stay in L1/L2 while every chunk of PB_GEMM_NT tokens goes by. */
+#define MM_ROW_BLOCK 16
+
 typedef struct mm_ctx {
     const pb_type_traits *wt, *at;
+    pb_gemm_fn gemm;
     const uint8_t *w;
     size_t w_row, a_row;
     int64_t K, N, n_tok;
@@ -33,6 +43,17 @@ static void dot_rows(void *arg, int ith, int nth) {
     mm_ctx *c = arg;
     int64_t lo, hi;
     pb_split(c->N, ith, nth, &lo, &hi);
+    if (c->gemm) { /* tiles: MM_ROW_BLOCK rows x PB_GEMM_NT tokens, weight unpacking shared by the tokens */
+        for (int64_t r0 = lo; r0 < hi; r0 += MM_ROW_BLOCK) {
+            int64_t nr = PB_MIN(MM_ROW_BLOCK, hi - r0);
+            for (int64_t t0 = 0; t0 < c->n_tok; t0 += PB_GEMM_NT) {
+                int nt = (int)PB_MIN(PB_GEMM_NT, c->n_tok - t0);
+                c->gemm(c->K, c->w + (size_t)r0 * c->w_row, c->w_row, nr, c->act + (size_t)t0 * c->a_row, c->a_row, nt,
+                        c->y + t0 * c->N + r0, c->N);
+            }
+        }
+        return;
+    }
     pb_vec_dot_fn dot = c->wt->vec_dot;
     for (int64_t r = lo; r < hi; r++) {
         const uint8_t *wr = c->w + (size_t)r * c->w_row;
@@ -58,6 +79,7 @@ pb_status pb_matmul(const void *w, int type, int64_t K, int64_t N, const float *
                 .n_tok = n_tok,
                 .x = x,
                 .y = y};
+    c.gemm = wt->vec_dot_type != PB_TYPE_F32 ? gemm_table[type] : NULL;
     c.a_row = pb_row_size(wt->vec_dot_type, K);
     if (wt->vec_dot_type == PB_TYPE_F32) {
         c.act = (const uint8_t *)x;

@@ -5,6 +5,17 @@
 
 #include "tensor/types.h"
 
+/* Tile kernel of the kernels room: y[t*ldy + r] = dot(weight row r, activation row t) for r < nr and
+ * t < nt (1 <= nt <= PB_GEMM_NT); w rows w_row bytes apart, activation rows (vec_dot_type) a_row bytes
+ * apart. Each result must be bit-identical to the type's vec_dot on the same two rows. */
+#define PB_GEMM_NT 8
+typedef void (*pb_gemm_fn)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                           float *y, int64_t ldy);
+
+/* Installs the tile kernel pb_matmul uses for `type` (NULL: one vec_dot per row and token). Called only by
+ * kernels/dispatch.c inside pb_kernels_init, which runs once before any pb_type_get() returns. */
+void pb_matmul_set_gemm(int type, pb_gemm_fn fn);
+
 /* Bytes of act_scratch that pb_matmul needs for n_tok activation rows of K values against weights of
  * `type`: n_tok rows of vec_dot_type(type) (0 for F32/F16/BF16 weights, which read x directly).
  * Returns 0 too for unsupported types or K not a multiple of the block size (pb_matmul then fails). */

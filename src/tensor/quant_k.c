@@ -17,10 +17,11 @@
 
 /* Round half to even via the 1.5*2^23 trick (valid for |f| <= 4194303); ggml's nearest_int. */
 static inline int nearest_int(float f) {
-    float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, 4);
-    return (i & 0x007FFFFF) - 0x00400000;
+    union {
+        float f;
+        int32_t i;
+    } u = {.f = f + 12582912.0f};
+    return (u.i & 0x007FFFFF) - 0x00400000;
 }
 
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -132,74 +133,116 @@ void pb_dequant_q8_K(const void *src, float *y, int64_t n) {
 
 /* ---- fitting helpers (§3.1 - §3.3) ----------------------------------------------------------- */
 
-/* Asymmetric fit x ~ scale*L + min with L in [0, nmax], min <= 0, weights w; the error is squared
- * (or absolute when use_mad). Tries nstep+1 inverse scales around nmax/(max-min) and a weighted
- * least-squares refit for each. Returns scale; *the_min receives -min (>= 0). */
-static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
-                              uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad) {
-    float min = x[0], max = x[0];
-    float sum_w = w[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < n; i++) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
+/* Asymmetric fit x ~ scale*L + min with L in [0, nmax], min <= 0, weights w, for NS independent sub-blocks
+ * of N values at once (sub-block s at x + s*N). The error is squared (or absolute when use_mad). Tries
+ * nstep+1 inverse scales around nmax/(max-min) and a weighted least-squares refit for each, keeping the
+ * best (ggml's make_qkx2_quants). The sub-blocks run in lockstep over transposed copies so the compiler
+ * can put them in SIMD lanes; each lane performs exactly the scalar algorithm's float operations in the
+ * same order, so results are bit-identical to the one-sub-block-at-a-time formulation (and to
+ * llama-quantize: tests/test_quantize_model.c). Outputs: scale[s], the_min[s] = -min (>= 0), L[s*N + i]. */
+#define QKX2_MAX_NS 16
+#define QKX2_MAX_N  32
+static inline __attribute__((always_inline)) void make_qkx2_quants(const int NS, const int N, int nmax, const float *x,
+                                                                   const float *w, uint8_t *L, float *scale_out,
+                                                                   float *the_min, float rmin, float rdelta, int nstep,
+                                                                   bool use_mad) {
+    float xt[QKX2_MAX_N][QKX2_MAX_NS], wt[QKX2_MAX_N][QKX2_MAX_NS];
+    float La[QKX2_MAX_N][QKX2_MAX_NS]; /* a trial's quants, as floats: one lane width */
+    float mn[QKX2_MAX_NS], mx[QKX2_MAX_NS], sum_w[QKX2_MAX_NS], sum_x[QKX2_MAX_NS], scale[QKX2_MAX_NS],
+        best[QKX2_MAX_NS], iscale[QKX2_MAX_NS];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < N; i++) xt[i][s] = x[s * N + i], wt[i][s] = w[s * N + i];
+    for (int s = 0; s < NS; s++) {
+        mn[s] = mx[s] = xt[0][s];
+        sum_w[s] = wt[0][s];
+        sum_x[s] = sum_w[s] * xt[0][s];
     }
-    if (min > 0) min = 0;
-    if (max == min) {
-        memset(L, 0, (size_t)n);
-        *the_min = -min;
-        return 0.0f;
-    }
-    float iscale = (float)nmax / (max - min);
-    float scale = 1.0f / iscale;
-    float best = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
-        L[i] = (uint8_t)l;
-        float diff = scale * (float)l + min - x[i];
-        diff = use_mad ? fabsf(diff) : diff * diff;
-        best += w[i] * diff;
-    }
-    if (nstep < 1) {
-        *the_min = -min;
-        return scale;
-    }
-    for (int is = 0; is <= nstep; is++) {
-        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
-            Laux[i] = (uint8_t)l;
-            float wl = w[i] * (float)l;
-            sum_l += wl;
-            sum_l2 += wl * (float)l;
-            sum_xl += wl * x[i];
+    for (int i = 1; i < N; i++) {
+        for (int s = 0; s < NS; s++) {
+            const float v = xt[i][s];
+            mn[s] = v < mn[s] ? v : mn[s];
+            mx[s] = v > mx[s] ? v : mx[s];
+            sum_w[s] += wt[i][s];
+            sum_x[s] += wt[i][s] * v;
         }
-        float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
+    }
+    bool flat[QKX2_MAX_NS];
+    float flat_min[QKX2_MAX_NS];
+    for (int s = 0; s < NS; s++) {
+        mn[s] = mn[s] > 0 ? 0 : mn[s];
+        flat[s] = mx[s] == mn[s];
+        flat_min[s] = mn[s];
+        iscale[s] = (float)nmax / (mx[s] - mn[s]); /* flat lanes (max == min) are fixed up at the end */
+        scale[s] = 1.0f / iscale[s];
+        best[s] = 0;
+    }
+    /* The accepted L of each lane is not copied per trial: it is recomputed at the end from the inverse
+     * scale and min that produced it (same operations, same values). */
+    float L_iscale[QKX2_MAX_NS], L_min[QKX2_MAX_NS];
+    for (int s = 0; s < NS; s++) L_iscale[s] = iscale[s], L_min[s] = mn[s];
+    for (int i = 0; i < N; i++) {
+        for (int s = 0; s < NS; s++) {
+            const float l = (float)clampi(nearest_int(iscale[s] * (xt[i][s] - mn[s])), 0, nmax);
+            float diff = scale[s] * l + mn[s] - xt[i][s];
+            diff = use_mad ? fabsf(diff) : diff * diff;
+            best[s] += wt[i][s] * diff;
+        }
+    }
+    for (int is = 0; nstep >= 1 && is <= nstep; is++) {
+        float sum_l[QKX2_MAX_NS], sum_l2[QKX2_MAX_NS], sum_xl[QKX2_MAX_NS], ts[QKX2_MAX_NS], tm[QKX2_MAX_NS],
+            err[QKX2_MAX_NS];
+        int32_t ok[QKX2_MAX_NS]; /* lane masks as 32-bit ints, the float lanes' width, so selects vectorize */
+        for (int s = 0; s < NS; s++) {
+            iscale[s] = (rmin + rdelta * (float)is + (float)nmax) / (mx[s] - mn[s]);
+            sum_l[s] = sum_l2[s] = sum_xl[s] = err[s] = 0;
+        }
+        for (int i = 0; i < N; i++) {
+            for (int s = 0; s < NS; s++) {
+                const float l = (float)clampi(nearest_int(iscale[s] * (xt[i][s] - mn[s])), 0, nmax);
+                La[i][s] = l;
+                const float wl = wt[i][s] * l;
+                sum_l[s] += wl;
+                sum_l2[s] += wl * l;
+                sum_xl[s] += wl * xt[i][s];
             }
-            float err = 0;
-            for (int i = 0; i < n; i++) {
-                float diff = this_scale * (float)Laux[i] + this_min - x[i];
+        }
+        for (int s = 0; s < NS; s++) {
+            const float D = sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s];
+            ok[s] = D > 0;
+            float this_scale = (sum_w[s] * sum_xl[s] - sum_x[s] * sum_l[s]) / D;
+            float this_min = (sum_l2[s] * sum_x[s] - sum_l[s] * sum_xl[s]) / D;
+            const bool pos = this_min > 0;
+            ts[s] = pos ? sum_xl[s] / sum_l2[s] : this_scale;
+            tm[s] = pos ? 0 : this_min;
+        }
+        for (int i = 0; i < N; i++) {
+            for (int s = 0; s < NS; s++) {
+                float diff = ts[s] * La[i][s] + tm[s] - xt[i][s];
                 diff = use_mad ? fabsf(diff) : diff * diff;
-                err += w[i] * diff;
-            }
-            if (err < best) {
-                memcpy(L, Laux, (size_t)n);
-                best = err;
-                scale = this_scale;
-                min = this_min;
+                err[s] += wt[i][s] * diff;
             }
         }
+        for (int s = 0; s < NS; s++) {
+            ok[s] = ok[s] && err[s] < best[s];
+            best[s] = ok[s] ? err[s] : best[s];
+            scale[s] = ok[s] ? ts[s] : scale[s];
+            L_iscale[s] = ok[s] ? iscale[s] : L_iscale[s];
+            L_min[s] = ok[s] ? mn[s] : L_min[s];
+            mn[s] = ok[s] ? tm[s] : mn[s];
+        }
     }
-    *the_min = -min;
-    return scale;
+    for (int s = 0; s < NS; s++) {
+        if (flat[s]) { /* every L = 0, scale 0, min as clamped */
+            scale_out[s] = 0;
+            the_min[s] = -flat_min[s];
+            memset(L + s * N, 0, (size_t)N);
+            continue;
+        }
+        scale_out[s] = scale[s];
+        the_min[s] = -mn[s];
+        for (int i = 0; i < N; i++)
+            L[s * N + i] = (uint8_t)clampi(nearest_int(L_iscale[s] * (xt[i][s] - L_min[s])), 0, nmax);
+    }
 }
 
 /* Signed value with the largest magnitude (first wins) and the magnitude. */
@@ -216,42 +259,76 @@ static inline float signed_absmax(const float *x, int n, float *amax_out) {
     return max;
 }
 
-/* Symmetric fit x ~ scale*l, l in [-nmax, nmax-1], weights x^2 (rmse_type 1, the only one Q6_K uses);
- * searches 18 inverse scales around -nmax/max. Stores L = l + nmax; returns scale. */
-static float make_qx_quants(int n, int nmax, const float *x, uint8_t *L) {
-    float amax, max = signed_absmax(x, n, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.0f;
+/* Symmetric fit x ~ scale*l, l in [-nmax, nmax-1], weights x^2 (rmse_type 1, the only one Q6_K uses), for the
+ * 16 sub-blocks of 16 values of a Q6_K super-block at once: starts at -nmax/max (max = signed value of
+ * largest magnitude) and tries 18 inverse scales around it (ggml's make_qx_quants). Lanes run the scalar
+ * algorithm's float operations in its order, so results are bit-identical to one sub-block at a time.
+ * Stores L = l + nmax and scale[s]. */
+#define QX_NS 16
+#define QX_N  16
+static void make_qx_quants_q6(int nmax, const float *x, uint8_t *L, float *scale_out) {
+    float xt[QX_N][QX_NS], mx[QX_NS], amax[QX_NS], iscale[QX_NS], sumlx[QX_NS], suml2[QX_NS], scale[QX_NS], best[QX_NS],
+        L_iscale[QX_NS];
+    for (int s = 0; s < QX_NS; s++)
+        for (int i = 0; i < QX_N; i++) xt[i][s] = x[s * QX_N + i];
+    for (int s = 0; s < QX_NS; s++) mx[s] = amax[s] = 0;
+    for (int i = 0; i < QX_N; i++) {
+        for (int s = 0; s < QX_NS; s++) {
+            const float a = fabsf(xt[i][s]);
+            const int32_t gt = a > amax[s];
+            amax[s] = gt ? a : amax[s];
+            mx[s] = gt ? xt[i][s] : mx[s];
+        }
     }
-    float iscale = -(float)nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (uint8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
+    for (int s = 0; s < QX_NS; s++) {
+        iscale[s] = -(float)nmax / mx[s]; /* all-zero lanes are fixed up at the end */
+        sumlx[s] = suml2[s] = 0;
     }
-    float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
+    for (int i = 0; i < QX_N; i++) {
+        for (int s = 0; s < QX_NS; s++) {
+            const float l = (float)clampi(nearest_int(iscale[s] * xt[i][s]), -nmax, nmax - 1);
+            const float w = xt[i][s] * xt[i][s];
+            sumlx[s] += w * xt[i][s] * l;
+            suml2[s] += w * l * l;
+        }
+    }
+    for (int s = 0; s < QX_NS; s++) {
+        scale[s] = suml2[s] != 0 ? sumlx[s] / suml2[s] : 0.0f;
+        best[s] = scale[s] * sumlx[s];
+        L_iscale[s] = iscale[s];
+    }
     for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
-        iscale = -((float)nmax + 0.1f * (float)is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            float w = x[i] * x[i];
-            sumlx += w * x[i] * (float)l;
-            suml2 += w * (float)l * (float)l;
+        for (int s = 0; s < QX_NS; s++) {
+            iscale[s] = -((float)nmax + 0.1f * (float)is) / mx[s];
+            sumlx[s] = suml2[s] = 0;
         }
-        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++) L[i] = (uint8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1));
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+        for (int i = 0; i < QX_N; i++) {
+            for (int s = 0; s < QX_NS; s++) {
+                const float l = (float)clampi(nearest_int(iscale[s] * xt[i][s]), -nmax, nmax - 1);
+                const float w = xt[i][s] * xt[i][s];
+                sumlx[s] += w * xt[i][s] * l;
+                suml2[s] += w * l * l;
+            }
+        }
+        for (int s = 0; s < QX_NS; s++) {
+            const int32_t ok = suml2[s] > 0 && sumlx[s] * sumlx[s] > best[s] * suml2[s];
+            const float sc = sumlx[s] / suml2[s];
+            L_iscale[s] = ok ? iscale[s] : L_iscale[s];
+            scale[s] = ok ? sc : scale[s];
+            best[s] = ok ? sc * sumlx[s] : best[s];
         }
     }
-    return scale;
+    for (int s = 0; s < QX_NS; s++) {
+        if (amax[s] < GROUP_MAX_EPS) {
+            memset(L + s * QX_N, 0, QX_N);
+            scale_out[s] = 0;
+            continue;
+        }
+        scale_out[s] = scale[s];
+        for (int i = 0; i < QX_N; i++)
+            L[s * QX_N + i] = (uint8_t)(nmax + clampi(nearest_int(L_iscale[s] * xt[i][s]), -nmax, nmax - 1));
+    }
 }
 
 /* Symmetric fit for Q3_K: start from l = round(-nmax/max * x), then up to 5 passes of coordinate
@@ -311,13 +388,13 @@ static void pack_2bit(const uint8_t *L, uint8_t *qs) {
 
 void pb_quant_q2_K(const float *x, void *dst, int64_t n) {
     pb_block_q2_K *y = dst;
-    uint8_t L[QK_K], Laux[16];
-    float w[16], mins[16], scales[16];
+    uint8_t L[QK_K];
+    float w[QK_K], mins[16], scales[16];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float max_scale = 0, max_min = 0;
+        for (int l = 0; l < QK_K; l++) w[l] = fabsf(x[l]);
+        make_qkx2_quants(16, 16, 3, x, w, L, scales, mins, -0.5f, 0.1f, 15, true);
         for (int j = 0; j < 16; j++) {
-            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
-            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -396,16 +473,20 @@ void pb_quant_q3_K(const float *x, void *dst, int64_t n) {
 /* Shared part of Q4_K and Q5_K: per-32 fits, 6-bit scales/mins, re-quantization into L (0..nmax). */
 static void quant_k_scales_mins(const float *x, int nmax, float rmin, int nstep, uint8_t *L, uint8_t packed[12],
                                 uint16_t *d_out, uint16_t *dmin_out) {
-    uint8_t Laux[32];
-    float w[32], mins[8], scales[8];
+    float w[QK_K], mins[8], scales[8];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
         const float *xs = x + 32 * j;
         float sum_x2 = 0;
         for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
         const float av_x = sqrtf(sum_x2 / 32.0f);
-        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
-        scales[j] = make_qkx2_quants(32, nmax, xs, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
+        for (int l = 0; l < 32; l++) w[32 * j + l] = av_x + fabsf(xs[l]);
+    }
+    if (nmax == 15)
+        make_qkx2_quants(8, 32, 15, x, w, L, scales, mins, rmin, 0.1f, nstep, false);
+    else
+        make_qkx2_quants(8, 32, 31, x, w, L, scales, mins, rmin, 0.1f, nstep, false);
+    for (int j = 0; j < 8; j++) {
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -476,8 +557,8 @@ void pb_quant_q6_K(const float *x, void *dst, int64_t n) {
     float scales[16];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float max_scale = 0, max_abs = 0;
+        make_qx_quants_q6(32, x, L, scales);
         for (int ib = 0; ib < 16; ib++) {
-            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
             float a = fabsf(scales[ib]);
             if (a > max_abs) {
                 max_abs = a;

@@ -163,6 +163,7 @@ pb_status pb_detok_stream_push(pb_detok_stream *s, int32_t id, const char **out,
             i++;
         }
     }
+    *out = s->out; /* after grow(): the buffer may have moved */
     *out_len = o;
     return PB_OK;
 }

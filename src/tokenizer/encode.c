@@ -32,8 +32,8 @@ typedef struct enc {
     int64_t cap, n;
     char *norm; /* normalized fragment */
     sym *syms;
-    cand *heap;
-    int64_t n_heap;
+    cand *heap; /* sized for the longest word so far: 3 entries per symbol (n-1 pairs + 2 per merge) */
+    int64_t n_heap, heap_cap;
 } enc;
 
 static inline void emit(enc *e, int32_t id) {
@@ -98,7 +98,14 @@ static bool is_cut(const enc *e, int32_t i) {
 }
 
 /* BPE over symbols [w0, w1): best-scoring pair first, ties to the left. */
-static void merge_word(enc *e, int32_t w0, int32_t w1) {
+static pb_status merge_word(enc *e, int32_t w0, int32_t w1) {
+    int64_t need = 3 * (int64_t)(w1 - w0);
+    if (need > e->heap_cap) {
+        cand *h = realloc(e->heap, (size_t)need * sizeof *h);
+        if (!h) return pb_error(PB_ERR_NOMEM, "tokenize: out of memory for a word of %d characters", w1 - w0);
+        e->heap = h;
+        e->heap_cap = need;
+    }
     e->n_heap = 0;
     for (int32_t i = w0; i + 1 < w1; i++) try_pair(e, i, i + 1);
     while (e->n_heap > 0) {
@@ -113,6 +120,7 @@ static void merge_word(enc *e, int32_t w0, int32_t w1) {
         try_pair(e, a->prev, c.left);
         try_pair(e, c.left, a->next);
     }
+    return PB_OK;
 }
 
 static pb_status emit_bytes(enc *e, const char *s, int32_t n) {
@@ -165,7 +173,8 @@ static pb_status encode_fragment(enc *e, const char *text, size_t len, bool spac
         while (w1 < ns && !is_cut(e, w1)) w1++;
         e->syms[w0].prev = -1;
         e->syms[w1 - 1].next = -1;
-        merge_word(e, w0, w1);
+        pb_status st = merge_word(e, w0, w1);
+        if (st != PB_OK) return st;
         w0 = w1;
     }
     for (int32_t i = 0; i < ns; i++) {
@@ -191,12 +200,10 @@ pb_status pb_tokenize(const pb_vocab *v, const char *text, size_t len, int flags
     enc e = {.v = v, .ids = ids, .cap = cap};
     bool parse_special = (flags & PB_TOK_PARSE_SPECIAL) != 0;
     pb_status st = PB_OK;
-    size_t nmax = 3 * len + 3; /* normalized bytes at most; also symbols at most */
     if (len > 0) {
-        e.norm = malloc(nmax);
-        e.syms = malloc(nmax * sizeof *e.syms);
-        e.heap = malloc(3 * nmax * sizeof *e.heap); /* n-1 initial pairs + 2 per merge */
-        if (!e.norm || !e.syms || !e.heap) {
+        e.norm = malloc(3 * len + 3);                /* every byte a space -> U+2581, plus a space prefix */
+        e.syms = malloc((len + 1) * sizeof *e.syms); /* at most one character per input byte, plus the prefix */
+        if (!e.norm || !e.syms) {
             st = pb_error(PB_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", len);
             goto done;
         }

@@ -22,7 +22,7 @@ export function bin() { return process.env.PB_BIN || 'build/pocketbrain'; }
 // Starts the server; resolves { url, port, proc, stderr() } once it printed "listening PORT".
 export function startServer(extraArgs = [], env = {}) {
   return new Promise((resolve, reject) => {
-    const args = ['serve', '-m', pickModel(), '--port', '0', '--ctx', '1024', ...extraArgs];
+    const args = ['serve', '-m', pickModel(), '--port', '0', ...extraArgs];
     const proc = spawn(bin(), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '', err = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start: ' + err)); }, 30000);

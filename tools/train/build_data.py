@@ -24,6 +24,7 @@ import argparse
 import base64
 import gzip
 import hashlib
+import io
 import json
 import os
 import random
@@ -379,7 +380,9 @@ def main():
     rng.shuffle(train)
     counts = {}
     raw_bytes = 0
-    with gzip.open(os.path.join(args.out, "corpus.jsonl.gz"), "wt", encoding="utf-8", compresslevel=6) as f:
+    with open(os.path.join(args.out, "corpus.jsonl.gz"), "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz, \
+            io.TextIOWrapper(gz, encoding="utf-8") as f:  # mtime 0: same bytes on every run
         for kind, text in train:
             counts[kind] = counts.get(kind, 0) + 1
             raw_bytes += len(text.encode())

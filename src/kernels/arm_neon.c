@@ -1,0 +1,364 @@
+/* arm_neon.c -- ARM64 kernels: NEON + dotprod (sdot), built with -march=armv8.2-a+dotprod+fp16 (Makefile
+ * ISA_FLAGS). Only dispatch.c calls into here, and only when pb_cpu_features() reports dotprod.
+ *
+ * Same shape as the x86 family (x86_kern.h): one tile kernel per type (nr weight rows x nt <= PB_GEMM_NT
+ * tokens, a weight block unpacked once for all tokens), vec_dot = the tile with nr = nt = 1. Integer
+ * inner sums are exact and each block's float step is written as in ref.c, so results equal ref.c's. */
+#include "kernels/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+#define Q8K(a, a_row, t, b) ((const pb_block_q8_K *)((const uint8_t *)(a) + (size_t)(t) * (a_row)) + (b))
+#define Q80(a, a_row, t, b) ((const pb_block_q8_0 *)((const uint8_t *)(a) + (size_t)(t) * (a_row)) + (b))
+
+#define TILE_SWITCH(body, ...)                                                                                         \
+    switch (nt) {                                                                                                      \
+    case 1: body(__VA_ARGS__, 1); break;                                                                               \
+    case 2: body(__VA_ARGS__, 2); break;                                                                               \
+    case 3: body(__VA_ARGS__, 3); break;                                                                               \
+    case 4: body(__VA_ARGS__, 4); break;                                                                               \
+    case 5: body(__VA_ARGS__, 5); break;                                                                               \
+    case 6: body(__VA_ARGS__, 6); break;                                                                               \
+    case 7: body(__VA_ARGS__, 7); break;                                                                               \
+    default: body(__VA_ARGS__, 8); break;                                                                              \
+    }
+
+#define ROWS_BODY(rowfn, blk_t, w, a, y, NT)                                                                           \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+        rowfn(nb, (const blk_t *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+INLINE float h2f(uint16_t h) {
+    float16x4_t v = vreinterpret_f16_u16(vdup_n_u16(h));
+    return vgetq_lane_f32(vcvt_f32_f16(v), 0);
+}
+
+INLINE int32x4_t dot16(int8x16_t w, const int8_t *a) { return vdotq_s32(vdupq_n_s32(0), w, vld1q_s8(a)); }
+
+// --- Q4_K / Q5_K x Q8_K ---------------------------------------------------------------------------------
+
+INLINE void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 8; j++) pb_quant_scale_min_k4(j, q, &sc[j], &mn[j]);
+}
+
+/* m_j * (bsum_2j + bsum_2j+1) summed over j */
+INLINE int32_t k4_minsum(const pb_block_q8_K *x, int16x8_t mins) {
+    int16x8_t pair = vpaddq_s16(vld1q_s16(x->bsums), vld1q_s16(x->bsums + 8));
+    int32x4_t p = vmull_s16(vget_low_s16(pair), vget_low_s16(mins));
+    p = vmlal_s16(p, vget_high_s16(pair), vget_high_s16(mins));
+    return vaddvq_s32(p);
+}
+
+/* q[16]: the 256 weights of a block as 16 vectors of 16 values (0..31), in activation order */
+INLINE void k45_row(int64_t nb, const void *wv, bool five, const void *a, size_t a_row, float *y, int64_t ldy,
+                    int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), one = vdupq_n_u8(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *scales, *qs, *qh = NULL;
+        uint16_t dh, dminh;
+        if (five) {
+            const pb_block_q5_K *w = (const pb_block_q5_K *)wv + b;
+            scales = w->scales, qs = w->qs, qh = w->qh, dh = w->d, dminh = w->dmin;
+        } else {
+            const pb_block_q4_K *w = (const pb_block_q4_K *)wv + b;
+            scales = w->scales, qs = w->qs, dh = w->d, dminh = w->dmin;
+        }
+        uint8_t sc[8], mn[8];
+        k4_scales(scales, sc, mn);
+        int8x16_t q[16];
+        for (int i = 0; i < 4; i++) {
+            for (int k = 0; k < 2; k++) {
+                uint8x16_t v = vld1q_u8(qs + 32 * i + 16 * k);
+                uint8x16_t lo = vandq_u8(v, m4), hi = vshrq_n_u8(v, 4);
+                if (five) {
+                    uint8x16_t h = vld1q_u8(qh + 16 * k);
+                    lo = vorrq_u8(lo, vshlq_n_u8(vandq_u8(vshlq_u8(h, vdupq_n_s8((int8_t)(-2 * i))), one), 4));
+                    hi = vorrq_u8(hi, vshlq_n_u8(vandq_u8(vshlq_u8(h, vdupq_n_s8((int8_t)(-2 * i - 1))), one), 4));
+                }
+                q[4 * i + k] = vreinterpretq_s8_u8(lo);
+                q[4 * i + 2 + k] = vreinterpretq_s8_u8(hi);
+            }
+        }
+        const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+        const float dw = h2f(dh), dminw = h2f(dminh);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            int32x4_t is = vdupq_n_s32(0);
+            for (int j = 0; j < 8; j++) {
+                int32x4_t p = vdotq_s32(dot16(q[2 * j], x->qs + 32 * j), q[2 * j + 1], vld1q_s8(x->qs + 32 * j + 16));
+                is = vmlaq_n_s32(is, p, sc[j]);
+            }
+            const int isum = vaddvq_s32(is), summ = k4_minsum(x, mins);
+            const float d = x->d * dw, dmin = x->d * dminw;
+            sum[t] += d * (float)isum - dmin * (float)summ;
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    k45_row(nb, w, false, a, a_row, y, ldy, NT);
+}
+INLINE void q5k_row(int64_t nb, const pb_block_q5_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    k45_row(nb, w, true, a, a_row, y, ldy, NT);
+}
+
+void pb_gemm_q4_K_q8_K_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(ROWS_BODY, q4k_row, pb_block_q4_K, w, a, y)
+}
+void pb_vec_dot_q4_K_q8_K_neon(int64_t n, float *s, const void *x, const void *y) {
+    q4k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+void pb_gemm_q5_K_q8_K_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(ROWS_BODY, q5k_row, pb_block_q5_K, w, a, y)
+}
+void pb_vec_dot_q5_K_q8_K_neon(int64_t n, float *s, const void *x, const void *y) {
+    q5k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+// --- Q6_K x Q8_K ----------------------------------------------------------------------------------------
+
+INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m30 = vdupq_n_u8(0x30);
+    const int8x16_t off = vdupq_n_s8(32);
+    for (int64_t b = 0; b < nb; b++) {
+        int8x16_t q[16]; /* 16-value sub-blocks in activation order, values -32..31 */
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 2; k++) {
+                uint8x16_t l0 = vld1q_u8(w[b].ql + 64 * h + 16 * k), l1 = vld1q_u8(w[b].ql + 64 * h + 32 + 16 * k);
+                uint8x16_t hv = vld1q_u8(w[b].qh + 32 * h + 16 * k);
+                uint8x16_t g0 = vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(hv, 4), m30));
+                uint8x16_t g1 = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(hv, 2), m30));
+                uint8x16_t g2 = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(hv, m30));
+                uint8x16_t g3 = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(hv, 2), m30));
+                q[8 * h + 0 + k] = vsubq_s8(vreinterpretq_s8_u8(g0), off);
+                q[8 * h + 2 + k] = vsubq_s8(vreinterpretq_s8_u8(g1), off);
+                q[8 * h + 4 + k] = vsubq_s8(vreinterpretq_s8_u8(g2), off);
+                q[8 * h + 6 + k] = vsubq_s8(vreinterpretq_s8_u8(g3), off);
+            }
+        }
+        const int8_t *sc = w[b].scales;
+        const float dw = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            int32x4_t is = vdupq_n_s32(0);
+            for (int s = 0; s < 16; s++) is = vmlaq_n_s32(is, dot16(q[s], x->qs + 16 * s), sc[s]);
+            sum[t] += x->d * dw * (float)vaddvq_s32(is);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+void pb_gemm_q6_K_q8_K_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(ROWS_BODY, q6k_row, pb_block_q6_K, w, a, y)
+}
+void pb_vec_dot_q6_K_q8_K_neon(int64_t n, float *s, const void *x, const void *y) {
+    q6k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+// --- Q4_0 / Q8_0 x Q8_0 ---------------------------------------------------------------------------------
+
+INLINE void q40_row(int64_t nb, const pb_block_q4_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t eight = vdupq_n_s8(8);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8x16_t v = vld1q_u8(w[b].qs);
+        const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, m4)), eight);
+        const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+        const float dw = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+            int32x4_t p = vdotq_s32(dot16(lo, x->qs), hi, vld1q_s8(x->qs + 16));
+            sum[t] += (float)vaddvq_s32(p) * (dw * h2f(x->d));
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+INLINE void q80_row(int64_t nb, const pb_block_q8_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8x16_t lo = vld1q_s8(w[b].qs), hi = vld1q_s8(w[b].qs + 16);
+        const float dw = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+            int32x4_t p = vdotq_s32(dot16(lo, x->qs), hi, vld1q_s8(x->qs + 16));
+            sum[t] += (float)vaddvq_s32(p) * (dw * h2f(x->d));
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+void pb_gemm_q4_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(ROWS_BODY, q40_row, pb_block_q4_0, w, a, y)
+}
+void pb_vec_dot_q4_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) {
+    q40_row(n / 32, x, y, 0, s, 0, 1);
+}
+void pb_gemm_q8_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(ROWS_BODY, q80_row, pb_block_q8_0, w, a, y)
+}
+void pb_vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) {
+    q80_row(n / 32, x, y, 0, s, 0, 1);
+}
+
+// --- float weights --------------------------------------------------------------------------------------
+
+void pb_vec_dot_f32_f32_neon(int64_t n, float *s, const void *x, const void *y) {
+    const float *w = x, *v = y;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 = vfmaq_f32(a0, vld1q_f32(w + i), vld1q_f32(v + i));
+        a1 = vfmaq_f32(a1, vld1q_f32(w + i + 4), vld1q_f32(v + i + 4));
+    }
+    float sum = vaddvq_f32(vaddq_f32(a0, a1));
+    for (; i < n; i++) sum += w[i] * v[i];
+    *s = sum;
+}
+
+void pb_vec_dot_f16_f32_neon(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *w = x;
+    const float *v = y;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(w + i));
+        a0 = vfmaq_f32(a0, vcvt_f32_f16(vget_low_f16(h)), vld1q_f32(v + i));
+        a1 = vfmaq_f32(a1, vcvt_high_f32_f16(h), vld1q_f32(v + i + 4));
+    }
+    float sum = vaddvq_f32(vaddq_f32(a0, a1));
+    for (; i < n; i++) sum += h2f(w[i]) * v[i];
+    *s = sum;
+}
+
+void pb_vec_dot_bf16_f32_neon(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *w = x;
+    const float *v = y;
+    float32x4_t a0 = vdupq_n_f32(0);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t f = vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(vld1_u16(w + i)), 16));
+        a0 = vfmaq_f32(a0, f, vld1q_f32(v + i));
+    }
+    float sum = vaddvq_f32(a0);
+    for (; i < n; i++) sum += pb_bf16_to_fp32(w[i]) * v[i];
+    *s = sum;
+}
+
+void pb_f16_to_f32_neon(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+    for (; i < n; i++) dst[i] = h2f(h[i]);
+}
+
+// --- activation quantizers (bit-identical to the tensor room's) ------------------------------------------
+
+/* true when all n values are finite (x*0 is NaN exactly for inf/NaN) */
+INLINE bool finite_block(const float *x, int n) {
+    uint32x4_t bad = vdupq_n_u32(0);
+    for (int j = 0; j < n; j += 4) {
+        float32x4_t z = vmulq_n_f32(vld1q_f32(x + j), 0.0f);
+        bad = vorrq_u32(bad, vmvnq_u32(vceqq_f32(z, z)));
+    }
+    return vmaxvq_u32(bad) == 0;
+}
+
+/* Q8_K: max = first value of largest |x|; q = round-half-even(iscale*x) (vcvtnq), as pb_quant_q8_K */
+void pb_quant_q8_K_neon(const float *x, void *dst, int64_t n) {
+    pb_block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / PB_QK_K; i++, x += PB_QK_K) {
+        if (!finite_block(x, PB_QK_K)) {
+            pb_quant_q8_K(x, &y[i], PB_QK_K);
+            continue;
+        }
+        float32x4_t mx = vdupq_n_f32(0);
+        for (int j = 0; j < PB_QK_K; j += 4) mx = vmaxq_f32(mx, vabsq_f32(vld1q_f32(x + j)));
+        const float amax = vmaxvq_f32(mx);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int first = 0;
+        while (fabsf(x[first]) != amax) first++;
+        const float iscale = -127.0f / x[first];
+        for (int j = 0; j < PB_QK_K; j += 8) {
+            int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j), iscale));
+            int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4), iscale));
+            a = vmaxq_s32(vminq_s32(a, vdupq_n_s32(127)), vdupq_n_s32(-127));
+            b = vmaxq_s32(vminq_s32(b, vdupq_n_s32(127)), vdupq_n_s32(-127));
+            int16x8_t h = vcombine_s16(vmovn_s32(a), vmovn_s32(b));
+            vst1_s8(y[i].qs + j, vmovn_s16(h));
+        }
+        for (int g = 0; g < 16; g++) y[i].bsums[g] = (int16_t)vaddlvq_s8(vld1q_s8(y[i].qs + 16 * g));
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* Q8_0: d = amax/127, q = roundf(x/d) (vcvtaq: nearest, ties away from zero), as pb_quant_q8_0 */
+void pb_quant_q8_0_neon(const float *x, void *dst, int64_t n) {
+    pb_block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        if (!finite_block(x, 32)) {
+            pb_quant_q8_0(x, &y[i], 32);
+            continue;
+        }
+        float32x4_t mx = vdupq_n_f32(0);
+        for (int j = 0; j < 32; j += 4) mx = vmaxq_f32(mx, vabsq_f32(vld1q_f32(x + j)));
+        const float d = vmaxvq_f32(mx) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = pb_fp32_to_fp16(d);
+        for (int j = 0; j < 32; j += 8) {
+            int32x4_t a = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(x + j), id));
+            int32x4_t b = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4), id));
+            a = vmaxq_s32(vminq_s32(a, vdupq_n_s32(127)), vdupq_n_s32(-127));
+            b = vmaxq_s32(vminq_s32(b, vdupq_n_s32(127)), vdupq_n_s32(-127));
+            vst1_s8(y[i].qs + j, vmovn_s16(vcombine_s16(vmovn_s32(a), vmovn_s32(b))));
+        }
+    }
+}
+
+// --- the table ------------------------------------------------------------------------------------------
+
+void pb_kernels_fill_neon(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
+    PB_ASSERT(n >= PB_TYPE_COUNT);
+    t[PB_TYPE_F32].vec_dot = pb_vec_dot_f32_f32_neon;
+    t[PB_TYPE_F16].vec_dot = pb_vec_dot_f16_f32_neon;
+    t[PB_TYPE_BF16].vec_dot = pb_vec_dot_bf16_f32_neon;
+    t[PB_TYPE_F16].to_float = pb_f16_to_f32_neon;
+    t[PB_TYPE_Q4_0].vec_dot = pb_vec_dot_q4_0_q8_0_neon;
+    t[PB_TYPE_Q8_0].vec_dot = pb_vec_dot_q8_0_q8_0_neon;
+    t[PB_TYPE_Q4_K].vec_dot = pb_vec_dot_q4_K_q8_K_neon;
+    t[PB_TYPE_Q5_K].vec_dot = pb_vec_dot_q5_K_q8_K_neon;
+    t[PB_TYPE_Q6_K].vec_dot = pb_vec_dot_q6_K_q8_K_neon;
+    t[PB_TYPE_Q8_0].from_float = pb_quant_q8_0_neon;
+    t[PB_TYPE_Q8_K].from_float = pb_quant_q8_K_neon;
+    gemm[PB_TYPE_Q4_0] = pb_gemm_q4_0_q8_0_neon;
+    gemm[PB_TYPE_Q8_0] = pb_gemm_q8_0_q8_0_neon;
+    gemm[PB_TYPE_Q4_K] = pb_gemm_q4_K_q8_K_neon;
+    gemm[PB_TYPE_Q5_K] = pb_gemm_q5_K_q8_K_neon;
+    gemm[PB_TYPE_Q6_K] = pb_gemm_q6_K_q8_K_neon;
+}

@@ -1,0 +1,471 @@
+/* x86_kern.h -- x86 SIMD kernels written once with 256-bit intrinsics, compiled twice: by x86_avx2.c
+ * (AVX2+FMA+F16C) and by x86_avx512.c (adds AVX-512VL/BW/VNNI: vpdpbusd, 32 ymm registers, 512-bit
+ * activation quantizers). Only those two files include it; each defines X86_SFX (_avx2 / _avx512).
+ *
+ * Every weight type has one "tile" kernel: nr weight rows x nt activation rows (nt <= PB_GEMM_NT). A
+ * super-block of one weight row is unpacked once into registers and then used for all nt tokens, which
+ * is what makes prefill compute-bound instead of unpack-bound. The vec_dot of a type is the same tile
+ * with nr = nt = 1, so a matmul result is bit-identical to the per-row vec_dot (tests rely on it).
+ * Integer inner sums are exact; float accumulation is per super-block (or block) into 8 lanes. */
+#include "kernels/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define CAT2(a, b) a##b
+#define CAT(a, b)  CAT2(a, b)
+#define FN(name)   CAT(name, X86_SFX)
+#define INLINE     static inline __attribute__((always_inline))
+
+// --- helpers ---------------------------------------------------------------------------------------------
+
+INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* sum over groups of 4 bytes of u8 * s8 -> 8 x int32. Both forms are exact while every pair of products
+ * fits int16 (maddubs saturates): true for all callers (|u| <= 127 or u <= 63 with |s| <= 128). */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+INLINE __m256i dot_us(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+#else
+INLINE __m256i dot_us(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
+#endif
+
+/* sum over 16-value halves, each scaled by an int16: madd(maddubs(u, s), sc16) -> 8 x int32 */
+INLINE __m256i dot_us_sc(__m256i u, __m256i s, __m256i sc16) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16);
+}
+
+INLINE __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+#define Q8K(a, a_row, t, b) ((const pb_block_q8_K *)((const uint8_t *)(a) + (size_t)(t) * (a_row)) + (b))
+#define Q80(a, a_row, t, b) ((const pb_block_q8_0 *)((const uint8_t *)(a) + (size_t)(t) * (a_row)) + (b))
+
+/* Expands a tile body over nt = 1..PB_GEMM_NT so every specialization keeps its accumulators in registers. */
+#define TILE_SWITCH(body, ...)                                                                                         \
+    switch (nt) {                                                                                                      \
+    case 1: body(__VA_ARGS__, 1); break;                                                                               \
+    case 2: body(__VA_ARGS__, 2); break;                                                                               \
+    case 3: body(__VA_ARGS__, 3); break;                                                                               \
+    case 4: body(__VA_ARGS__, 4); break;                                                                               \
+    case 5: body(__VA_ARGS__, 5); break;                                                                               \
+    case 6: body(__VA_ARGS__, 6); break;                                                                               \
+    case 7: body(__VA_ARGS__, 7); break;                                                                               \
+    default: body(__VA_ARGS__, 8); break;                                                                              \
+    }
+
+// --- Q4_K x Q8_K ----------------------------------------------------------------------------------------
+
+/* The 8 six-bit scales and mins of a Q4_K/Q5_K block (layout: quant-formats.md §2, Q4_K). */
+INLINE void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, q, 4);
+    memcpy(&w1, q + 4, 4);
+    memcpy(&w2, q + 8, 4);
+    uint32_t s_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    uint32_t s_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    memcpy(sc, &s_lo, 4);
+    memcpy(sc + 4, &s_hi, 4);
+    memcpy(mn, &m_lo, 4);
+    memcpy(mn + 4, &m_hi, 4);
+}
+
+/* mins m_j as 16 int16 (each twice) so madd with the 16 bsums gives m_j * (bsum_2j + bsum_2j+1) */
+INLINE __m256i k4_mins16(const uint8_t mn[8]) {
+    __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+}
+
+INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t sc[8], mn[8];
+        k4_scales(w[b].scales, sc, mn);
+        __m256i q[8], s16[8];
+        for (int i = 0; i < 4; i++) {
+            __m256i v = loadu(w[b].qs + 32 * i);
+            q[2 * i] = _mm256_and_si256(v, m4);
+            q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+        const __m256i mins = k4_mins16(mn);
+        const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
+            for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
+            __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+#define Q4K_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+        q4k_row(nb, (const pb_block_q4_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q4_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(Q4K_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q4_K_q8_K_)(int64_t n, float *s, const void *x, const void *y) {
+    q4k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+// --- Q5_K x Q8_K ----------------------------------------------------------------------------------------
+
+INLINE void q5k_row(int64_t nb, const pb_block_q5_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t sc[8], mn[8];
+        k4_scales(w[b].scales, sc, mn);
+        __m256i q[8], s16[8];
+        const __m256i hv = loadu(w[b].qh);
+        for (int i = 0; i < 4; i++) {
+            __m256i v = loadu(w[b].qs + 32 * i);
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * i), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * i + 1), one);
+            q[2 * i] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_slli_epi16(h0, 4));
+            q[2 * i + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_slli_epi16(h1, 4));
+        }
+        for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+        const __m256i mins = k4_mins16(mn);
+        const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
+            for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
+            __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+#define Q5K_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+        q5k_row(nb, (const pb_block_q5_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q5_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(Q5K_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q5_K_q8_K_)(int64_t n, float *s, const void *x, const void *y) {
+    q5k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+// --- Q6_K x Q8_K ----------------------------------------------------------------------------------------
+
+INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i q[8], s16[8];
+        for (int h = 0; h < 2; h++) { /* q6 + 32 in 0..63; group g of half h <-> activations 128h + 32g */
+            const __m256i l0 = loadu(w[b].ql + 64 * h), l1 = loadu(w[b].ql + 64 * h + 32), hv = loadu(w[b].qh + 32 * h);
+            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+        }
+        const int8_t *sc = w[b].scales;
+        for (int k = 0; k < 8; k++)
+            s16[k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+        const __m256i sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const float d = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
+            for (int k = 1; k < 8; k++) is = _mm256_add_epi32(is, dot_us_sc(q[k], loadu(x->qs + 32 * k), s16[k]));
+            /* the -32 offset: sum_s sc_s * 32 * bsum_s */
+            __m256i off = _mm256_madd_epi16(loadu(x->bsums), sc_all);
+            is = _mm256_sub_epi32(is, _mm256_slli_epi32(off, 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+#define Q6K_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+        q6k_row(nb, (const pb_block_q6_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q6_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(Q6K_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q6_K_q8_K_)(int64_t n, float *s, const void *x, const void *y) {
+    q6k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+// --- Q4_0 / Q8_0 x Q8_0 ---------------------------------------------------------------------------------
+
+/* Q4_0: sum (q - 8) a = sum q a - 8 sum a, with q in 0..15 unsigned. */
+INLINE void q40_row(int64_t nb, const pb_block_q4_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)w[b].qs);
+        const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+        const float d = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+            const __m256i xv = loadu(x->qs);
+            __m256i is = _mm256_sub_epi32(dot_us(q, xv), dot_us(eight, xv));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * h2f(x->d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+#define Q40_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+        q40_row(nb, (const pb_block_q4_0 *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q4_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q40_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q4_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q40_row(n / 32, x, y, 0, s, 0, 1);
+}
+
+/* Q8_0: sign trick, |w| unsigned times a carrying w's sign (exact for |w| <= 127, as quantizers write). */
+INLINE void q80_row(int64_t nb, const pb_block_q8_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i wv = loadu(w[b].qs);
+        const __m256i u = _mm256_sign_epi8(wv, wv);
+        const float d = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+            __m256i is = dot_us(u, _mm256_sign_epi8(loadu(x->qs), wv));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * h2f(x->d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+#define Q80_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+        q80_row(nb, (const pb_block_q8_0 *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q8_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q80_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q8_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q80_row(n / 32, x, y, 0, s, 0, 1);
+}
+
+// --- F16 / BF16 / F32 weights x F32 activations ---------------------------------------------------------
+
+/* Float weights: the float accumulation order differs from ref.c (which sums in double); results agree to
+ * float rounding. Tails (n % 8) are summed in scalar. */
+void FN(pb_vec_dot_f16_f32_)(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *w = x;
+    const float *v = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(v + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
+                               _mm256_loadu_ps(v + i + 8), acc1);
+    }
+    float sum = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += h2f(w[i]) * v[i];
+    *s = sum;
+}
+
+void FN(pb_vec_dot_bf16_f32_)(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *w = x;
+    const float *v = y;
+    __m256 acc0 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i e = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
+        acc0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(e, 16)), _mm256_loadu_ps(v + i), acc0);
+    }
+    float sum = hsum8(acc0);
+    for (; i < n; i++) sum += pb_bf16_to_fp32(w[i]) * v[i];
+    *s = sum;
+}
+
+void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) {
+    const float *w = x, *v = y;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(v + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(v + i + 8), acc1);
+    }
+    float sum = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += w[i] * v[i];
+    *s = sum;
+}
+
+/* fp16 -> fp32 is exact, so this replaces the table's scalar to_float bit for bit (KV cache reads). */
+void FN(pb_f16_to_f32_)(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) dst[i] = h2f(h[i]);
+}
+
+// --- activation quantizers (bit-identical to the reference ones in tensor/, so they can replace them) ---
+
+/* lanes of x*0: NaN exactly where x is inf or NaN; OR-ed over a block, any set exponent bit means
+ * "not all finite" and the block goes to the reference quantizer (which defines those cases). */
+INLINE bool all_finite(__m256 nonfin) {
+    return _mm256_testz_si256(_mm256_castps_si256(nonfin), _mm256_castps_si256(_mm256_set1_ps(INFINITY)));
+}
+
+INLINE __m256 absps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+INLINE float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* 32 int32 (4 vectors, element order) -> 32 int8, saturating (callers clamp to +-127 first) */
+INLINE __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i abcd = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+INLINE __m256i clamp127(__m256i v) {
+    return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+}
+
+/* Q8_K as pb_quant_q8_K: max = first value of largest |x|, iscale = -127/max, q = nearest-even(iscale*x)
+ * (vcvtps2dq under the default rounding mode is round-half-even, as the reference's 1.5*2^23 trick). */
+void FN(pb_quant_q8_K_)(const float *x, void *dst, int64_t n) {
+    pb_block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / PB_QK_K; i++, x += PB_QK_K) {
+        __m256 mx = _mm256_setzero_ps(), nf = _mm256_setzero_ps();
+        for (int j = 0; j < PB_QK_K; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            mx = _mm256_max_ps(mx, absps(v));
+            nf = _mm256_or_ps(nf, _mm256_mul_ps(v, _mm256_setzero_ps()));
+        }
+        if (!all_finite(nf)) {
+            pb_quant_q8_K(x, &y[i], PB_QK_K);
+            continue;
+        }
+        const float amax = hmax8(mx);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int first = 0;
+        for (int j = 0; j < PB_QK_K; j += 8) {
+            int m = _mm256_movemask_ps(_mm256_cmp_ps(absps(_mm256_loadu_ps(x + j)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (m) {
+                first = j + __builtin_ctz((unsigned)m);
+                break;
+            }
+        }
+        const float iscale = -127.0f / x[first];
+        const __m256 is = _mm256_set1_ps(iscale);
+        for (int j = 0; j < PB_QK_K; j += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = clamp127(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + j + 8 * k))));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack32(q[0], q[1], q[2], q[3]));
+        }
+        for (int g = 0; g < 16; g++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * g));
+            __m128i s = _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+            y[i].bsums[g] = (int16_t)(_mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* Q8_0 as pb_quant_q8_0: d = amax/127, id = 1/d, q = roundf(x*id) (half away from zero, done exactly:
+ * truncate, then step away from zero where the exact remainder is >= 0.5). */
+void FN(pb_quant_q8_0_)(const float *x, void *dst, int64_t n) {
+    pb_block_q8_0 *y = dst;
+    const __m256 half = _mm256_set1_ps(0.5f), sgn = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        __m256 v[4], mx = _mm256_setzero_ps(), nf = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            mx = _mm256_max_ps(mx, absps(v[k]));
+            nf = _mm256_or_ps(nf, _mm256_mul_ps(v[k], _mm256_setzero_ps()));
+        }
+        if (!all_finite(nf)) {
+            pb_quant_q8_0(x, &y[i], 32);
+            continue;
+        }
+        const float d = hmax8(mx) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = pb_fp32_to_fp16(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 t = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+            __m256 tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __m256 up = _mm256_cmp_ps(absps(_mm256_sub_ps(t, tr)), half, _CMP_GE_OQ);
+            __m256 step = _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(t, sgn)));
+            q[k] = clamp127(_mm256_cvttps_epi32(_mm256_add_ps(tr, step)));
+        }
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack32(q[0], q[1], q[2], q[3]));
+    }
+}
+
+// --- the table ------------------------------------------------------------------------------------------
+
+/* Overrides the ref entries of t with this ISA's kernels; gemm[type] gets the tile kernels. */
+void FN(pb_kernels_fill_)(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
+    PB_ASSERT(n >= PB_TYPE_COUNT);
+    t[PB_TYPE_F32].vec_dot = FN(pb_vec_dot_f32_f32_);
+    t[PB_TYPE_F16].vec_dot = FN(pb_vec_dot_f16_f32_);
+    t[PB_TYPE_BF16].vec_dot = FN(pb_vec_dot_bf16_f32_);
+    t[PB_TYPE_F16].to_float = FN(pb_f16_to_f32_);
+    t[PB_TYPE_Q4_0].vec_dot = FN(pb_vec_dot_q4_0_q8_0_);
+    t[PB_TYPE_Q8_0].vec_dot = FN(pb_vec_dot_q8_0_q8_0_);
+    t[PB_TYPE_Q4_K].vec_dot = FN(pb_vec_dot_q4_K_q8_K_);
+    t[PB_TYPE_Q5_K].vec_dot = FN(pb_vec_dot_q5_K_q8_K_);
+    t[PB_TYPE_Q6_K].vec_dot = FN(pb_vec_dot_q6_K_q8_K_);
+    t[PB_TYPE_Q8_0].from_float = FN(pb_quant_q8_0_);
+    t[PB_TYPE_Q8_K].from_float = FN(pb_quant_q8_K_);
+    gemm[PB_TYPE_Q4_0] = FN(pb_gemm_q4_0_q8_0_);
+    gemm[PB_TYPE_Q8_0] = FN(pb_gemm_q8_0_q8_0_);
+    gemm[PB_TYPE_Q4_K] = FN(pb_gemm_q4_K_q8_K_);
+    gemm[PB_TYPE_Q5_K] = FN(pb_gemm_q5_K_q8_K_);
+    gemm[PB_TYPE_Q6_K] = FN(pb_gemm_q6_K_q8_K_);
+}

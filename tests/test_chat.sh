@@ -1,0 +1,88 @@
+#!/bin/sh
+# test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
+# (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit.
+BIN=${PB_BIN:-build/pocketbrain}
+# the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
+M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+[ -f "$M" ] || M=models/default.gguf
+if [ ! -f "$M" ] || ! command -v tmux >/dev/null 2>&1; then
+  if [ "$CI" = true ]; then echo "not ok - no model or no tmux"; exit 1; fi
+  echo "ok - skipped: no model or no tmux"; exit 0
+fi
+T=$(mktemp -d)
+S=pbchat_$$
+cleanup() { tmux kill-session -t $S 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1"; }
+screen() { tmux capture-pane -p -t $S -S -300 2>/dev/null; }
+# wait_for PATTERN COUNT SECONDS: until PATTERN occurs COUNT times on the screen
+wait_for() {
+  i=0
+  while [ $i -lt $(($3 * 5)) ]; do
+    n=$(screen | grep -c -- "$1")
+    [ "$n" -ge "$2" ] && return 0
+    sleep 0.2; i=$((i + 1))
+  done
+  return 1
+}
+alive() { tmux has-session -t $S 2>/dev/null && [ -z "$(tmux list-panes -t $S -F '#{pane_dead}' | grep 1)" ]; }
+ABS_BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+ABS_M=$(cd "$(dirname "$M")" && pwd)/$(basename "$M")
+
+# ---- first session: two turns, /stats, /save, /quit ----
+tmux new-session -d -s $S -x 160 -y 50 "cd '$T' && '$ABS_BIN' chat -m '$ABS_M' -t 1 -c 2048 -n 12 --session chat.pbs; echo EXITED-\$?; sleep 30"
+if wait_for "pocketbrain chat --" 1 30; then ok "chat starts and shows its banner"; else nok "chat starts"; screen; exit 1; fi
+tmux send-keys -t $S "Hello, who are you?" Enter
+if wait_for "\[prompt [0-9]* tok, answer 12 tok" 1 60; then ok "turn 1 answered with token counts"; else nok "turn 1"; screen; fi
+tmux send-keys -t $S "Tell me more." Enter
+if wait_for "\[prompt [0-9]* tok, answer 12 tok" 2 60; then ok "turn 2 answered"; else nok "turn 2"; screen; fi
+p1=$(screen | grep -o "\[prompt [0-9]* tok" | sed -n 1p | grep -o "[0-9]*")
+p2=$(screen | grep -o "\[prompt [0-9]* tok" | sed -n 2p | grep -o "[0-9]*")
+# the history before turn 2 holds turn 1's prompt + 11 fed answer tokens; a re-prefill would count them all
+if [ -n "$p2" ] && [ "$p2" -lt $((p1 + 11)) ]; then ok "turn 2 prefilled only its own $p2 tokens (history: $((p1 + 11)))"; else nok "turn 2 prompt tokens $p2 vs $p1"; fi
+tmux send-keys -t $S "/stats" Enter
+if wait_for "context: *[0-9]* / 2048 tokens, 2 turns" 1 10; then ok "/stats shows the context and 2 turns"; else nok "/stats"; screen; fi
+if screen | grep -q "thermal: *off"; then ok "/stats shows the thermal state"; else nok "/stats thermal"; fi
+tmux send-keys -t $S "/save $T/copy.pbs" Enter
+if wait_for "\[saved [0-9]* tokens to" 1 10 && [ -s "$T/copy.pbs" ]; then ok "/save FILE writes the session"; else nok "/save"; screen; fi
+tmux send-keys -t $S "/quit" Enter
+if wait_for "EXITED-0" 1 20 && [ -s "$T/chat.pbs" ]; then ok "/quit exits 0 and saves --session chat.pbs"; else nok "/quit"; screen; fi
+n_saved=$(screen | grep -o "context: *[0-9]*" | grep -o "[0-9]*$")
+tmux kill-session -t $S 2>/dev/null
+
+# ---- second session: resume, a long answer stopped with Ctrl-C, the program goes on ----
+tmux new-session -d -s $S -x 160 -y 50 "cd '$T' && '$ABS_BIN' chat -m '$ABS_M' -t 1 -c 2048 -n 0 --session chat.pbs; echo EXITED-\$?; sleep 30"
+if wait_for "\[resumed chat.pbs: [0-9]* tokens, 2 turns\]" 1 30; then ok "--session resumes the saved conversation"; else nok "resume"; screen; fi
+tmux send-keys -t $S "Now write a very long story." Enter
+sleep 3
+tmux send-keys -t $S C-c
+if wait_for "\[stopped\]" 1 20; then ok "Ctrl-C stops the answer"; else nok "Ctrl-C"; screen; fi
+sleep 0.5
+if alive && ! screen | grep -q "EXITED"; then ok "the program is still running after Ctrl-C"; else nok "program died on Ctrl-C"; screen; fi
+p3=$(screen | grep -o "\[prompt [0-9]* tok" | tail -1 | grep -o "[0-9]*")
+if [ -n "$p3" ] && [ -n "$n_saved" ] && [ "$p3" -lt "$n_saved" ]; then ok "resumed turn prefilled $p3 tokens, not the $n_saved of history"; else nok "resumed prefill $p3 vs $n_saved"; fi
+tmux send-keys -t $S "/stats" Enter
+if wait_for "context: *[0-9]* / 2048 tokens, 3 turns" 1 10; then ok "after Ctrl-C the stopped answer stays as turn 3"; else nok "stats after Ctrl-C"; screen; fi
+tmux send-keys -t $S "/reset" Enter
+if wait_for "\[conversation reset\]" 1 10; then ok "/reset"; else nok "/reset"; fi
+tmux send-keys -t $S "/nonsense" Enter
+if wait_for "unknown command /nonsense" 1 10; then ok "unknown command is reported, not fatal"; else nok "unknown command"; fi
+tmux send-keys -t $S "/load $T/copy.pbs" Enter
+if wait_for "\[loaded [0-9]* tokens, 2 turns" 1 10; then ok "/load FILE restores a saved conversation"; else nok "/load"; screen; fi
+tmux send-keys -t $S C-d
+if wait_for "EXITED-0" 1 20; then ok "Ctrl-D leaves with exit 0"; else nok "Ctrl-D"; screen; fi
+
+# a corrupt session file is refused with a clear error and left as it is
+printf 'garbage that is not a session' >"$T/bad.pbs"
+cp "$T/bad.pbs" "$T/bad.orig"
+(cd "$T" && "$ABS_BIN" chat -m "$ABS_M" -t 1 --session bad.pbs </dev/null >"$T/out" 2>"$T/err"); rc=$?
+if [ $rc = 1 ] && grep -q "not a pocketbrain session file" "$T/err" && cmp -s "$T/bad.pbs" "$T/bad.orig"; then
+  ok "corrupt --session file: clear error, file untouched"
+else nok "corrupt session rc=$rc: $(cat "$T/err")"; fi
+# piped mode (no tty): answers and commands work without a terminal
+printf 'Hi\n/stats\n/quit\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/pipe" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "answer 4 tok" "$T/pipe" && grep -q "1 turns" "$T/pipe"; then ok "chat works from a pipe"; else nok "pipe: $(cat "$T/pipe")"; fi
+"$BIN" chat --bad >/dev/null 2>"$T/err"; rc=$?
+if [ $rc = 2 ] && grep -q -- "--bad" "$T/err"; then ok "chat: unknown flag exits 2"; else nok "chat bad flag"; fi
+exit 0

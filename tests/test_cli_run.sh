@@ -1,0 +1,93 @@
+#!/bin/sh
+# test_cli_run.sh -- `pocketbrain run` end to end (pipe, -p, -f, --raw, --json, seeds, stop, Ctrl-C, flags,
+# memory admission and --fit), `bench` and `info --mem` on the tiny peer model (or models/default.gguf).
+BIN=${PB_BIN:-build/pocketbrain}
+# the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
+M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+[ -f "$M" ] || M=models/default.gguf
+if [ ! -f "$M" ]; then
+  if [ "$CI" = true ]; then echo "not ok - no model ($M)"; exit 1; fi
+  echo "ok - skipped: no model"; exit 0
+fi
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1"; }
+check() { if eval "$2"; then ok "$1"; else nok "$1"; fi; }
+R="$BIN run -m $M -t 1"
+
+echo "What is a harbor?" | $R -n 8 >"$T/out" 2>"$T/err"; rc=$?
+check "run reads the prompt from a pipe and streams an answer (rc $rc)" '[ $rc = 0 ] && [ -s "$T/out" ]'
+
+$R -p "What is a harbor?" -n 8 --json >"$T/json" 2>"$T/err"; rc=$?
+check "--json: one object with text, counts, timings" \
+  '[ $rc = 0 ] && grep -q "\"n_generated\":8" "$T/json" && grep -q "\"stop_reason\":\"max_tokens\"" "$T/json" && grep -q "\"text\":" "$T/json" && grep -q "\"n_prompt\":[1-9]" "$T/json" && grep -q "\"decode_tok_s\":" "$T/json" && [ $(wc -l <"$T/json") = 1 ]'
+
+$R -p "Tell me about ships" -n 12 --temp 1 --top-k 0 --seed 7 >"$T/s1" 2>/dev/null
+$R -p "Tell me about ships" -n 12 --temp 1 --top-k 0 --seed 7 >"$T/s2" 2>/dev/null
+$R -p "Tell me about ships" -n 12 --temp 1 --top-k 0 --seed 8 >"$T/s3" 2>/dev/null
+check "same --seed and settings -> the same text" 'cmp -s "$T/s1" "$T/s2" && [ -s "$T/s1" ]'
+check "another --seed -> another text" '! cmp -s "$T/s1" "$T/s3"'
+
+printf 'Once upon a time' >"$T/prompt.txt"
+$R -f "$T/prompt.txt" -n 6 --raw --temp 0 >"$T/raw1" 2>/dev/null; rc1=$?
+$R -p "Once upon a time" -n 6 --raw --temp 0 >"$T/raw2" 2>/dev/null; rc2=$?
+check "--raw completion from -f FILE equals -p (greedy)" '[ $rc1 = 0 ] && [ $rc2 = 0 ] && cmp -s "$T/raw1" "$T/raw2" && [ -s "$T/raw1" ]'
+$R -p "Once upon a time" -n 6 --temp 0 >"$T/chat1" 2>/dev/null
+check "the chat template changes the answer vs --raw" '! cmp -s "$T/raw1" "$T/chat1"'
+
+# a stop string taken from the greedy answer: the output stops right before it
+$R -p "Say something" -n 24 --temp 0 >"$T/full" 2>/dev/null
+stop=$(head -c 40 "$T/full" | tail -c 6)
+if [ -n "$stop" ]; then
+  $R -p "Say something" -n 24 --temp 0 --stop "$stop" --json >"$T/stopj" 2>/dev/null
+  check "--stop ends the answer (stop reason 'stop')" 'grep -q "\"stop_reason\":\"stop\"" "$T/stopj"'
+fi
+
+$R -p hi --bogus-flag >"$T/out" 2>"$T/err"; rc=$?
+check "unknown flag: exit 2, message names it, usage line" '[ $rc = 2 ] && grep -q -- "--bogus-flag" "$T/err" && grep -q "^usage: pocketbrain run" "$T/err"'
+$R -p hi --temp hot >"$T/out" 2>"$T/err"; rc=$?
+check "bad value: exit 2 naming --temp" '[ $rc = 2 ] && grep -q -- "--temp" "$T/err"'
+$R -p hi --preset wild >"$T/out" 2>"$T/err"; rc=$?
+check "unknown preset: exit 2" '[ $rc = 2 ] && grep -q "wild" "$T/err"'
+$R -p hi -c >"$T/out" 2>"$T/err"; rc=$?
+check "missing flag value: exit 2" '[ $rc = 2 ] && grep -q -- "-c needs a value" "$T/err"'
+$BIN run --help >"$T/help"; rc=$?
+check "run --help lists the common flags" '[ $rc = 0 ] && grep -q -- "--preset" "$T/help" && grep -q -- "--mem-limit" "$T/help" && grep -q -- "--thermal" "$T/help"'
+$BIN run -m /nonexistent.gguf -p hi >"$T/out" 2>"$T/err"; rc=$?
+check "missing model file: exit 1 with a message" '[ $rc = 1 ] && grep -q "nonexistent" "$T/err"'
+
+# memory admission
+$R -p hi -n 2 -c 8192 --mem-limit 40M >"$T/out" 2>"$T/err"; rc=$?
+check "--mem-limit too small: refused with the numbers and the largest n_ctx" '[ $rc = 1 ] && grep -q "MiB" "$T/err" && grep -q "largest n_ctx that fits is [0-9]" "$T/err"'
+$R -p hi -n 2 -c 8192 --mem-limit 40M --fit >"$T/out" 2>"$T/err"; rc=$?
+check "--fit lowers n_ctx / uses a q8_0 KV cache and says so" '[ $rc = 0 ] && grep -q -- "--fit: using a q8_0 KV cache and n_ctx [0-9]*" "$T/err" && [ -s "$T/out" ]'
+$BIN info --mem -c 8192 "$M" >"$T/info" 2>&1; rc=$?
+check "info --mem -c 8192 prints the estimate" '[ $rc = 0 ] && grep -q "memory: *n_ctx 8192, f16 KV: weights" "$T/info" && grep -q "largest n_ctx" "$T/info"'
+
+# thermal governor through the CLI
+echo 95000 >"$T/temp"
+$R -p hi -n 3 --thermal "$T/temp" >"$T/out" 2>"$T/err"; rc=$?
+check "--thermal FILE runs (hot: one thread, pauses)" '[ $rc = 0 ] && [ -s "$T/out" ]'
+$R -p hi -n 3 --thermal "$T/missing" >"$T/out" 2>"$T/err"; rc=$?
+check "--thermal with an unreadable file: exit 1" '[ $rc = 1 ] && grep -q "thermal" "$T/err"'
+
+# context full is an error by default, not a silent truncation
+$R -p "Tell me a long story about ships and the sea" -c 64 -n 0 >"$T/out" 2>"$T/err"; rc=$?
+check "context full: exit 1 with 'context full'" '[ $rc = 1 ] && grep -q "context full" "$T/err"'
+
+# Ctrl-C (SIGINT) stops the answer: partial text, exit 130
+$R -p "Tell me a very long story" -n 0 -c 4096 >"$T/out" 2>"$T/err" &
+pid=$!
+sleep 3
+kill -INT $pid
+wait $pid; rc=$?
+check "SIGINT stops run with exit 130 and keeps the partial answer (rc $rc)" '[ $rc = 130 ] && grep -q "interrupted" "$T/err"'
+
+# bench
+$BIN bench -m "$M" -t 1 -p 16 -n 4 -r 2 >"$T/bench" 2>&1; rc=$?
+check "bench prints llama-bench style rows pp16 / tg4" '[ $rc = 0 ] && grep -q "| pp16 |" "$T/bench" && grep -q "| tg4 |" "$T/bench" && grep -q "ttft" "$T/bench"'
+$BIN bench -m "$M" -t 1 -p 16 -n 4 -r 2 --json >"$T/benchj" 2>&1; rc=$?
+check "bench --json has runs with median/min/max" '[ $rc = 0 ] && grep -q "\"runs\"" "$T/benchj" && grep -q "\"median\"" "$T/benchj" && grep -q "\"peak_rss_bytes\"" "$T/benchj"'
+$BIN bench -m "$M" -t 0 >"$T/out" 2>"$T/err"; rc=$?
+check "bench -t 0: exit 2" '[ $rc = 2 ]'
+exit 0

@@ -1,0 +1,275 @@
+/* test_kernels.c -- every ISA kernel family this CPU can run (avx2, avx512 / neon) against the scalar
+ * reference kernels of ref.c: vec_dot per type on random rows of 1..several blocks, the gemm tiles
+ * (bit-identical to the family's vec_dot for nr rows x nt = 1..8 tokens), pb_matmul with n_tok 1..9,
+ * and the activation quantizers / F16 reads that must equal the tensor room's bit for bit. */
+#include "pb_test.h"
+
+#include "kernels/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float nrand(void) {
+    double u = urand() + 1e-12, v = urand();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+typedef void (*fill_fn)(pb_type_traits *t, int n, pb_gemm_fn *gemm);
+typedef struct family {
+    const char *name;
+    fill_fn fill;
+    unsigned need; /* pb_cpu_features bits */
+} family;
+
+static const family families[] = {
+#if defined(__x86_64__)
+    {"avx2", pb_kernels_fill_avx2, PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C},
+    {"avx512", pb_kernels_fill_avx512,
+     PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ |
+         PB_CPU_AVX512VNNI},
+#elif defined(__aarch64__)
+    {"neon", pb_kernels_fill_neon, PB_CPU_NEON | PB_CPU_DOTPROD},
+#endif
+    {NULL, NULL, 0}};
+
+static const int wtypes[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q2_K,
+                             PB_TYPE_Q3_K, PB_TYPE_Q4_1, PB_TYPE_Q5_0, PB_TYPE_Q5_1, PB_TYPE_F16, PB_TYPE_BF16,
+                             PB_TYPE_F32};
+#define N_WTYPES (int)(sizeof wtypes / sizeof wtypes[0])
+
+static pb_type_traits ref_tab[PB_TYPE_COUNT], isa_tab[PB_TYPE_COUNT];
+
+/* Random weight rows quantized with the reference quantizer; some rows scaled to stress the scales. */
+static void make_rows(int type, int64_t K, int nrows, uint8_t *W, float *tmp) {
+    const pb_type_traits *t = pb_type_get(type);
+    size_t row = pb_row_size(type, K);
+    for (int r = 0; r < nrows; r++) {
+        float scale = r % 3 == 0 ? 1.0f : r % 3 == 1 ? 0.01f : 40.0f;
+        for (int64_t k = 0; k < K; k++) tmp[k] = nrand() * scale + (r % 4 == 3 ? 0.5f * scale : 0.0f);
+        t->from_float(tmp, W + row * (size_t)r, K);
+    }
+}
+
+/* Activation rows in the vec_dot_type (reference quantizer), or raw floats. */
+static void make_acts(int type, int64_t K, int ntok, uint8_t *A, float *X) {
+    const pb_type_traits *t = pb_type_get(type);
+    for (int64_t i = 0; i < K * ntok; i++) X[i] = nrand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    if (t->vec_dot_type == PB_TYPE_F32) {
+        memcpy(A, X, (size_t)(K * ntok) * 4);
+        return;
+    }
+    size_t arow = pb_row_size(t->vec_dot_type, K);
+    const pb_type_traits *at = pb_type_get(t->vec_dot_type);
+    for (int tk = 0; tk < ntok; tk++) {
+        /* reference quantizer straight from the tensor room, not the (maybe overridden) table entry */
+        if (t->vec_dot_type == PB_TYPE_Q8_K)
+            pb_quant_q8_K(X + tk * K, A + arow * (size_t)tk, K);
+        else if (t->vec_dot_type == PB_TYPE_Q8_0)
+            pb_quant_q8_0(X + tk * K, A + arow * (size_t)tk, K);
+        else
+            at->from_float(X + tk * K, A + arow * (size_t)tk, K);
+    }
+}
+
+/* Sum |w_k * a_k| in double, the scale of the rounding error a float accumulation may have. */
+static double magnitude(int type, int64_t K, const uint8_t *w, const uint8_t *a, float *wd, float *ad) {
+    const pb_type_traits *t = pb_type_get(type);
+    t->to_float(w, wd, K);
+    if (t->vec_dot_type == PB_TYPE_F32)
+        memcpy(ad, a, (size_t)K * 4);
+    else
+        pb_type_get(t->vec_dot_type)->to_float(a, ad, K);
+    double m = 0;
+    for (int64_t k = 0; k < K; k++) m += fabs((double)wd[k] * (double)ad[k]);
+    return m;
+}
+
+static void test_family(const family *f) {
+    pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
+    for (int i = 0; i < PB_TYPE_COUNT; i++) ref_tab[i] = isa_tab[i] = *pb_type_get(i);
+    pb_kernels_fill_ref(ref_tab, PB_TYPE_COUNT);
+    pb_kernels_fill_ref(isa_tab, PB_TYPE_COUNT);
+    f->fill(isa_tab, PB_TYPE_COUNT, gemm);
+    enum { MAXB = 7, NR = 19, NT = 9 };
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        const int type = wtypes[ti];
+        const pb_type_traits *t = pb_type_get(type);
+        const int64_t blk = t->blck == 1 ? 32 : t->blck;
+        const bool overridden = isa_tab[type].vec_dot != ref_tab[type].vec_dot;
+        int cases = 0, same_gemm = 0, gemm_cases = 0;
+        double worst = 0;
+        for (int nb = 1; nb <= MAXB; nb += (t->blck == 256 ? 2 : 3)) {
+            /* float weights also get lengths that are not a multiple of 8/16 (SIMD tails) */
+            int64_t K = blk * nb + (t->blck == 1 ? nb % 3 : 0);
+            size_t row = pb_row_size(type, K);
+            size_t arow = t->vec_dot_type == PB_TYPE_F32 ? (size_t)K * 4 : pb_row_size(t->vec_dot_type, K);
+            uint8_t *W = malloc(row * NR), *A = malloc(arow * NT);
+            float *X = malloc((size_t)(K * NT) * 4), *tmp = malloc((size_t)K * 4), *ad = malloc((size_t)K * 4);
+            float *Y = malloc(sizeof(float) * NR * NT);
+            make_rows(type, K, NR, W, tmp);
+            make_acts(type, K, NT, A, X);
+            for (int r = 0; r < NR; r++) {
+                for (int tk = 0; tk < NT; tk++) {
+                    const uint8_t *w = W + row * (size_t)r, *a = A + arow * (size_t)tk;
+                    float got, want;
+                    isa_tab[type].vec_dot(K, &got, w, a);
+                    ref_tab[type].vec_dot(K, &want, w, a);
+                    double e = fabs((double)got - (double)want) / (magnitude(type, K, w, a, tmp, ad) + 1e-30);
+                    if (!(e <= worst)) worst = e; /* NaN counts as worst */
+                    cases++;
+                }
+            }
+            if (gemm[type]) {
+                for (int nt = 1; nt <= PB_GEMM_NT; nt++) {
+                    for (int nr = 1; nr <= NR; nr += 6) {
+                        for (int i = 0; i < NR * NT; i++) Y[i] = NAN;
+                        gemm[type](K, W, row, nr, A, arow, nt, Y, NR);
+                        for (int tk = 0; tk < nt; tk++)
+                            for (int r = 0; r < nr; r++) {
+                                float v;
+                                isa_tab[type].vec_dot(K, &v, W + row * (size_t)r, A + arow * (size_t)tk);
+                                same_gemm += memcmp(&v, &Y[tk * NR + r], 4) == 0;
+                                gemm_cases++;
+                            }
+                        /* nothing outside the tile written */
+                        int outside = 0;
+                        for (int tk = 0; tk < NT; tk++)
+                            for (int r = 0; r < NR; r++)
+                                if ((tk >= nt || r >= nr) && !isnan(Y[tk * NR + r])) outside++;
+                        same_gemm -= outside;
+                    }
+                }
+            }
+            free(W), free(A), free(X), free(tmp), free(ad), free(Y);
+        }
+        CHECK(worst < 1e-5, "%s %s vec_dot%s vs ref over %d cases (K = 1..%d blocks): worst |diff|/sum|w*a| %.1e",
+              f->name, t->name, overridden ? "" : " (ref itself)", cases, MAXB, worst);
+        if (gemm[type])
+            CHECK(same_gemm == gemm_cases, "%s %s gemm tiles bit-identical to vec_dot: %d/%d (nr 1..19, nt 1..8)",
+                  f->name, t->name, same_gemm, gemm_cases);
+    }
+    NOTE("%s: %d types with gemm tiles", f->name, (int)(gemm[PB_TYPE_Q4_K] != NULL) + (gemm[PB_TYPE_Q6_K] != NULL) +
+                                                     (gemm[PB_TYPE_Q4_0] != NULL) + (gemm[PB_TYPE_Q8_0] != NULL) +
+                                                     (gemm[PB_TYPE_Q5_K] != NULL));
+
+    /* activation quantizers: bit-identical to the tensor room's reference, including ties and odd blocks */
+    for (int qi = 0; qi < 2; qi++) {
+        int qt = qi ? PB_TYPE_Q8_K : PB_TYPE_Q8_0;
+        int64_t K = qi ? 256 * 12 : 32 * 40;
+        size_t rs = pb_row_size(qt, K);
+        float *x = malloc((size_t)K * 4);
+        uint8_t *r1 = malloc(rs), *r2 = malloc(rs);
+        int same = 0, rounds = 60;
+        for (int round = 0; round < rounds; round++) {
+            int64_t bl = qi ? 256 : 32;
+            for (int64_t i = 0; i < K; i++) x[i] = nrand() * (float)(1 + round % 5);
+            for (int64_t b = 0; b < K / bl; b++) { /* special blocks */
+                float *xb = x + b * bl;
+                switch ((b + round) % 8) {
+                case 0: /* exact ties: values k+0.5 of the quantization step */
+                    xb[0] = 127.0f;
+                    for (int64_t i = 1; i < bl; i++) xb[i] = (float)((int)(urand() * 250) - 125) + 0.5f;
+                    break;
+                case 1: memset(xb, 0, (size_t)bl * 4); break; /* all zero */
+                case 2: xb[bl / 2] = NAN; break;
+                case 3: xb[3] = INFINITY; break;
+                case 4: /* the same |max| with both signs: the first one decides the sign (Q8_K) */
+                    xb[5] = -9.0f, xb[9] = 9.0f;
+                    break;
+                case 5: xb[bl - 1] = 1e-39f, xb[0] = 1e-38f; break; /* tiny, subnormal */
+                default: break;
+                }
+            }
+            if (qi) {
+                pb_quant_q8_K(x, r1, K);
+            } else {
+                pb_quant_q8_0(x, r1, K);
+            }
+            isa_tab[qt].from_float(x, r2, K);
+            same += memcmp(r1, r2, rs) == 0;
+        }
+        CHECK(same == rounds, "%s %s activation quantizer bit-identical to the reference: %d/%d rows", f->name,
+              qi ? "q8_K" : "q8_0", same, rounds);
+        free(x), free(r1), free(r2);
+    }
+
+    /* F16 reads (KV cache): all 65536 values, bit for bit */
+    {
+        uint16_t *h = malloc(65536 * 2 + 6);
+        float *o = malloc(65539 * 4);
+        for (int i = 0; i < 65536 + 3; i++) h[i] = (uint16_t)(i * 40503u);
+        for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+        isa_tab[PB_TYPE_F16].to_float(h, o, 65539);
+        int bad = 0;
+        for (int i = 0; i < 65539; i++) {
+            float want = pb_fp16_to_fp32(h[i]);
+            bad += memcmp(&want, &o[i], 4) != 0;
+        }
+        CHECK(bad == 0, "%s f16 to_float equals pb_fp16_to_fp32 for all 65536 values (+3 tail): %d differ", f->name,
+              bad);
+        free(h), free(o);
+    }
+}
+
+/* pb_matmul with the dispatched table: n_tok 1..9 (tiles of 8 plus tails), several thread counts. */
+static void test_matmul_dispatched(void) {
+    pb_pool *p2 = NULL;
+    CHECK(pb_pool_new(2, &p2) == PB_OK, "pool of 2 threads");
+    const int types[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q3_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int type = types[ti];
+        const pb_type_traits *t = pb_type_get(type);
+        int64_t K = t->blck * 3, N = 45;
+        size_t row = pb_row_size(type, K), arow = pb_row_size(t->vec_dot_type, K);
+        uint8_t *W = malloc(row * (size_t)N), *xa = malloc(arow);
+        float *tmp = malloc((size_t)K * 4), *x = malloc((size_t)K * 9 * 4), *y = malloc((size_t)N * 9 * 4);
+        void *scratch = malloc(pb_matmul_scratch_size(type, K, 9));
+        make_rows(type, K, (int)N, W, tmp);
+        for (int64_t i = 0; i < K * 9; i++) x[i] = nrand();
+        int same = 0, total = 0, ok = 1;
+        for (int nt = 1; nt <= 9; nt++) {
+            ok &= pb_matmul(W, type, K, N, x, nt, y, scratch, p2) == PB_OK;
+            for (int tk = 0; tk < nt; tk++) {
+                t = pb_type_get(type);
+                pb_type_get(t->vec_dot_type)->from_float(x + tk * K, xa, K);
+                for (int64_t r = 0; r < N; r++) {
+                    float v;
+                    t->vec_dot(K, &v, W + row * (size_t)r, xa);
+                    same += v == y[tk * N + r];
+                    total++;
+                }
+            }
+        }
+        CHECK(ok && same == total, "%s pb_matmul (2 threads, n_tok 1..9) == dispatched vec_dot: %d/%d", t->name, same,
+              total);
+        free(W), free(xa), free(tmp), free(x), free(y), free(scratch);
+    }
+    pb_pool_free(p2);
+}
+
+int main(void) {
+    unsigned f = pb_cpu_features();
+    NOTE("dispatched kernel family: %s (PB_CPU=%s)", pb_kernels_isa(), getenv("PB_CPU") ? getenv("PB_CPU") : "");
+    int ran = 0;
+    for (const family *fam = families; fam->name; fam++) {
+        if ((f & fam->need) != fam->need) {
+            NOTE("%s kernels skipped: this CPU (or PB_CPU) lacks them", fam->name);
+            continue;
+        }
+        test_family(fam);
+        ran++;
+    }
+    /* the scalar family always runs (ref against itself is trivial, so only the matmul path is checked) */
+    test_matmul_dispatched();
+    CHECK(ran > 0 || getenv("PB_CPU") || !families[0].name, "at least one ISA family ran (%d)", ran);
+    TEST_DONE();
+}

@@ -1,0 +1,59 @@
+#!/bin/sh
+# test_server_kb.sh -- `serve --db KB --faq FAQ`: "use my documents" answers carry sources pointing to the
+# right files; with --fallback-after the FAQ answer comes back clearly marked as a fallback.
+BIN=${PB_BIN:-build/pocketbrain}
+MODEL=${PB_TEST_MODEL:-models/default.gguf}
+[ -f "$MODEL" ] || MODEL=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+OUT=$(mktemp -d)
+PID=
+trap 'kill $PID 2>/dev/null; rm -rf "$OUT"' EXIT
+mkdir -p "$OUT/docs"
+printf '# Lighthouses\n\nThe Pharos of Alexandria was a lighthouse built by the Ptolemaic Kingdom.\n' >"$OUT/docs/pharos.md"
+printf '# Volcanoes\n\nMauna Loa on Hawaii is one of the largest shield volcanoes on Earth.\n' >"$OUT/docs/volcano.md"
+printf '# Bread\n\nSourdough bread rises thanks to wild yeast and lactic acid bacteria.\n' >"$OUT/docs/bread.md"
+"$BIN" ingest --db "$OUT/kb.sqlite" -q "$OUT/docs" >"$OUT/ingest.log" 2>&1 && echo "ok - ingest 3 documents" || echo "not ok - ingest: $(cat "$OUT/ingest.log")"
+"$BIN" faq --db "$OUT/faq.sqlite" add "How do I reset my password?" "Open Settings, then Account, then Reset password." >/dev/null 2>&1 \
+  && echo "ok - faq add" || echo "not ok - faq add"
+
+start() { # args...
+  "$BIN" serve -m "$MODEL" --port 0 "$@" >"$OUT/stdout" 2>"$OUT/stderr" &
+  PID=$!
+  for i in $(seq 1 100); do grep -q listening "$OUT/stdout" && break; sleep 0.1; done
+  PORT=$(sed -n 's/^listening //p' "$OUT/stdout")
+  URL=http://127.0.0.1:$PORT
+  [ -n "$PORT" ] || echo "not ok - server did not start: $(cat "$OUT/stderr")"
+}
+stop() { kill -TERM $PID; wait $PID; }
+
+start --db "$OUT/kb.sqlite" --faq "$OUT/faq.sqlite"
+curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Which lighthouse did the Ptolemaic Kingdom build?"}],"use_documents":true,"max_tokens":8}' >"$OUT/r1"
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const s = r.sources || [];
+console.log((s.length >= 1 && /pharos\.md/.test(s[0].source) ? "ok" : "not ok") + " - first source is pharos.md: " + JSON.stringify(s.map(x => x.location)));
+console.log((s.every(x => typeof x.num === "number" && x.location) ? "ok" : "not ok") + " - sources are numbered with locations");
+console.log((r.choices && typeof r.choices[0].message.content === "string" ? "ok" : "not ok") + " - grounded answer returned");
+' "$OUT/r1"
+curl -sN "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Tell me about Mauna Loa volcano"}],"use_documents":true,"stream":true,"max_tokens":4}' >"$OUT/r2"
+grep -q '"sources":\[{"num":1,"source":"[^"]*volcano.md"' "$OUT/r2" && echo "ok - streamed answer carries its sources first" \
+  || echo "not ok - streamed sources: $(head -c 400 "$OUT/r2")"
+stop
+
+# FAQ fallback: no token within 0.1 ms -> the FAQ answer, marked
+start --faq "$OUT/faq.sqlite" --fallback-after 0.0001
+curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"how can I reset my password"}],"max_tokens":8}' >"$OUT/r3"
+grep -q '\[FAQ fallback\] Open Settings, then Account, then Reset password.' "$OUT/r3" && grep -q '"pocketbrain_fallback":"faq"' "$OUT/r3" \
+  && echo "ok - FAQ fallback answer, clearly marked" || echo "not ok - fallback: $(cat "$OUT/r3")"
+curl -sN "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"reset password please"}],"stream":true,"max_tokens":8}' >"$OUT/r4"
+grep -q 'FAQ fallback' "$OUT/r4" && grep -q 'data: \[DONE\]' "$OUT/r4" && echo "ok - streamed FAQ fallback ends cleanly" \
+  || echo "not ok - streamed fallback: $(cat "$OUT/r4")"
+curl -s "$URL/metrics" | grep -q '^pocketbrain_fallbacks_total [2-9]' && echo "ok - fallbacks counted in /metrics" || echo "not ok - fallback metric"
+curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"zebra quantum"}],"max_tokens":3}' >"$OUT/r5"
+grep -q 'FAQ fallback' "$OUT/r5" && echo "not ok - no FAQ match must not fall back: $(cat "$OUT/r5")" || echo "ok - without a FAQ match the model answers"
+stop
+[ $? = 0 ] && echo "ok - clean exit" || echo "not ok - exit status"

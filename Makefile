@@ -136,7 +136,7 @@ $(BUILD)/examples/%: examples/%.c include/pocketbrain.h $(LIB)
 
 # benchmarks (not tests): make bench -> $(BUILD)/bench/<name>, run by hand. Benches that link only the
 # core library go in this list; others need their own rule.
-BENCH_BIN  := $(BUILD)/bench/quant_bench $(BUILD)/bench/tokenizer_bench
+BENCH_BIN  := $(BUILD)/bench/quant_bench $(BUILD)/bench/tokenizer_bench $(BUILD)/bench/kernels
 bench: $(BENCH_BIN)
 
 # tokenizer_bench also reads tokenizer.json (tools/hf_vocab.c, cJSON)

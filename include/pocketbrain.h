@@ -30,11 +30,11 @@
 extern "C" {
 #endif
 
-#define PB_VERSION_MAJOR 0
-#define PB_VERSION_MINOR 1
-#define PB_VERSION_PATCH 0
+#define PB_VERSION_MAJOR  0
+#define PB_VERSION_MINOR  1
+#define PB_VERSION_PATCH  0
 #define PB_VERSION_STRING "0.1.0"
-#define PB_ABI_VERSION 1
+#define PB_ABI_VERSION    1
 
 /* ---- status ---------------------------------------------------------------------------------- */
 
@@ -71,9 +71,9 @@ void pb_set_log(pb_log_fn fn, void *user);
 typedef struct pb_model pb_model;
 
 typedef struct pb_model_params {
-    int n_threads;    /* threads used by sessions of this model by default; 0 = physical cores */
-    bool use_mmap;    /* map the file (default true); false reads it into memory                */
-    size_t mem_limit; /* bytes the process may use; 0 = detect (MemAvailable, cgroup limits)     */
+    int n_threads;     /* threads used by sessions of this model by default; 0 = physical cores */
+    bool use_mmap;     /* map the file (default true); false reads it into memory                */
+    size_t mem_limit;  /* bytes the process may use; 0 = detect (MemAvailable, cgroup limits)     */
     bool check_memory; /* refuse to open when weights alone do not fit (default true)            */
 } pb_model_params;
 
@@ -85,14 +85,14 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
 void pb_model_close(pb_model *m);
 
 typedef struct pb_model_info {
-    char arch[32];         /* "gemma2" */
-    char name[128];        /* general.name or "" */
+    char arch[32];  /* "gemma2" */
+    char name[128]; /* general.name or "" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
-    int n_ctx_train;       /* context length the model was trained for */
-    int sliding_window;    /* 0 when the model has no sliding-window layers */
-    int64_t n_params;      /* parameter count */
-    size_t weight_bytes;   /* bytes of tensor data */
-    char file_type[32];    /* "Q4_K_M", "F16", ... (best effort) */
+    int n_ctx_train;         /* context length the model was trained for */
+    int sliding_window;      /* 0 when the model has no sliding-window layers */
+    int64_t n_params;        /* parameter count */
+    size_t weight_bytes;     /* bytes of tensor data */
+    char file_type[32];      /* "Q4_K_M", "F16", ... (best effort) */
     uint8_t fingerprint[32]; /* identity of the weights + hparams (used by session files) */
 } pb_model_info;
 
@@ -125,14 +125,14 @@ typedef enum pb_tokenize_flags {
 /* Tokenizes len bytes of text into ids[cap]. *n_out gets the number of tokens; when it exceeds cap,
  * returns PB_ERR_INVALID_ARG and *n_out says how many are needed. Invalid UTF-8 is encoded byte by
  * byte through byte-fallback tokens (never dropped). Thread-safe. */
-pb_status pb_tokenize(const pb_vocab *v, const char *text, size_t len, int flags, int32_t *ids,
-                      int64_t cap, int64_t *n_out);
+pb_status pb_tokenize(const pb_vocab *v, const char *text, size_t len, int flags, int32_t *ids, int64_t cap,
+                      int64_t *n_out);
 
 /* Detokenizes n ids into buf[cap] (NUL-terminated); *len_out gets the byte length (excluding NUL).
  * When the text does not fit, returns PB_ERR_INVALID_ARG with *len_out = bytes needed.
  * Control tokens (BOS, EOS, turn markers) are rendered only when render_special is true. */
-pb_status pb_detokenize(const pb_vocab *v, const int32_t *ids, int64_t n, bool render_special,
-                        char *buf, size_t cap, size_t *len_out);
+pb_status pb_detokenize(const pb_vocab *v, const int32_t *ids, int64_t n, bool render_special, char *buf, size_t cap,
+                        size_t *len_out);
 
 /* Streaming detokenizer: feed ids one by one, get back only whole UTF-8 characters. */
 typedef struct pb_detok_stream pb_detok_stream;
@@ -152,8 +152,8 @@ typedef struct pb_chat_msg {
 
 /* Formats messages as the model's prompt text; add_generation_prompt appends the opening of the
  * model's turn. Writes a NUL-terminated string into buf[cap]; *len_out as in pb_detokenize. */
-pb_status pb_chat_format(const pb_model *m, const pb_chat_msg *msgs, int n_msgs,
-                         bool add_generation_prompt, char *buf, size_t cap, size_t *len_out);
+pb_status pb_chat_format(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt, char *buf,
+                         size_t cap, size_t *len_out);
 
 /* Formats and tokenizes a conversation in one step (BOS first): turn markers become control tokens
  * while message text is tokenized as plain text, so a user who types "<start_of_turn>" cannot inject a
@@ -229,11 +229,11 @@ typedef struct pb_session_params {
     /* Thermal governor (see pb_thermal_state): NULL or "off" = off (default); "auto" = the hottest
      * /sys/class/thermal/thermal_zone<N>/temp; anything else = path of a file holding millidegrees C. */
     const char *thermal;
-    float thermal_warm_c;     /* at or above: half the threads (default 75) */
-    float thermal_hot_c;      /* at or above: one thread and a pause between tokens (default 85) */
+    float thermal_warm_c;       /* at or above: half the threads (default 75) */
+    float thermal_hot_c;        /* at or above: one thread and a pause between tokens (default 85) */
     float thermal_hysteresis_c; /* a level is left only below its threshold minus this (default 5) */
-    int thermal_pause_ms;     /* pause between tokens when hot (default 100) */
-    int thermal_interval_ms;  /* re-read the temperature at most this often (default 1000; 0 = every token) */
+    int thermal_pause_ms;       /* pause between tokens when hot (default 100) */
+    int thermal_interval_ms;    /* re-read the temperature at most this often (default 1000; 0 = every token) */
 } pb_session_params;
 
 pb_session_params pb_session_default_params(void);
@@ -277,14 +277,14 @@ typedef bool (*pb_piece_fn)(const char *piece, size_t len, void *user);
 
 typedef struct pb_gen_params {
     pb_sampler_params sampler;
-    int max_tokens;                /* 0 = until a stop or the context is full */
-    const char *const *stop;       /* stop strings (borrowed), n_stop entries (each 1..256 bytes); never
-                                      emitted, found across token boundaries; text that only looked
-                                      like the start of a stop string is released once it is not */
+    int max_tokens;          /* 0 = until a stop or the context is full */
+    const char *const *stop; /* stop strings (borrowed), n_stop entries (each 1..256 bytes); never
+                                emitted, found across token boundaries; text that only looked
+                                like the start of a stop string is released once it is not */
     int n_stop;
-    const int32_t *stop_tokens;    /* extra token ids that end generation (borrowed), not emitted */
+    const int32_t *stop_tokens; /* extra token ids that end generation (borrowed), not emitted */
     int n_stop_tokens;
-    bool stop_at_eos;              /* stop on <eos> / <end_of_turn> (default true) */
+    bool stop_at_eos; /* stop on <eos> / <end_of_turn> (default true) */
 } pb_gen_params;
 
 pb_gen_params pb_gen_default_params(void); /* balanced sampler, no limit, no stop strings */
@@ -302,12 +302,12 @@ typedef enum pb_stop_reason {
 const char *pb_stop_reason_name(int reason);
 
 typedef struct pb_gen_stats {
-    int64_t n_prompt;         /* new prompt tokens prefilled by this call (never the reused history) */
-    int64_t n_generated;      /* tokens sampled */
+    int64_t n_prompt;    /* new prompt tokens prefilled by this call (never the reused history) */
+    int64_t n_generated; /* tokens sampled */
     double t_prefill_ms, t_generate_ms, t_first_token_ms; /* first token: from the call's start */
-    int stop_reason;          /* pb_stop_reason */
-    int n_shifts;             /* context shifts done by this call (PB_CTX_SHIFT) */
-    int64_t n_reprefilled;    /* kept tokens fed again after shifts */
+    int stop_reason;                                      /* pb_stop_reason */
+    int n_shifts;                                         /* context shifts done by this call (PB_CTX_SHIFT) */
+    int64_t n_reprefilled;                                /* kept tokens fed again after shifts */
 } pb_gen_stats;
 
 /* Prefills prompt (may be empty) then samples until a stop, streaming pieces to cb (may be NULL).
@@ -315,9 +315,8 @@ typedef struct pb_gen_stats {
  * (eos, max_tokens, stop string, callback), PB_ERR_CANCELLED, PB_ERR_CONTEXT_FULL (policy error, or
  * shift could not make room), PB_ERR_INVALID_ARG for bad params. The text streamed so far stays in
  * the context in every case. */
-pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_prompt,
-                              const pb_gen_params *params, pb_piece_fn cb, void *user,
-                              pb_gen_stats *stats);
+pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_prompt, const pb_gen_params *params,
+                              pb_piece_fn cb, void *user, pb_gen_stats *stats);
 
 /* One chat turn with the model's turn markers: closes the previous model turn, adds
  * "<start_of_turn>user\n{user_text}<end_of_turn>\n<start_of_turn>model\n" and generates the answer.
@@ -362,13 +361,13 @@ pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len);
  * A level is left when the temperature falls below its threshold minus thermal_hysteresis_c. */
 typedef struct pb_thermal_state {
     bool enabled;
-    float temp_c;         /* last reading in degrees C (0 before the first) */
-    int level;            /* 0 cool, 1 warm, 2 hot */
-    int n_threads;        /* threads used now */
-    int n_threads_max;    /* threads the session was created with */
-    int pause_ms;         /* pause inserted between tokens now */
-    int64_t n_throttled;  /* tokens generated while level > 0 */
-    char source[256];     /* the file read ("auto": the hottest zone at the last reading) */
+    float temp_c;        /* last reading in degrees C (0 before the first) */
+    int level;           /* 0 cool, 1 warm, 2 hot */
+    int n_threads;       /* threads used now */
+    int n_threads_max;   /* threads the session was created with */
+    int pause_ms;        /* pause inserted between tokens now */
+    int64_t n_throttled; /* tokens generated while level > 0 */
+    char source[256];    /* the file read ("auto": the hottest zone at the last reading) */
 } pb_thermal_state;
 
 /* Safe to call from any thread while the session generates (fields are read atomically one by one). */
@@ -378,11 +377,11 @@ void pb_session_thermal(const pb_session *s, pb_thermal_state *out);
 
 typedef struct pb_mem_estimate {
     size_t weights, kv, scratch, total; /* bytes (total = weights + kv + scratch) */
-    size_t available;                    /* what admission compares with (mem_limit or detected) */
-    int max_n_ctx;                       /* largest n_ctx that would fit with this KV type (0 if none) */
-    int n_ctx;                           /* the n_ctx estimated (0 in params resolved) */
-    pb_kv_type kv_type;                  /* the KV type estimated */
-    bool adjusted;                       /* pb_session_admit with fit changed n_ctx or kv_type */
+    size_t available;                   /* what admission compares with (mem_limit or detected) */
+    int max_n_ctx;                      /* largest n_ctx that would fit with this KV type (0 if none) */
+    int n_ctx;                          /* the n_ctx estimated (0 in params resolved) */
+    pb_kv_type kv_type;                 /* the KV type estimated */
+    bool adjusted;                      /* pb_session_admit with fit changed n_ctx or kv_type */
 } pb_mem_estimate;
 
 /* Estimates the memory a session with these params would need, reading only the GGUF header (no
@@ -390,8 +389,8 @@ typedef struct pb_mem_estimate {
  * layers: the window only) in the KV type; scratch = forward buffers for n_batch tokens, logits and
  * the sampler. available = mem_limit when > 0, else pb_mem_available() (MemAvailable and cgroup
  * v1/v2 limits). params may be NULL (defaults). */
-pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params,
-                             size_t mem_limit, pb_mem_estimate *out);
+pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params, size_t mem_limit,
+                             pb_mem_estimate *out);
 
 /* Admission: estimates as above and returns PB_ERR_MEMORY_LIMIT when total > available, with a message
  * giving the numbers (MiB) and the largest n_ctx that would fit. With fit = true it instead adapts

@@ -10,8 +10,7 @@
 
 static int pbt_failures;
 
-static void pbt_report(int ok, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void pbt_report(int ok, const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void pbt_report(int ok, const char *file, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -25,7 +25,8 @@ int main(void) {
     CHECK(stat(path, &st) != 0, "target absent before commit");
     pb_atomic_abort(&f);
     CHECK(stat(path, &st) != 0, "abort leaves no file");
-    CHECK(pb_atomic_open(path, &f) == PB_OK && pb_atomic_write(&f, "hello", 5) == PB_OK && pb_atomic_commit(&f) == PB_OK,
+    CHECK(pb_atomic_open(path, &f) == PB_OK && pb_atomic_write(&f, "hello", 5) == PB_OK &&
+              pb_atomic_commit(&f) == PB_OK,
           "atomic commit");
     CHECK(stat(path, &st) == 0 && st.st_size == 5, "committed file has the bytes");
     unlink(path);

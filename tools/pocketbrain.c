@@ -13,23 +13,23 @@
 
 /* Commands are weak symbols: a command exists once its cmd_<name>.c is linked in. */
 #define X(name, help) int cmd_##name(int argc, char **argv) __attribute__((weak));
-#define COMMANDS                                                                                    \
-    X(run, "generate an answer to one prompt, streamed to stdout")                                  \
-    X(chat, "interactive multi-turn chat (REPL)")                                                   \
-    X(serve, "OpenAI-compatible HTTP server with a web chat UI")                                    \
-    X(bench, "measure load time, prefill and decode speed")                                         \
-    X(info, "show a GGUF model's metadata, tensors and memory needs")                              \
-    X(quantize, "convert a GGUF to another weight format (Q4_K_M, Q8_0, ...)")                     \
-    X(convert, "convert a Hugging Face model folder to GGUF")                                       \
-    X(verify, "check a file's SHA-256 and GGUF structure")                                          \
-    X(synth, "make a random-weight model with real shapes (for benchmarks)")                       \
-    X(logits, "write the logits of every position of a token sequence")                            \
-    X(perplexity, "perplexity of a model on a text file")                                           \
-    X(tokenize, "text to token ids")                                                                \
-    X(detokenize, "token ids to text")                                                              \
-    X(ingest, "add documents to a knowledge base")                                                  \
-    X(search, "search a knowledge base")                                                            \
-    X(ask, "answer a question from a knowledge base, with citations")                              \
+#define COMMANDS                                                                                                       \
+    X(run, "generate an answer to one prompt, streamed to stdout")                                                     \
+    X(chat, "interactive multi-turn chat (REPL)")                                                                      \
+    X(serve, "OpenAI-compatible HTTP server with a web chat UI")                                                       \
+    X(bench, "measure load time, prefill and decode speed")                                                            \
+    X(info, "show a GGUF model's metadata, tensors and memory needs")                                                  \
+    X(quantize, "convert a GGUF to another weight format (Q4_K_M, Q8_0, ...)")                                         \
+    X(convert, "convert a Hugging Face model folder to GGUF")                                                          \
+    X(verify, "check a file's SHA-256 and GGUF structure")                                                             \
+    X(synth, "make a random-weight model with real shapes (for benchmarks)")                                           \
+    X(logits, "write the logits of every position of a token sequence")                                                \
+    X(perplexity, "perplexity of a model on a text file")                                                              \
+    X(tokenize, "text to token ids")                                                                                   \
+    X(detokenize, "token ids to text")                                                                                 \
+    X(ingest, "add documents to a knowledge base")                                                                     \
+    X(search, "search a knowledge base")                                                                               \
+    X(ask, "answer a question from a knowledge base, with citations")                                                  \
     X(faq, "manage the FAQ fallback (add, import, list)")
 COMMANDS
 #undef X
@@ -129,10 +129,26 @@ bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *ou
     if (s && *s && !errno && v >= 0) {
         double mul = 1;
         switch (*end) {
-        case 'k': case 'K': mul = 1024.0; end++; break;
-        case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-        case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+        case 'k':
+        case 'K':
+            mul = 1024.0;
+            end++;
+            break;
+        case 'm':
+        case 'M':
+            mul = 1024.0 * 1024;
+            end++;
+            break;
+        case 'g':
+        case 'G':
+            mul = 1024.0 * 1024 * 1024;
+            end++;
+            break;
+        case 't':
+        case 'T':
+            mul = 1024.0 * 1024 * 1024 * 1024;
+            end++;
+            break;
         default: break;
         }
         if (*end == 'i' || *end == 'I') end++;

@@ -30,7 +30,8 @@ static bool kb_prompt(void *user, const char *question, char **prompt_out, char 
     bool ok = pb_store_search_bm25(c->kb, question, 5, 1, &hits, &n_hits) == PB_OK;
     pb_store_prompt pr;
     memset(&pr, 0, sizeof pr);
-    if (ok) ok = pb_store_prompt_build(question, hits, n_hits, c->budget, pb_store_counter_fn, &c->counter, &pr) == PB_OK;
+    if (ok)
+        ok = pb_store_prompt_build(question, hits, n_hits, c->budget, pb_store_counter_fn, &c->counter, &pr) == PB_OK;
     pb_store_hits_free(hits, n_hits);
     pthread_mutex_unlock(&c->mu);
     if (!ok) return false;

@@ -29,7 +29,7 @@ static inline bool pb_add_ok(size_t a, size_t b, size_t *out) { return !__builti
 
 #define PB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define PB_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define PB_PAD(x, n) (((x) + (n) - 1) & ~((size_t)(n) - 1))
+#define PB_PAD(x, n) (((x) + (n)-1) & ~((size_t)(n)-1))
 
 /* ---- allocation -----------------------------------------------------------------------------  */
 /* malloc/calloc that set PB_ERR_NOMEM text on failure (return NULL). Aligned memory is 64-byte. */
@@ -44,7 +44,7 @@ char *pb_strdup(const char *s);
 typedef struct pb_map {
     const uint8_t *data; /* read-only view of the whole file */
     size_t size;
-    bool mapped;         /* true: munmap on close; false: heap copy */
+    bool mapped; /* true: munmap on close; false: heap copy */
 } pb_map;
 
 /* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false). */

@@ -50,7 +50,8 @@ unsigned pb_cpu_features(void) {
     unsigned f = detect();
     const char *want = getenv("PB_CPU");
     if (want) {
-        if (strcmp(want, "scalar") == 0) f = 0;
+        if (strcmp(want, "scalar") == 0)
+            f = 0;
         else if (strcmp(want, "avx2") == 0)
             f &= PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C;
     }
@@ -67,7 +68,8 @@ int pb_cpu_physical_cores(void) {
         char line[256];
         int phys = -1, pairs[1024][2], np = 0;
         while (fgets(line, sizeof line, fp)) {
-            if (strncmp(line, "physical id", 11) == 0) phys = atoi(strchr(line, ':') + 1);
+            if (strncmp(line, "physical id", 11) == 0)
+                phys = atoi(strchr(line, ':') + 1);
             else if (strncmp(line, "core id", 7) == 0) {
                 int core = atoi(strchr(line, ':') + 1), seen = 0;
                 for (int i = 0; i < np; i++)

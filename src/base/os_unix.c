@@ -61,8 +61,10 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
 
 void pb_map_close(pb_map *m) {
     if (!m || !m->data) return;
-    if (m->mapped) munmap((void *)m->data, m->size);
-    else if (m->size) pb_aligned_free((void *)m->data);
+    if (m->mapped)
+        munmap((void *)m->data, m->size);
+    else if (m->size)
+        pb_aligned_free((void *)m->data);
     memset(m, 0, sizeof *m);
 }
 
@@ -164,8 +166,7 @@ pb_status pb_atomic_write(pb_atomic_file *f, const void *data, size_t n) {
 pb_status pb_atomic_commit(pb_atomic_file *f) {
     pb_status s = PB_OK;
     if (fsync(f->fd) != 0) s = pb_error(PB_ERR_IO, "cannot sync '%s': %s", f->tmp_path, strerror(errno));
-    if (close(f->fd) != 0 && s == PB_OK)
-        s = pb_error(PB_ERR_IO, "cannot close '%s': %s", f->tmp_path, strerror(errno));
+    if (close(f->fd) != 0 && s == PB_OK) s = pb_error(PB_ERR_IO, "cannot close '%s': %s", f->tmp_path, strerror(errno));
     f->fd = -1;
     if (s == PB_OK && rename(f->tmp_path, f->path) != 0)
         s = pb_error(PB_ERR_IO, "cannot rename '%s' to '%s': %s", f->tmp_path, f->path, strerror(errno));

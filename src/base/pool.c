@@ -75,7 +75,8 @@ pb_status pb_pool_new(int n_threads, pb_pool **out) {
         }
         for (int i = 1; i < n_threads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
-            if (!wa || pthread_create(&p->threads[i - 1], NULL, worker, wa ? (wa->p = p, wa->ith = i, wa) : NULL) != 0) {
+            if (!wa ||
+                pthread_create(&p->threads[i - 1], NULL, worker, wa ? (wa->p = p, wa->ith = i, wa) : NULL) != 0) {
                 free(wa);
                 p->n = i; /* only i-1 workers exist */
                 pb_pool_free(p);

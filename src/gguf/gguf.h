@@ -32,13 +32,13 @@ typedef struct pb_gguf_str {
 } pb_gguf_str;
 
 typedef struct pb_gguf_tensor {
-    const char *name;    /* NUL-terminated copy */
-    int type;            /* ggml type id (see tensor/types.h) */
-    int n_dims;          /* as stored (1..4) */
-    int64_t ne[4];       /* ne[0] fastest; missing dims are 1 */
-    uint64_t offset;     /* relative to the data section */
+    const char *name; /* NUL-terminated copy */
+    int type;         /* ggml type id (see tensor/types.h) */
+    int n_dims;       /* as stored (1..4) */
+    int64_t ne[4];    /* ne[0] fastest; missing dims are 1 */
+    uint64_t offset;  /* relative to the data section */
     size_t nbytes;
-    const void *data;    /* points into the mapping */
+    const void *data; /* points into the mapping */
 } pb_gguf_tensor;
 
 /* Reader policy (what "valid" means here; stricter than the prose spec where ggml is stricter):
@@ -82,9 +82,9 @@ size_t pb_gguf_vtype_size(pb_gguf_vtype t);
 
 /* ---- metadata ---- */
 int64_t pb_gguf_n_kv(const pb_gguf *g);
-const char *pb_gguf_kv_key(const pb_gguf *g, int64_t i);           /* NUL-terminated */
+const char *pb_gguf_kv_key(const pb_gguf *g, int64_t i); /* NUL-terminated */
 pb_gguf_vtype pb_gguf_kv_type(const pb_gguf *g, int64_t i);
-int64_t pb_gguf_find_key(const pb_gguf *g, const char *key);       /* index or -1 */
+int64_t pb_gguf_find_key(const pb_gguf *g, const char *key); /* index or -1 */
 
 /* Typed getters. PB_ERR_NOT_FOUND when the key is absent (no error text set, so callers can apply
  * defaults); PB_ERR_FORMAT with a message when present with an incompatible type or out of range.
@@ -97,8 +97,7 @@ pb_status pb_gguf_get_str(const pb_gguf *g, const char *key, pb_gguf_str *out);
 
 /* Arrays: element type and count. For non-string arrays *data points at the packed little-endian
  * elements in the file (may be unaligned: read with memcpy). */
-pb_status pb_gguf_get_arr(const pb_gguf *g, const char *key, pb_gguf_vtype *elem_type, uint64_t *n,
-                          const void **data);
+pb_status pb_gguf_get_arr(const pb_gguf *g, const char *key, pb_gguf_vtype *elem_type, uint64_t *n, const void **data);
 /* Element i of a string array (by key index from pb_gguf_find_key). O(1). */
 pb_status pb_gguf_get_arr_str(const pb_gguf *g, int64_t kv_index, uint64_t i, pb_gguf_str *out);
 
@@ -111,10 +110,10 @@ typedef struct pb_gguf_value {
         double f;
         bool b;
         pb_gguf_str s;
-    } v;                       /* scalar types */
-    pb_gguf_vtype elem_type;   /* arrays */
-    uint64_t n;                /* arrays */
-    const void *data;          /* arrays of non-strings */
+    } v;                     /* scalar types */
+    pb_gguf_vtype elem_type; /* arrays */
+    uint64_t n;              /* arrays */
+    const void *data;        /* arrays of non-strings */
 } pb_gguf_value;
 pb_status pb_gguf_kv_value(const pb_gguf *g, int64_t i, pb_gguf_value *out);
 

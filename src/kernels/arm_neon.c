@@ -268,6 +268,18 @@ void pb_vec_dot_bf16_f32_neon(int64_t n, float *s, const void *x, const void *y)
     *s = sum;
 }
 
+float pb_dot_f32_neon(const float *a, const float *b, int64_t n) {
+    float s;
+    pb_vec_dot_f32_f32_neon(n, &s, a, b);
+    return s;
+}
+
+void pb_mad_f32_neon(float *y, const float *x, float a, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 void pb_f16_to_f32_neon(const void *src, float *dst, int64_t n) {
     const uint16_t *h = src;
     int64_t i = 0;

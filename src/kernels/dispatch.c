@@ -2,6 +2,22 @@
  * quantizers, F16 reads and matmul tiles) from pb_cpu_features(), once, at the first pb_type_get(). */
 #include "kernels/kernels.h"
 
+static float dot_f32_c(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void mad_f32_c(float *y, const float *x, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static float (*dot_f32)(const float *, const float *, int64_t) = dot_f32_c;
+static void (*mad_f32)(float *, const float *, float, int64_t) = mad_f32_c;
+
+float pb_kernels_dot_f32(const float *a, const float *b, int64_t n) { return dot_f32(a, b, n); }
+void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n) { mad_f32(y, x, a, n); }
+
 void pb_kernels_init(pb_type_traits *table, int n) {
     pb_kernels_fill_ref(table, n);
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
@@ -11,12 +27,18 @@ void pb_kernels_init(pb_type_traits *table, int n) {
     const unsigned avx2 = PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C;
     const unsigned avx512 =
         avx2 | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ | PB_CPU_AVX512VNNI;
-    if ((f & avx512) == avx512)
+    if ((f & avx512) == avx512) {
         pb_kernels_fill_avx512(table, n, gemm);
-    else if ((f & avx2) == avx2)
+        dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512;
+    } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
+        dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2;
+    }
 #elif defined(__aarch64__)
-    if (f & PB_CPU_DOTPROD) pb_kernels_fill_neon(table, n, gemm);
+    if (f & PB_CPU_DOTPROD) {
+        pb_kernels_fill_neon(table, n, gemm);
+        dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon;
+    }
 #endif
     for (int i = 0; i < PB_TYPE_COUNT; i++) pb_matmul_set_gemm(i, gemm[i]);
 }

@@ -50,6 +50,8 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     void pb_gemm_q6_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
                                  int nt, float *y, int64_t ldy);                                                       \
     void pb_f16_to_f32_##sfx(const void *src, float *dst, int64_t n);                                                \
+    float pb_dot_f32_##sfx(const float *a, const float *b, int64_t n);                                               \
+    void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                             \
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                  \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                  \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
@@ -64,6 +66,12 @@ PB_KERNEL_FAMILY(neon);
 /* Fills vec_dot of every row of table with the ref kernels (dispatch.c uses it as the base layer,
  * then overrides with ISA versions). Exposed so tests can compare an ISA table against ref. */
 void pb_kernels_fill_ref(pb_type_traits *table, int n);
+
+/* Attention primitives over float32 rows, SIMD where the CPU has it (picked by pb_kernels_init, which the
+ * first pb_type_get() runs; before that they are plain C). dot: sum a[i]*b[i] with float accumulators in
+ * a fixed order (the same on every call, so results do not depend on batching). mad: y[i] += a * x[i]. */
+float pb_kernels_dot_f32(const float *a, const float *b, int64_t n);
+void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);
 
 /* Name of the kernel family dispatch.c picked for this CPU: "avx512", "avx2", "neon" or "scalar". */
 const char *pb_kernels_isa(void);

@@ -335,6 +335,20 @@ void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) 
     *s = sum;
 }
 
+/* attention primitives over float rows (forward.c): dot and y += a*x */
+float FN(pb_dot_f32_)(const float *a, const float *b, int64_t n) {
+    float s;
+    FN(pb_vec_dot_f32_f32_)(n, &s, a, b);
+    return s;
+}
+
+void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 /* fp16 -> fp32 is exact, so this replaces the table's scalar to_float bit for bit (KV cache reads). */
 void FN(pb_f16_to_f32_)(const void *src, float *dst, int64_t n) {
     const uint16_t *h = src;

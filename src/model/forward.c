@@ -2,6 +2,7 @@
  * Reads like the papers: embed -> N x (norm, attention, [post-norm], residual, norm, GeGLU, [post-norm],
  * residual) -> norm -> tied output. Versions differ only by flags in pb_hparams. Nothing is allocated per
  * call: every buffer lives in pb_forward_ctx (sized for n_batch tokens) or in the KV cache. */
+#include "kernels/kernels.h"
 #include "model/kv_impl.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -207,7 +208,7 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
     for (int tk = k0; tk <= k1; tk++) {
         to_f(kv_row(j, kv->k[j->il], j->stash_k, tk) + hoff, kb, hd);
         for (int r = 0; r < n_rep; r++) {
-            float s = pb_vec_dot(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+            float s = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
             if (hp->attn_softcap > 0.0f) s = tanhf(s / hp->attn_softcap) * hp->attn_softcap; /* Gemma 2: 50 */
             sc[r] = s;
         }
@@ -222,7 +223,7 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
             }
             float e = expf(sc[r] - x[0]);
             x[1] += e;
-            pb_vec_mad(x + 2, vb, e, hd);
+            pb_kernels_mad_f32(x + 2, vb, e, hd);
         }
     }
 }
@@ -437,7 +438,8 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     }
 
     for (int il = 0; il < hp->n_layer; il++) {
-        if (cancel && *cancel) return pb_error(PB_ERR_CANCELLED, "forward: cancelled at layer %d", il);
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+            return pb_error(PB_ERR_CANCELLED, "forward: cancelled at layer %d", il);
         pb_status s = block(m, kv, fc, pool, il, n);
         if (s) return s;
     }

@@ -27,7 +27,7 @@ extern const pb_web_asset pb_web_assets[];
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
 #define N_TTFT_BUCKETS 9
-#define N_TPS_BUCKETS 8
+#define N_TPS_BUCKETS  8
 static const double ttft_bounds[N_TTFT_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 static const double tps_bounds[N_TPS_BUCKETS] = {1, 2, 5, 10, 20, 50, 100, 200};
 
@@ -73,7 +73,7 @@ typedef struct job {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    char *out;          /* stream: pending SSE bytes; non-stream: the answer text */
+    char *out; /* stream: pending SSE bytes; non-stream: the answer text */
     size_t out_len, out_cap, out_sent;
     int64_t n_pieces;
     bool started, done, cancelled, fell_back;
@@ -189,8 +189,10 @@ static cJSON *stream_chunk(const job *j, const char *model_id, const char *conte
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
     free(text);
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
-    else cJSON_AddNullToObject(c, "finish_reason");
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
     return o;
 }
 
@@ -218,8 +220,10 @@ static bool on_piece(const char *piece, size_t len, void *user) {
     pthread_mutex_lock(&j->mu);
     if (j->n_pieces == 0) j->t_first = pb_time_ms();
     j->n_pieces++;
-    if (j->stream) job_event(j, stream_chunk(j, srv->model_id, piece, len, false, NULL));
-    else job_append(j, piece, len);
+    if (j->stream)
+        job_event(j, stream_chunk(j, srv->model_id, piece, len, false, NULL));
+    else
+        job_append(j, piece, len);
     bool keep = !j->cancelled && !j->fell_back;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -339,7 +343,8 @@ static void *slot_main(void *arg) {
         pthread_mutex_lock(&j->mu);
         skip = j->cancelled;
         pthread_mutex_unlock(&j->mu);
-        if (!skip) run_job(sl, j);
+        if (!skip)
+            run_job(sl, j);
         else {
             pthread_mutex_lock(&j->mu);
             j->status = PB_ERR_CANCELLED;
@@ -418,10 +423,14 @@ static enum MHD_Result send_error(pb_server *srv, struct MHD_Connection *c, unsi
     cJSON *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    if (errcode) cJSON_AddStringToObject(e, "code", errcode);
-    else cJSON_AddNullToObject(e, "code");
+    if (param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (errcode)
+        cJSON_AddStringToObject(e, "code", errcode);
+    else
+        cJSON_AddNullToObject(e, "code");
     return send_json(srv, c, code, o);
 }
 
@@ -531,8 +540,10 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     j->gen.sampler.top_k = (int)i;
     i = -1;
     if (!get_int(root, "seed", -9.2e18, 9.2e18, &i, e)) return false;
-    if (i != -1) j->gen.sampler.seed = (uint64_t)i;
-    else j->gen.sampler.seed = (uint64_t)pb_time_ns() ^ atomic_fetch_add(&srv->id_counter, 1) * 0x9E3779B97F4A7C15ull;
+    if (i != -1)
+        j->gen.sampler.seed = (uint64_t)i;
+    else
+        j->gen.sampler.seed = (uint64_t)pb_time_ns() ^ atomic_fetch_add(&srv->id_counter, 1) * 0x9E3779B97F4A7C15ull;
     i = srv->p.max_tokens_cap < 256 ? srv->p.max_tokens_cap : 256; /* default when the request names none */
     if (!get_int(root, "max_tokens", 1, srv->p.max_tokens_cap, &i, e)) return false;
     if (!get_int(root, "max_completion_tokens", 1, srv->p.max_tokens_cap, &i, e)) return false;
@@ -545,7 +556,8 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         j->stream = cJSON_IsTrue(stream);
     }
     cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-    if (so && cJSON_IsObject(so)) j->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+    if (so && cJSON_IsObject(so))
+        j->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
     cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         int n = cJSON_IsString(stop) ? 1 : cJSON_IsArray(stop) ? cJSON_GetArraySize(stop) : -1;
@@ -554,7 +566,8 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         if (!j->stop) return perr(e, NULL, "out of memory");
         for (int k = 0; k < n; k++) {
             cJSON *s = cJSON_IsString(stop) ? stop : cJSON_GetArrayItem(stop, k);
-            if (!cJSON_IsString(s) || !s->valuestring[0]) return perr(e, "stop", "'stop' entries must be non-empty strings");
+            if (!cJSON_IsString(s) || !s->valuestring[0])
+                return perr(e, "stop", "'stop' entries must be non-empty strings");
             j->stop[j->n_stop++] = pb_strdup(s->valuestring);
         }
         j->gen.stop = (const char *const *)j->stop;
@@ -638,10 +651,12 @@ static bool parse_chat(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     /* "use my documents": ground the last user message in the knowledge base. */
     cJSON *use_docs = cJSON_GetObjectItemCaseSensitive(root, "use_documents");
     if (ok && use_docs && !cJSON_IsNull(use_docs)) {
-        if (!cJSON_IsBool(use_docs)) ok = perr(e, "use_documents", "'use_documents' must be a boolean");
+        if (!cJSON_IsBool(use_docs))
+            ok = perr(e, "use_documents", "'use_documents' must be a boolean");
         else if (cJSON_IsTrue(use_docs)) {
             char *prompt = NULL, *sources = NULL;
-            if (last_user < 0) ok = perr(e, "messages", "'use_documents' needs a user message");
+            if (last_user < 0)
+                ok = perr(e, "messages", "'use_documents' needs a user message");
             else if (!srv->p.hooks.kb_prompt ||
                      !srv->p.hooks.kb_prompt(srv->p.hooks.kb_user, texts[last_user], &prompt, &sources)) {
                 ok = perr(e, "use_documents", "no knowledge base is configured on this server (serve --db KB)");
@@ -786,8 +801,10 @@ static enum MHD_Result enqueue(pb_server *srv, struct MHD_Connection *c, job *j)
     }
     j->t_enqueue = pb_time_ms();
     j->refs++; /* the worker's reference */
-    if (srv->queue_tail) srv->queue_tail->next = j;
-    else srv->queue_head = j;
+    if (srv->queue_tail)
+        srv->queue_tail->next = j;
+    else
+        srv->queue_head = j;
     srv->queue_tail = j;
     srv->n_queued++;
     dispatch_locked(srv);
@@ -799,7 +816,8 @@ static enum MHD_Result enqueue(pb_server *srv, struct MHD_Connection *c, job *j)
         if (j->sources_json) cJSON_AddItemToObject(first, "sources", cJSON_Parse(j->sources_json));
         job_event(j, first);
         pthread_mutex_unlock(&j->mu);
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
         if (!r) {
             job_cancel(j);
             job_release(j);
@@ -863,14 +881,18 @@ static enum MHD_Result enqueue(pb_server *srv, struct MHD_Connection *c, job *j)
 
 static enum MHD_Result route_generate(pb_server *srv, struct MHD_Connection *c, request *rq, job_kind kind) {
     pthread_mutex_lock(&srv->m.mu);
-    if (kind == JOB_CHAT) srv->m.req_chat++;
-    else srv->m.req_completions++;
+    if (kind == JOB_CHAT)
+        srv->m.req_chat++;
+    else
+        srv->m.req_completions++;
     pthread_mutex_unlock(&srv->m.mu);
     cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
-    if (!root) return send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json", "request body is not valid JSON");
+    if (!root)
+        return send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json", "request body is not valid JSON");
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json", "request body must be a JSON object");
+        return send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
+                          "request body must be a JSON object");
     }
     job *j = job_new(srv, kind);
     if (!j) {
@@ -898,7 +920,8 @@ static enum MHD_Result route_tokenize(pb_server *srv, struct MHD_Connection *c, 
     cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json", "request body must be a JSON object");
+        return send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
+                          "request body must be a JSON object");
     }
     cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     if (!cJSON_IsString(content)) {
@@ -941,7 +964,8 @@ static enum MHD_Result route_metrics(pb_server *srv, struct MHD_Connection *c) {
     pthread_mutex_lock(&srv->m.mu);
     metrics *m = &srv->m;
     P("# HELP pocketbrain_requests_total HTTP responses by status class.\n# TYPE pocketbrain_requests_total counter\n");
-    for (int k = 1; k < 6; k++) P("pocketbrain_requests_total{code=\"%dxx\"} %llu\n", k, (unsigned long long)m->req_by_code[k]);
+    for (int k = 1; k < 6; k++)
+        P("pocketbrain_requests_total{code=\"%dxx\"} %llu\n", k, (unsigned long long)m->req_by_code[k]);
     P("# TYPE pocketbrain_route_requests_total counter\n");
     P("pocketbrain_route_requests_total{route=\"/v1/chat/completions\"} %llu\n", (unsigned long long)m->req_chat);
     P("pocketbrain_route_requests_total{route=\"/v1/completions\"} %llu\n", (unsigned long long)m->req_completions);
@@ -956,7 +980,8 @@ static enum MHD_Result route_metrics(pb_server *srv, struct MHD_Connection *c) {
       (unsigned long long)m->cancelled);
     P("# TYPE pocketbrain_requests_rejected_total counter\npocketbrain_requests_rejected_total %llu\n",
       (unsigned long long)m->rejected);
-    P("# TYPE pocketbrain_fallbacks_total counter\npocketbrain_fallbacks_total %llu\n", (unsigned long long)m->fallbacks);
+    P("# TYPE pocketbrain_fallbacks_total counter\npocketbrain_fallbacks_total %llu\n",
+      (unsigned long long)m->fallbacks);
     P("# TYPE pocketbrain_queue_depth gauge\npocketbrain_queue_depth %d\n", queued);
     P("# TYPE pocketbrain_slots_busy gauge\npocketbrain_slots_busy %d\n", busy);
     P("# TYPE pocketbrain_slots_total gauge\npocketbrain_slots_total %d\n", srv->n_slots);
@@ -967,7 +992,8 @@ static enum MHD_Result route_metrics(pb_server *srv, struct MHD_Connection *c) {
         P("pocketbrain_ttft_seconds_bucket{le=\"%g\"} %llu\n", ttft_bounds[k], (unsigned long long)cum);
     }
     cum += m->ttft_hist[N_TTFT_BUCKETS];
-    P("pocketbrain_ttft_seconds_bucket{le=\"+Inf\"} %llu\npocketbrain_ttft_seconds_sum %g\npocketbrain_ttft_seconds_count %llu\n",
+    P("pocketbrain_ttft_seconds_bucket{le=\"+Inf\"} %llu\npocketbrain_ttft_seconds_sum "
+      "%g\npocketbrain_ttft_seconds_count %llu\n",
       (unsigned long long)cum, m->ttft_sum, (unsigned long long)m->ttft_count);
     P("# HELP pocketbrain_decode_tokens_per_second Decode speed per request.\n"
       "# TYPE pocketbrain_decode_tokens_per_second histogram\n");
@@ -1062,15 +1088,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (api && !auth_ok(srv, c))
         return send_error(srv, c, 401, "invalid_request_error", NULL, "invalid_api_key",
                           "missing or wrong API key (send 'Authorization: Bearer KEY')");
-    if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 || strcmp(url, "/tokenize") == 0) {
+    if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
+        strcmp(url, "/tokenize") == 0) {
         if (!is_post)
             return send_error(srv, c, 405, "invalid_request_error", NULL, "method_not_allowed", "%s needs POST", url);
         if (strcmp(url, "/tokenize") == 0) return route_tokenize(srv, c, rq);
         return route_generate(srv, c, rq, strcmp(url, "/v1/chat/completions") == 0 ? JOB_CHAT : JOB_COMPLETION);
     }
     if (!is_get)
-        return send_error(srv, c, strncmp(url, "/v1/", 4) == 0 ? 404 : 405, "invalid_request_error", NULL,
-                          "not_found", "no route for %.10s %.200s", method, url);
+        return send_error(srv, c, strncmp(url, "/v1/", 4) == 0 ? 404 : 405, "invalid_request_error", NULL, "not_found",
+                          "no route for %.10s %.200s", method, url);
     if (strcmp(url, "/v1/models") == 0) return route_models(srv, c);
     if (strcmp(url, "/health") == 0) {
         pthread_mutex_lock(&srv->mu);
@@ -1156,8 +1183,8 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
             s = pb_error(PB_ERR_INVALID_ARG, "server: --host '%s' is not an IPv4 address", srv->host);
         } else {
             srv->daemon = MHD_start_daemon(
-                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)srv->p.port,
-                NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+                (uint16_t)srv->p.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
             if (!srv->daemon)

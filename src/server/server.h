@@ -18,17 +18,17 @@ typedef struct pb_server_hooks {
 } pb_server_hooks;
 
 typedef struct pb_server_params {
-    const char *host;       /* bind address; default "127.0.0.1" (loopback only) */
-    int port;               /* default 8080; 0 = any free port (see pb_server_port) */
-    int n_parallel;         /* slots = sessions generating at once (default 1) */
-    int queue_max;          /* requests waiting beyond the slots before 429 (default 16) */
-    const char *api_key;    /* when set, "Authorization: Bearer KEY" is required on /v1/ routes */
-    size_t max_body;        /* bytes of a request body (default 1 MiB) */
-    int max_tokens_cap;     /* upper bound for max_tokens (default 2048) */
-    int n_ctx;              /* context per slot (default 2048) */
-    int n_threads;          /* forward threads per slot (0 = model default) */
-    const char *model_id;   /* name shown in /v1/models */
-    double fallback_after;  /* seconds without a first token before the FAQ answer is used (0 = off) */
+    const char *host;      /* bind address; default "127.0.0.1" (loopback only) */
+    int port;              /* default 8080; 0 = any free port (see pb_server_port) */
+    int n_parallel;        /* slots = sessions generating at once (default 1) */
+    int queue_max;         /* requests waiting beyond the slots before 429 (default 16) */
+    const char *api_key;   /* when set, "Authorization: Bearer KEY" is required on /v1/ routes */
+    size_t max_body;       /* bytes of a request body (default 1 MiB) */
+    int max_tokens_cap;    /* upper bound for max_tokens (default 2048) */
+    int n_ctx;             /* context per slot (default 2048) */
+    int n_threads;         /* forward threads per slot (0 = model default) */
+    const char *model_id;  /* name shown in /v1/models */
+    double fallback_after; /* seconds without a first token before the FAQ answer is used (0 = off) */
     pb_server_hooks hooks;
 } pb_server_params;
 

@@ -47,17 +47,17 @@ typedef void (*pb_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*pb_from_float_fn)(const float *src, void *dst, int64_t n);
 
 typedef struct pb_type_traits {
-    const char *name;          /* "q4_K" as ggml names it */
-    int64_t blck;              /* elements per block; 0 = unknown/removed id */
-    size_t type_size;          /* bytes per block */
-    bool supported;            /* we can read (dequantize) it */
-    bool quantizable;          /* we can write it (from_float): every supported type */
-    pb_to_float_fn to_float;   /* dequantize n elements (n % blck == 0) */
+    const char *name;            /* "q4_K" as ggml names it */
+    int64_t blck;                /* elements per block; 0 = unknown/removed id */
+    size_t type_size;            /* bytes per block */
+    bool supported;              /* we can read (dequantize) it */
+    bool quantizable;            /* we can write it (from_float): every supported type */
+    pb_to_float_fn to_float;     /* dequantize n elements (n % blck == 0) */
     pb_from_float_fn from_float; /* reference quantizer, n % blck == 0 */
-    pb_type vec_dot_type;      /* the activation type vec_dot expects: F32 for F32/F16/BF16 weights, Q8_0 for
-                                  the 32-element types (also Q4_1/Q5_1, where ggml uses Q8_1), Q8_K for the
-                                  K-quants; the kernels room documents why (kernels/kernels.h) */
-    pb_vec_dot_fn vec_dot;     /* filled by the kernels' dispatch with the best ISA version */
+    pb_type vec_dot_type;        /* the activation type vec_dot expects: F32 for F32/F16/BF16 weights, Q8_0 for
+                                    the 32-element types (also Q4_1/Q5_1, where ggml uses Q8_1), Q8_K for the
+                                    K-quants; the kernels room documents why (kernels/kernels.h) */
+    pb_vec_dot_fn vec_dot;       /* filled by the kernels' dispatch with the best ISA version */
 } pb_type_traits;
 
 /* Traits of a type id; for ids out of range returns a row with blck == 0 and name "unknown". */

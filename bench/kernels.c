@@ -1,0 +1,213 @@
+/* kernels.c -- kernel benchmark: per weight type and kernel family (scalar ref, avx2, avx512 / neon), the
+ * decode matrix-vector speed in GB/s of weights against the streaming-read bandwidth measured in the same
+ * run (the roofline), and the prefill tile speed in GOP/s (2 ops per multiply-add).
+ * Usage: build/bench/kernels [-t THREADS] [-m MiB_of_weights] [-T prefill_tokens] [-r reps] [types...]
+ * Not a test: numbers depend on the machine and its load. */
+#include "base/base.h"
+#include "kernels/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+#include "tensor/types.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*fill_fn)(pb_type_traits *t, int n, pb_gemm_fn *gemm);
+typedef struct family {
+    const char *name;
+    fill_fn fill; /* NULL: ref only */
+    unsigned need;
+} family;
+
+static const family families[] = {
+    {"scalar", NULL, 0},
+#if defined(__x86_64__)
+    {"avx2", pb_kernels_fill_avx2, PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C},
+    {"avx512", pb_kernels_fill_avx512,
+     PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ |
+         PB_CPU_AVX512VNNI},
+#elif defined(__aarch64__)
+    {"neon", pb_kernels_fill_neon, PB_CPU_NEON | PB_CPU_DOTPROD},
+#endif
+};
+
+// --- streaming read bandwidth ----------------------------------------------------------------------------
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sink[64];
+} bw_job;
+
+static void bw_worker(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    int64_t lo, hi;
+    pb_split((int64_t)j->n, ith, nth, &lo, &hi);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = lo; i + 4 <= hi; i += 4) a += j->p[i], b ^= j->p[i + 1], c += j->p[i + 2], d ^= j->p[i + 3];
+    j->sink[ith & 63] = a + b + c + d;
+}
+
+static int cmp_d(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* GB/s of a streaming read over `bytes` (buffer touched first, so pages are resident). */
+static double stream_read(pb_pool *pool, const uint8_t *buf, size_t bytes, int reps) {
+    bw_job j = {(const uint64_t *)buf, bytes / 8, {0}};
+    double t[32];
+    for (int r = 0; r < reps; r++) {
+        double t0 = pb_time_ms();
+        pb_pool_run(pool, bw_worker, &j);
+        t[r] = pb_time_ms() - t0;
+    }
+    return (double)bytes / (median(t, reps) * 1e6);
+}
+
+// --- matmul with a given family's kernels (mirrors pb_matmul) ----------------------------------------------
+
+typedef struct {
+    pb_vec_dot_fn dot;
+    pb_gemm_fn gemm;
+    const uint8_t *w, *a;
+    size_t w_row, a_row;
+    int64_t K, N, T;
+    float *y;
+} mm_job;
+
+static void mm_worker(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    int64_t lo, hi;
+    pb_split(j->N, ith, nth, &lo, &hi);
+    if (j->gemm) {
+        for (int64_t r0 = lo; r0 < hi; r0 += 16) {
+            int64_t nr = PB_MIN(16, hi - r0);
+            for (int64_t t0 = 0; t0 < j->T; t0 += PB_GEMM_NT) {
+                int nt = (int)PB_MIN(PB_GEMM_NT, j->T - t0);
+                j->gemm(j->K, j->w + (size_t)r0 * j->w_row, j->w_row, nr, j->a + (size_t)t0 * j->a_row, j->a_row, nt,
+                        j->y + t0 * j->N + r0, j->N);
+            }
+        }
+        return;
+    }
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t t = 0; t < j->T; t++)
+            j->dot(j->K, &j->y[t * j->N + r], j->w + (size_t)r * j->w_row, j->a + (size_t)t * j->a_row);
+}
+
+static double run_mm(pb_pool *pool, mm_job *j, int reps) {
+    double t[32];
+    pb_pool_run(pool, mm_worker, j); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = pb_time_ms();
+        pb_pool_run(pool, mm_worker, j);
+        t[r] = pb_time_ms() - t0;
+    }
+    return median(t, reps);
+}
+
+int main(int argc, char **argv) {
+    int threads = 1, reps = 5, T = 64;
+    double mib = 256;
+    int types[PB_TYPE_COUNT], n_types = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) mib = atof(argv[++i]);
+        else if (strcmp(argv[i], "-T") == 0 && i + 1 < argc) T = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (pb_type_from_name(argv[i]) >= 0 && n_types < PB_TYPE_COUNT) types[n_types++] = pb_type_from_name(argv[i]);
+        else {
+            fprintf(stderr, "usage: kernels [-t THREADS] [-m MiB] [-T prefill_tokens] [-r reps] [type...]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 31 || threads < 1 || T < 1 || mib < 1) {
+        fprintf(stderr, "kernels: bad arguments\n");
+        return 2;
+    }
+    if (n_types == 0) {
+        const int def[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q3_K,
+                           PB_TYPE_Q2_K, PB_TYPE_F16};
+        for (size_t i = 0; i < sizeof def / sizeof def[0]; i++) types[n_types++] = def[i];
+    }
+    pb_pool *pool = NULL;
+    if (pb_pool_new(threads, &pool) != PB_OK) return 1;
+    const int64_t K = 2304; /* gemma-2-2b n_embd */
+    size_t bytes = (size_t)(mib * 1048576.0);
+    uint8_t *buf = pb_aligned_alloc(bytes + 4096);
+    if (!buf) return 1;
+    memset(buf, 1, bytes);
+    double bw = stream_read(pool, buf, bytes, reps);
+    printf("# kernels bench: %d thread(s), %.0f MiB of weights per matrix, K = %lld, prefill tile of %d tokens, "
+           "dispatched family %s\n",
+           threads, mib, (long long)K, T, pb_kernels_isa());
+    printf("# streaming read bandwidth (roofline): %.1f GB/s\n", bw);
+    printf("| type | family | decode GB/s | %% of roofline | decode GOP/s | prefill GOP/s |\n");
+    printf("|------|--------|------------:|--------------:|-------------:|--------------:|\n");
+    unsigned f = pb_cpu_features();
+    float *x = malloc(sizeof(float) * (size_t)K * (size_t)T);
+    for (int64_t i = 0; i < K * T; i++) x[i] = (float)sin((double)i * 0.37) * 2.0f;
+    for (int ti = 0; ti < n_types; ti++) {
+        int type = types[ti];
+        const pb_type_traits *t = pb_type_get(type);
+        if (!t->supported || t->blck == 0 || K % t->blck) continue;
+        size_t w_row = pb_row_size(type, K);
+        int64_t N = (int64_t)(bytes / w_row);
+        /* weights: random bytes are valid blocks for the integer formats; fp16 scales kept finite and small */
+        uint8_t *w = buf;
+        float *tmp = malloc(sizeof(float) * (size_t)K);
+        for (int64_t r = 0; r < PB_MIN(N, 64); r++) {
+            for (int64_t k = 0; k < K; k++) tmp[k] = (float)sin((double)(r * K + k) * 0.013) * 0.05f;
+            t->from_float(tmp, w + (size_t)r * w_row, K);
+        }
+        for (int64_t r = 64; r < N; r++) memcpy(w + (size_t)r * w_row, w + (size_t)(r % 64) * w_row, w_row);
+        free(tmp);
+        bool fl = t->vec_dot_type == PB_TYPE_F32;
+        size_t a_row = fl ? (size_t)K * 4 : pb_row_size(t->vec_dot_type, K);
+        uint8_t *a = malloc(a_row * (size_t)T);
+        for (int tk = 0; tk < T; tk++) {
+            if (fl)
+                memcpy(a + a_row * (size_t)tk, x + tk * K, (size_t)K * 4);
+            else
+                pb_type_get(t->vec_dot_type)->from_float(x + tk * K, a + a_row * (size_t)tk, K);
+        }
+        float *y = malloc(sizeof(float) * (size_t)N * (size_t)T);
+        for (size_t fi = 0; fi < sizeof families / sizeof families[0]; fi++) {
+            const family *fam = &families[fi];
+            if ((f & fam->need) != fam->need) continue;
+            pb_type_traits tab[PB_TYPE_COUNT];
+            pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
+            for (int i = 0; i < PB_TYPE_COUNT; i++) tab[i] = *pb_type_get(i);
+            pb_kernels_fill_ref(tab, PB_TYPE_COUNT);
+            pb_type_traits ref[PB_TYPE_COUNT];
+            memcpy(ref, tab, sizeof ref);
+            if (fam->fill) fam->fill(tab, PB_TYPE_COUNT, gemm);
+            if (fam->fill && tab[type].vec_dot == ref[type].vec_dot) continue; /* no kernel of its own */
+            /* decode: the whole matrix (beyond the caches) against one token */
+            mm_job j = {tab[type].vec_dot, gemm[type], w, a, w_row, a_row, K, N, 1, y};
+            int64_t Nd = N;
+            if (!fam->fill) j.N = Nd = PB_MAX(1, N / 8); /* the scalar ref is slow: an eighth of the rows */
+            double ms = run_mm(pool, &j, reps);
+            double gbs = (double)Nd * (double)w_row / (ms * 1e6), gops = 2.0 * (double)K * (double)Nd / (ms * 1e6);
+            /* prefill: T tokens on a 2304 x 2048 matrix (L2/L3-resident weights) */
+            mm_job jp = {tab[type].vec_dot, gemm[type], w, a, w_row, a_row, K, PB_MIN(N, 2048), T, y};
+            double msp = run_mm(pool, &jp, reps);
+            double gopp = 2.0 * (double)K * (double)jp.N * (double)T / (msp * 1e6);
+            printf("| %s | %s | %.1f | %.0f%% | %.1f | %.1f |\n", t->name, fam->name, gbs, 100.0 * gbs / bw, gops, gopp);
+            fflush(stdout);
+        }
+        free(a), free(y);
+    }
+    free(x);
+    pb_aligned_free(buf);
+    pb_pool_free(pool);
+    return 0;
+}

@@ -1,7 +1,8 @@
 /* kernels.c -- kernel benchmark: per weight type and kernel family (scalar ref, avx2, avx512 / neon), the
  * decode matrix-vector speed in GB/s of weights against the streaming-read bandwidth measured in the same
  * run (the roofline), and the prefill tile speed in GOP/s (2 ops per multiply-add).
- * Usage: build/bench/kernels [-t THREADS] [-m MiB_of_weights] [-T prefill_tokens] [-r reps] [types...]
+ * Usage: build/bench/kernels [-t THREADS] [-m MiB_of_weights] [-T prefill_tokens] [-r reps] [-b] [types...]
+ *   -b: only measure the streaming-read bandwidth and print "bandwidth_gbs N" (bench/compare.sh uses it)
  * Not a test: numbers depend on the machine and its load. */
 #include "base/base.h"
 #include "kernels/kernels.h"
@@ -45,9 +46,7 @@ static void bw_worker(void *ctx, int ith, int nth) {
     bw_job *j = ctx;
     int64_t lo, hi;
     pb_split((int64_t)j->n, ith, nth, &lo, &hi);
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (int64_t i = lo; i + 4 <= hi; i += 4) a += j->p[i], b ^= j->p[i + 1], c += j->p[i + 2], d ^= j->p[i + 3];
-    j->sink[ith & 63] = a + b + c + d;
+    j->sink[ith & 63] = pb_kernels_stream_read(j->p + lo, (size_t)(hi - lo) * 8);
 }
 
 static int cmp_d(const void *x, const void *y) {
@@ -115,7 +114,7 @@ static double run_mm(pb_pool *pool, mm_job *j, int reps) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 1, reps = 5, T = 64;
+    int threads = 1, reps = 5, T = 64, bw_only = 0;
     double mib = 256;
     int types[PB_TYPE_COUNT], n_types = 0;
     for (int i = 1; i < argc; i++) {
@@ -123,9 +122,10 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) mib = atof(argv[++i]);
         else if (strcmp(argv[i], "-T") == 0 && i + 1 < argc) T = atoi(argv[++i]);
         else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-b") == 0) bw_only = 1;
         else if (pb_type_from_name(argv[i]) >= 0 && n_types < PB_TYPE_COUNT) types[n_types++] = pb_type_from_name(argv[i]);
         else {
-            fprintf(stderr, "usage: kernels [-t THREADS] [-m MiB] [-T prefill_tokens] [-r reps] [type...]\n");
+            fprintf(stderr, "usage: kernels [-t THREADS] [-m MiB] [-T prefill_tokens] [-r reps] [-b] [type...]\n");
             return 2;
         }
     }
@@ -146,6 +146,12 @@ int main(int argc, char **argv) {
     if (!buf) return 1;
     memset(buf, 1, bytes);
     double bw = stream_read(pool, buf, bytes, reps);
+    if (bw_only) {
+        printf("bandwidth_gbs %.2f\n", bw);
+        pb_aligned_free(buf);
+        pb_pool_free(pool);
+        return 0;
+    }
     printf("# kernels bench: %d thread(s), %.0f MiB of weights per matrix, K = %lld, prefill tile of %d tokens, "
            "dispatched family %s\n",
            threads, mib, (long long)K, T, pb_kernels_isa());

@@ -2,12 +2,16 @@
 # deps.sh -- installs the Debian and npm packages that the build and the tests need, only if missing.
 set -e
 PKGS="gcc make pkg-config libsqlite3-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libssl-dev
-libedit-dev libpoppler-glib-dev clang libclang-rt-14-dev gcc-aarch64-linux-gnu qemu-user tmux nodejs npm
-chromium valgrind"
+libedit-dev libpoppler-glib-dev clang libclang-rt-14-dev gcc-aarch64-linux-gnu qemu-user tmux
+chromium valgrind curl"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
+# node/npm: the machine's own (any source) is fine; Debian's packages only when there is none
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
+command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 if [ -n "$missing" ]; then
   echo "deps: installing Debian packages:$missing"
   if [ "$(id -u)" != 0 ]; then echo "deps: need root to apt-get install:$missing" >&2; exit 1; fi

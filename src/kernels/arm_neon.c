@@ -280,6 +280,18 @@ void pb_mad_f32_neon(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+uint64_t pb_stream_read_neon(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64x2_t a0 = vdupq_n_u64(0), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 64 <= n; i += 64) {
+        a0 = vaddq_u64(a0, vld1q_u64((const uint64_t *)(b + i)));
+        a1 = vaddq_u64(a1, vld1q_u64((const uint64_t *)(b + i + 16)));
+        a2 = vaddq_u64(a2, vld1q_u64((const uint64_t *)(b + i + 32)));
+        a3 = vaddq_u64(a3, vld1q_u64((const uint64_t *)(b + i + 48)));
+    }
+    return vaddvq_u64(vaddq_u64(vaddq_u64(a0, a1), vaddq_u64(a2, a3)));
+}
+
 void pb_f16_to_f32_neon(const void *src, float *dst, int64_t n) {
     const uint16_t *h = src;
     int64_t i = 0;

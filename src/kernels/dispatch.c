@@ -15,6 +15,20 @@ static void mad_f32_c(float *y, const float *x, float a, int64_t n) {
 static float (*dot_f32)(const float *, const float *, int64_t) = dot_f32_c;
 static void (*mad_f32)(float *, const float *, float, int64_t) = mad_f32_c;
 
+static uint64_t stream_read_c(const void *p, size_t n) {
+    const uint64_t *q = p;
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i + 2 <= n / 8; i += 2) a += q[i], b += q[i + 1];
+    return a + b;
+}
+
+static uint64_t (*stream_read)(const void *, size_t) = stream_read_c;
+
+uint64_t pb_kernels_stream_read(const void *p, size_t n) {
+    (void)pb_type_get(0); /* make sure the dispatch ran */
+    return stream_read(p, n);
+}
+
 float pb_kernels_dot_f32(const float *a, const float *b, int64_t n) { return dot_f32(a, b, n); }
 void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n) { mad_f32(y, x, a, n); }
 
@@ -29,15 +43,15 @@ void pb_kernels_init(pb_type_traits *table, int n) {
         avx2 | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ | PB_CPU_AVX512VNNI;
     if ((f & avx512) == avx512) {
         pb_kernels_fill_avx512(table, n, gemm);
-        dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512;
+        dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
-        dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2;
+        dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
     }
 #elif defined(__aarch64__)
     if (f & PB_CPU_DOTPROD) {
         pb_kernels_fill_neon(table, n, gemm);
-        dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon;
+        dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon, stream_read = pb_stream_read_neon;
     }
 #endif
     for (int i = 0; i < PB_TYPE_COUNT; i++) pb_matmul_set_gemm(i, gemm[i]);

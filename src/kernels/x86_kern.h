@@ -19,6 +19,13 @@
 #define CAT(a, b)  CAT2(a, b)
 #define FN(name)   CAT(name, X86_SFX)
 #define INLINE     static inline __attribute__((always_inline))
+#define PB_UNROLL  _Pragma("GCC unroll 16")
+/* decode streams weights once: ask for the block ~1 KiB ahead so several misses are in flight */
+#define PREFETCH_AHEAD(p, bytes)                                                                                       \
+    do {                                                                                                               \
+        const char *pf_ = (const char *)(p) + 4096;                                                                    \
+        for (int o_ = 0; o_ < (bytes); o_ += 64) _mm_prefetch(pf_ + o_, _MM_HINT_T0);                                  \
+    } while (0)
 
 // --- helpers ---------------------------------------------------------------------------------------------
 
@@ -90,21 +97,22 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
         uint8_t sc[8], mn[8];
         k4_scales(w[b].scales, sc, mn);
         __m256i q[8], s16[8];
-        for (int i = 0; i < 4; i++) {
+        PB_UNROLL for (int i = 0; i < 4; i++) {
             __m256i v = loadu(w[b].qs + 32 * i);
             q[2 * i] = _mm256_and_si256(v, m4);
             q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
         }
-        for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+        PB_UNROLL for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
         const __m256i mins = k4_mins16(mn);
         const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
-            for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
+            PB_UNROLL for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
             __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
@@ -134,24 +142,25 @@ INLINE void q5k_row(int64_t nb, const pb_block_q5_K *w, const void *a, size_t a_
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
         uint8_t sc[8], mn[8];
         k4_scales(w[b].scales, sc, mn);
         __m256i q[8], s16[8];
         const __m256i hv = loadu(w[b].qh);
-        for (int i = 0; i < 4; i++) {
+        PB_UNROLL for (int i = 0; i < 4; i++) {
             __m256i v = loadu(w[b].qs + 32 * i);
             __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * i), one);
             __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * i + 1), one);
             q[2 * i] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_slli_epi16(h0, 4));
             q[2 * i + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_slli_epi16(h1, 4));
         }
-        for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+        PB_UNROLL for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
         const __m256i mins = k4_mins16(mn);
         const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
-            for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
+            PB_UNROLL for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
             __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
@@ -181,8 +190,9 @@ INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
         __m256i q[8], s16[8];
-        for (int h = 0; h < 2; h++) { /* q6 + 32 in 0..63; group g of half h <-> activations 128h + 32g */
+        PB_UNROLL for (int h = 0; h < 2; h++) { /* q6 + 32 in 0..63; group g of half h <-> activations 128h + 32g */
             const __m256i l0 = loadu(w[b].ql + 64 * h), l1 = loadu(w[b].ql + 64 * h + 32), hv = loadu(w[b].qh + 32 * h);
             q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
             q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
@@ -191,14 +201,14 @@ INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_
                                            _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
         }
         const int8_t *sc = w[b].scales;
-        for (int k = 0; k < 8; k++)
+        PB_UNROLL for (int k = 0; k < 8; k++)
             s16[k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
         const __m256i sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         const float d = h2f(w[b].d);
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
-            for (int k = 1; k < 8; k++) is = _mm256_add_epi32(is, dot_us_sc(q[k], loadu(x->qs + 32 * k), s16[k]));
+            PB_UNROLL for (int k = 1; k < 8; k++) is = _mm256_add_epi32(is, dot_us_sc(q[k], loadu(x->qs + 32 * k), s16[k]));
             /* the -32 offset: sum_s sc_s * 32 * bsum_s */
             __m256i off = _mm256_madd_epi16(loadu(x->bsums), sc_all);
             is = _mm256_sub_epi32(is, _mm256_slli_epi32(off, 5));
@@ -231,6 +241,7 @@ INLINE void q40_row(int64_t nb, const pb_block_q4_0 *w, const void *a, size_t a_
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m256i eight = _mm256_set1_epi8(8);
     for (int64_t b = 0; b < nb; b++) {
+        if ((b & 1) == 0) PREFETCH_AHEAD(&w[b], 64);
         const __m128i v = _mm_loadu_si128((const __m128i *)w[b].qs);
         const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
         const float d = h2f(w[b].d);
@@ -263,6 +274,7 @@ INLINE void q80_row(int64_t nb, const pb_block_q8_0 *w, const void *a, size_t a_
     __m256 acc[PB_GEMM_NT];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        if ((b & 1) == 0) PREFETCH_AHEAD(&w[b], 64);
         const __m256i wv = loadu(w[b].qs);
         const __m256i u = _mm256_sign_epi8(wv, wv);
         const float d = h2f(w[b].d);
@@ -349,6 +361,23 @@ void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Streaming read of n bytes (n % 128 == 0 read, the rest ignored) for the benches' bandwidth roofline:
+ * several independent vector loads in flight, no stores. Returns a checksum so it cannot be elided. */
+uint64_t FN(pb_stream_read_)(const void *p, size_t n) {
+    const uint8_t *b = p;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, loadu(b + i));
+        a1 = _mm256_add_epi64(a1, loadu(b + i + 32));
+        a2 = _mm256_add_epi64(a2, loadu(b + i + 64));
+        a3 = _mm256_add_epi64(a3, loadu(b + i + 96));
+    }
+    __m256i t = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t o[4];
+    _mm256_storeu_si256((__m256i *)o, t);
+    return o[0] + o[1] + o[2] + o[3];
+}
+
 /* fp16 -> fp32 is exact, so this replaces the table's scalar to_float bit for bit (KV cache reads). */
 void FN(pb_f16_to_f32_)(const void *src, float *dst, int64_t n) {
     const uint16_t *h = src;
@@ -417,7 +446,7 @@ void FN(pb_quant_q8_K_)(const float *x, void *dst, int64_t n) {
         const __m256 is = _mm256_set1_ps(iscale);
         for (int j = 0; j < PB_QK_K; j += 32) {
             __m256i q[4];
-            for (int k = 0; k < 4; k++)
+            PB_UNROLL for (int k = 0; k < 4; k++)
                 q[k] = clamp127(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + j + 8 * k))));
             _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack32(q[0], q[1], q[2], q[3]));
         }
@@ -437,7 +466,7 @@ void FN(pb_quant_q8_0_)(const float *x, void *dst, int64_t n) {
     const __m256 half = _mm256_set1_ps(0.5f), sgn = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         __m256 v[4], mx = _mm256_setzero_ps(), nf = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
+        PB_UNROLL for (int k = 0; k < 4; k++) {
             v[k] = _mm256_loadu_ps(x + 8 * k);
             mx = _mm256_max_ps(mx, absps(v[k]));
             nf = _mm256_or_ps(nf, _mm256_mul_ps(v[k], _mm256_setzero_ps()));
@@ -450,7 +479,7 @@ void FN(pb_quant_q8_0_)(const float *x, void *dst, int64_t n) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = pb_fp32_to_fp16(d);
         __m256i q[4];
-        for (int k = 0; k < 4; k++) {
+        PB_UNROLL for (int k = 0; k < 4; k++) {
             __m256 t = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
             __m256 tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             __m256 up = _mm256_cmp_ps(absps(_mm256_sub_ps(t, tr)), half, _CMP_GE_OQ);

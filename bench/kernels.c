@@ -49,6 +49,8 @@ static void bw_worker(void *ctx, int ith, int nth) {
     j->sink[ith & 63] = pb_kernels_stream_read(j->p + lo, (size_t)(hi - lo) * 8);
 }
 
+static void empty_job(void *ctx, int ith, int nth) { (void)ctx, (void)ith, (void)nth; }
+
 static int cmp_d(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
@@ -118,12 +120,18 @@ int main(int argc, char **argv) {
     double mib = 256;
     int types[PB_TYPE_COUNT], n_types = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) mib = atof(argv[++i]);
-        else if (strcmp(argv[i], "-T") == 0 && i + 1 < argc) T = atoi(argv[++i]);
-        else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "-b") == 0) bw_only = 1;
-        else if (pb_type_from_name(argv[i]) >= 0 && n_types < PB_TYPE_COUNT) types[n_types++] = pb_type_from_name(argv[i]);
+        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-m") == 0 && i + 1 < argc)
+            mib = atof(argv[++i]);
+        else if (strcmp(argv[i], "-T") == 0 && i + 1 < argc)
+            T = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-b") == 0)
+            bw_only = 1;
+        else if (pb_type_from_name(argv[i]) >= 0 && n_types < PB_TYPE_COUNT)
+            types[n_types++] = pb_type_from_name(argv[i]);
         else {
             fprintf(stderr, "usage: kernels [-t THREADS] [-m MiB] [-T prefill_tokens] [-r reps] [-b] [type...]\n");
             return 2;
@@ -134,8 +142,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (n_types == 0) {
-        const int def[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q3_K,
-                           PB_TYPE_Q2_K, PB_TYPE_F16};
+        const int def[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0,
+                           PB_TYPE_Q5_K, PB_TYPE_Q3_K, PB_TYPE_Q2_K, PB_TYPE_F16};
         for (size_t i = 0; i < sizeof def / sizeof def[0]; i++) types[n_types++] = def[i];
     }
     pb_pool *pool = NULL;
@@ -156,6 +164,13 @@ int main(int argc, char **argv) {
            "dispatched family %s\n",
            threads, mib, (long long)K, T, pb_kernels_isa());
     printf("# streaming read bandwidth (roofline): %.1f GB/s\n", bw);
+    {
+        const int jobs = 20000; /* decode runs ~200-300 pool jobs per token */
+        double t0 = pb_time_ms();
+        for (int i = 0; i < jobs; i++) pb_pool_run(pool, empty_job, NULL);
+        printf("# thread pool: %.2f us per pb_pool_run of an empty job (%d threads)\n",
+               (pb_time_ms() - t0) * 1000.0 / jobs, threads);
+    }
     printf("| type | family | decode GB/s | %% of roofline | decode GOP/s | prefill GOP/s |\n");
     printf("|------|--------|------------:|--------------:|-------------:|--------------:|\n");
     unsigned f = pb_cpu_features();
@@ -207,7 +222,8 @@ int main(int argc, char **argv) {
             mm_job jp = {tab[type].vec_dot, gemm[type], w, a, w_row, a_row, K, PB_MIN(N, 2048), T, y};
             double msp = run_mm(pool, &jp, reps);
             double gopp = 2.0 * (double)K * (double)jp.N * (double)T / (msp * 1e6);
-            printf("| %s | %s | %.1f | %.0f%% | %.1f | %.1f |\n", t->name, fam->name, gbs, 100.0 * gbs / bw, gops, gopp);
+            printf("| %s | %s | %.1f | %.0f%% | %.1f | %.1f |\n", t->name, fam->name, gbs, 100.0 * gbs / bw, gops,
+                   gopp);
             fflush(stdout);
         }
         free(a), free(y);

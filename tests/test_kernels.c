@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.h"
 #include "tensor/matmul.h"
+#include "tensor/ops.h"
 #include "tensor/quant.h"
 #include "tensor/types.h"
 
@@ -41,9 +42,9 @@ static const family families[] = {
 #endif
     {NULL, NULL, 0}};
 
-static const int wtypes[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q2_K,
-                             PB_TYPE_Q3_K, PB_TYPE_Q4_1, PB_TYPE_Q5_0, PB_TYPE_Q5_1, PB_TYPE_F16, PB_TYPE_BF16,
-                             PB_TYPE_F32};
+static const int wtypes[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K,
+                             PB_TYPE_Q2_K, PB_TYPE_Q3_K, PB_TYPE_Q4_1, PB_TYPE_Q5_0, PB_TYPE_Q5_1,
+                             PB_TYPE_F16,  PB_TYPE_BF16, PB_TYPE_F32};
 #define N_WTYPES (int)(sizeof wtypes / sizeof wtypes[0])
 
 static pb_type_traits ref_tab[PB_TYPE_COUNT], isa_tab[PB_TYPE_COUNT];
@@ -157,9 +158,9 @@ static void test_family(const family *f) {
             CHECK(same_gemm == gemm_cases, "%s %s gemm tiles bit-identical to vec_dot: %d/%d (nr 1..19, nt 1..8)",
                   f->name, t->name, same_gemm, gemm_cases);
     }
-    NOTE("%s: %d types with gemm tiles", f->name, (int)(gemm[PB_TYPE_Q4_K] != NULL) + (gemm[PB_TYPE_Q6_K] != NULL) +
-                                                     (gemm[PB_TYPE_Q4_0] != NULL) + (gemm[PB_TYPE_Q8_0] != NULL) +
-                                                     (gemm[PB_TYPE_Q5_K] != NULL));
+    NOTE("%s: %d types with gemm tiles", f->name,
+         (int)(gemm[PB_TYPE_Q4_K] != NULL) + (gemm[PB_TYPE_Q6_K] != NULL) + (gemm[PB_TYPE_Q4_0] != NULL) +
+             (gemm[PB_TYPE_Q8_0] != NULL) + (gemm[PB_TYPE_Q5_K] != NULL));
 
     /* activation quantizers: bit-identical to the tensor room's reference, including ties and odd blocks */
     for (int qi = 0; qi < 2; qi++) {
@@ -220,6 +221,35 @@ static void test_family(const family *f) {
     }
 }
 
+/* the dispatched attention/FFN helpers against plain C: dot, mad, GeGLU (exp form vs ops.c's tanhf form) */
+static void test_helpers(void) {
+    enum { N = 9219 }; /* odd length: SIMD tails */
+    float *a = malloc(N * 4), *b = malloc(N * 4), *g1 = malloc(N * 4), *g2 = malloc(N * 4);
+    for (int i = 0; i < N; i++) a[i] = nrand() * 4.0f, b[i] = nrand();
+    a[0] = 30.0f, a[1] = -30.0f, a[2] = 0.0f, a[3] = -1e-30f, a[4] = 100.0f, a[5] = -100.0f;
+    double dot = 0, mag = 0;
+    for (int i = 0; i < N; i++) dot += (double)a[i] * (double)b[i], mag += fabs((double)a[i] * (double)b[i]);
+    float got = pb_kernels_dot_f32(a, b, N);
+    CHECK(fabs((double)got - dot) <= 1e-6 * mag, "pb_kernels_dot_f32 (n = %d): |err| %.2e of sum|a*b| %.2e", N,
+          fabs((double)got - dot), mag);
+    memcpy(g1, b, N * 4);
+    pb_kernels_mad_f32(g1, a, 0.37f, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += fabsf(g1[i] - (b[i] + 0.37f * a[i])) > 1e-6f * (fabsf(b[i]) + fabsf(a[i]));
+    CHECK(bad == 0, "pb_kernels_mad_f32: %d of %d values off", bad, N);
+    memcpy(g1, a, N * 4);
+    memcpy(g2, a, N * 4);
+    pb_geglu(g1, b, N);
+    pb_kernels_geglu(g2, b, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double e = fabs((double)g1[i] - (double)g2[i]) / (fabs((double)a[i] * (double)b[i]) + 1e-30);
+        if (!(e <= worst)) worst = e;
+    }
+    CHECK(worst < 2e-6, "pb_kernels_geglu (%s) vs ops.c pb_geglu: worst |diff|/|x*up| %.1e", pb_kernels_isa(), worst);
+    free(a), free(b), free(g1), free(g2);
+}
+
 /* pb_matmul with the dispatched table: n_tok 1..9 (tiles of 8 plus tails), several thread counts. */
 static void test_matmul_dispatched(void) {
     pb_pool *p2 = NULL;
@@ -270,6 +300,7 @@ int main(void) {
     }
     /* the scalar family always runs (ref against itself is trivial, so only the matmul path is checked) */
     test_matmul_dispatched();
+    test_helpers();
     CHECK(ran > 0 || getenv("PB_CPU") || !families[0].name, "at least one ISA family ran (%d)", ran);
     TEST_DONE();
 }

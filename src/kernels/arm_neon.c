@@ -31,7 +31,7 @@
 
 #define ROWS_BODY(rowfn, blk_t, w, a, y, NT)                                                                           \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
-        rowfn(nb, (const blk_t *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+    rowfn(nb, (const blk_t *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
 
 INLINE float h2f(uint16_t h) {
     float16x4_t v = vreinterpret_f16_u16(vdup_n_u16(h));
@@ -55,8 +55,7 @@ INLINE int32_t k4_minsum(const pb_block_q8_K *x, int16x8_t mins) {
 }
 
 /* q[16]: the 256 weights of a block as 16 vectors of 16 values (0..31), in activation order */
-INLINE void k45_row(int64_t nb, const void *wv, bool five, const void *a, size_t a_row, float *y, int64_t ldy,
-                    int NT) {
+INLINE void k45_row(int64_t nb, const void *wv, bool five, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
     float sum[PB_GEMM_NT];
     for (int t = 0; t < NT; t++) sum[t] = 0.0f;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), one = vdupq_n_u8(1);
@@ -212,17 +211,13 @@ void pb_gemm_q4_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, 
     const int64_t nb = n / 32;
     TILE_SWITCH(ROWS_BODY, q40_row, pb_block_q4_0, w, a, y)
 }
-void pb_vec_dot_q4_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) {
-    q40_row(n / 32, x, y, 0, s, 0, 1);
-}
+void pb_vec_dot_q4_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q40_row(n / 32, x, y, 0, s, 0, 1); }
 void pb_gemm_q8_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     TILE_SWITCH(ROWS_BODY, q80_row, pb_block_q8_0, w, a, y)
 }
-void pb_vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) {
-    q80_row(n / 32, x, y, 0, s, 0, 1);
-}
+void pb_vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q80_row(n / 32, x, y, 0, s, 0, 1); }
 
 // --- float weights --------------------------------------------------------------------------------------
 

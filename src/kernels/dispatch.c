@@ -1,6 +1,7 @@
 /* dispatch.c -- the one place that chooses kernels: fills the type table's vec_dot (and the activation
  * quantizers, F16 reads and matmul tiles) from pb_cpu_features(), once, at the first pb_type_get(). */
 #include "kernels/kernels.h"
+#include "tensor/ops.h"
 
 static float dot_f32_c(const float *a, const float *b, int64_t n) {
     float s = 0.0f;
@@ -23,6 +24,9 @@ static uint64_t stream_read_c(const void *p, size_t n) {
 }
 
 static uint64_t (*stream_read)(const void *, size_t) = stream_read_c;
+static void (*geglu)(float *, const float *, int64_t) = pb_geglu;
+
+void pb_kernels_geglu(float *gate, const float *up, int64_t n) { geglu(gate, up, n); }
 
 uint64_t pb_kernels_stream_read(const void *p, size_t n) {
     (void)pb_type_get(0); /* make sure the dispatch ran */
@@ -44,9 +48,11 @@ void pb_kernels_init(pb_type_traits *table, int n) {
     if ((f & avx512) == avx512) {
         pb_kernels_fill_avx512(table, n, gemm);
         dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
+        geglu = pb_geglu_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
         dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
+        geglu = pb_geglu_avx2;
     }
 #elif defined(__aarch64__)
     if (f & PB_CPU_DOTPROD) {

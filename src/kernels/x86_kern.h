@@ -43,13 +43,26 @@ INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 INLINE __m256i dot_us(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 #else
-INLINE __m256i dot_us(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
+INLINE __m256i dot_us(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
 #endif
 
 /* sum over 16-value halves, each scaled by an int16: madd(maddubs(u, s), sc16) -> 8 x int32 */
 INLINE __m256i dot_us_sc(__m256i u, __m256i s, __m256i sc16) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16);
 }
+
+/* acc + dot_us_sc(u, s, sc16); with AVX-512 VNNI the madd and the add fuse into one vpdpwssd */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+INLINE __m256i acc_us_sc(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
+    return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc16);
+}
+#else
+INLINE __m256i acc_us_sc(__m256i acc, __m256i u, __m256i s, __m256i sc16) {
+    return _mm256_add_epi32(acc, dot_us_sc(u, s, sc16));
+}
+#endif
 
 INLINE __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
@@ -112,7 +125,7 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
-            PB_UNROLL for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
+            PB_UNROLL for (int j = 1; j < 8; j++) is = acc_us_sc(is, q[j], loadu(x->qs + 32 * j), s16[j]);
             __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
@@ -123,7 +136,7 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
 
 #define Q4K_BODY(w, a, y, NT)                                                                                          \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
-        q4k_row(nb, (const pb_block_q4_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+    q4k_row(nb, (const pb_block_q4_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
 
 void FN(pb_gemm_q4_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
@@ -160,7 +173,7 @@ INLINE void q5k_row(int64_t nb, const pb_block_q5_K *w, const void *a, size_t a_
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
-            PB_UNROLL for (int j = 1; j < 8; j++) is = _mm256_add_epi32(is, dot_us_sc(q[j], loadu(x->qs + 32 * j), s16[j]));
+            PB_UNROLL for (int j = 1; j < 8; j++) is = acc_us_sc(is, q[j], loadu(x->qs + 32 * j), s16[j]);
             __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
@@ -171,7 +184,7 @@ INLINE void q5k_row(int64_t nb, const pb_block_q5_K *w, const void *a, size_t a_
 
 #define Q5K_BODY(w, a, y, NT)                                                                                          \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
-        q5k_row(nb, (const pb_block_q5_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+    q5k_row(nb, (const pb_block_q5_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
 
 void FN(pb_gemm_q5_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
@@ -185,6 +198,46 @@ void FN(pb_vec_dot_q5_K_q8_K_)(int64_t n, float *s, const void *x, const void *y
 
 // --- Q6_K x Q8_K ----------------------------------------------------------------------------------------
 
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* AVX-512 build: 64 values (two 32-value groups, four 16-value scales) per 512-bit vector */
+INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m512 acc[PB_GEMM_NT];
+    PB_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    /* per-half shift counts: groups g0/g1 take qh bits 0-1 / 2-3 (<<4, <<2), g2/g3 bits 4-5 / 6-7 (>>0, >>2) */
+    const __m512i shl01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr23 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    /* word p*32 + 8k + l picks scale 4p + k */
+    const __m512i ixq = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+                                         0, 0, 0, 0, 0, 0);
+    for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
+        const __m256i sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
+        const __m512i scw = _mm512_castsi256_si512(sc_all);
+        __m512i q[4], s16[4];
+        PB_UNROLL for (int h = 0; h < 2; h++) {
+            const __m512i l = _mm512_loadu_si512(w[b].ql + 64 * h);
+            const __m512i hv = _mm512_broadcast_i64x4(loadu(w[b].qh + 32 * h));
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hv, shl01), m30));
+            q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_and_si512(_mm512_srlv_epi16(hv, shr23), m30));
+        }
+        PB_UNROLL for (int p = 0; p < 4; p++) s16[p] =
+            _mm512_permutexvar_epi16(_mm512_add_epi16(ixq, _mm512_set1_epi16((short)(4 * p))), scw);
+        const float d = h2f(w[b].d);
+        PB_UNROLL for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m512i is = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(x->qs)), s16[0]);
+            PB_UNROLL for (int p = 1; p < 4; p++) is =
+                _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[p], _mm512_loadu_si512(x->qs + 64 * p)), s16[p]);
+            __m256i off = _mm256_madd_epi16(loadu(x->bsums), sc_all);
+            is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * x->d), acc[t]);
+        }
+    }
+    PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+#else
 INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
     __m256 acc[PB_GEMM_NT];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -201,14 +254,14 @@ INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_
                                            _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
         }
         const int8_t *sc = w[b].scales;
-        PB_UNROLL for (int k = 0; k < 8; k++)
-            s16[k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+        PB_UNROLL for (int k = 0; k < 8; k++) s16[k] =
+            _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
         const __m256i sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         const float d = h2f(w[b].d);
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
-            PB_UNROLL for (int k = 1; k < 8; k++) is = _mm256_add_epi32(is, dot_us_sc(q[k], loadu(x->qs + 32 * k), s16[k]));
+            PB_UNROLL for (int k = 1; k < 8; k++) is = acc_us_sc(is, q[k], loadu(x->qs + 32 * k), s16[k]);
             /* the -32 offset: sum_s sc_s * 32 * bsum_s */
             __m256i off = _mm256_madd_epi16(loadu(x->bsums), sc_all);
             is = _mm256_sub_epi32(is, _mm256_slli_epi32(off, 5));
@@ -217,10 +270,11 @@ INLINE void q6k_row(int64_t nb, const pb_block_q6_K *w, const void *a, size_t a_
     }
     for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
 }
+#endif
 
 #define Q6K_BODY(w, a, y, NT)                                                                                          \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
-        q6k_row(nb, (const pb_block_q6_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+    q6k_row(nb, (const pb_block_q6_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
 
 void FN(pb_gemm_q6_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
@@ -234,30 +288,34 @@ void FN(pb_vec_dot_q6_K_q8_K_)(int64_t n, float *s, const void *x, const void *y
 
 // --- Q4_0 / Q8_0 x Q8_0 ---------------------------------------------------------------------------------
 
-/* Q4_0: sum (q - 8) a = sum q a - 8 sum a, with q in 0..15 unsigned. */
+/* Q4_0: q - 8 in -8..7 with the sign trick (|q-8| unsigned times a carrying q-8's sign), unpacked once per
+ * block for all tokens; the scales multiply as fp16 -> fp32 vectors (no scalar round trip). */
+INLINE __m256 dvec(uint16_t h) { return _mm256_cvtph_ps(_mm_set1_epi16((short)h)); }
+
 INLINE void q40_row(int64_t nb, const pb_block_q4_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
     __m256 acc[PB_GEMM_NT];
-    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    PB_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m256i eight = _mm256_set1_epi8(8);
     for (int64_t b = 0; b < nb; b++) {
         if ((b & 1) == 0) PREFETCH_AHEAD(&w[b], 64);
         const __m128i v = _mm_loadu_si128((const __m128i *)w[b].qs);
-        const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-        const float d = h2f(w[b].d);
-        for (int t = 0; t < NT; t++) {
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), eight);
+        const __m256i u = _mm256_sign_epi8(q, q);
+        const __m256 d = dvec(w[b].d);
+        PB_UNROLL for (int t = 0; t < NT; t++) {
             const pb_block_q8_0 *x = Q80(a, a_row, t, b);
-            const __m256i xv = loadu(x->qs);
-            __m256i is = _mm256_sub_epi32(dot_us(q, xv), dot_us(eight, xv));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * h2f(x->d)), acc[t]);
+            __m256i is = dot_us(u, _mm256_sign_epi8(loadu(x->qs), q));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, dvec(x->d)), acc[t]);
         }
     }
-    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+    PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
 }
 
 #define Q40_BODY(w, a, y, NT)                                                                                          \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
-        q40_row(nb, (const pb_block_q4_0 *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+    q40_row(nb, (const pb_block_q4_0 *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
 
 void FN(pb_gemm_q4_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
@@ -265,9 +323,7 @@ void FN(pb_gemm_q4_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, 
     TILE_SWITCH(Q40_BODY, w, a, y)
 }
 
-void FN(pb_vec_dot_q4_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
-    q40_row(n / 32, x, y, 0, s, 0, 1);
-}
+void FN(pb_vec_dot_q4_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) { q40_row(n / 32, x, y, 0, s, 0, 1); }
 
 /* Q8_0: sign trick, |w| unsigned times a carrying w's sign (exact for |w| <= 127, as quantizers write). */
 INLINE void q80_row(int64_t nb, const pb_block_q8_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
@@ -277,11 +333,11 @@ INLINE void q80_row(int64_t nb, const pb_block_q8_0 *w, const void *a, size_t a_
         if ((b & 1) == 0) PREFETCH_AHEAD(&w[b], 64);
         const __m256i wv = loadu(w[b].qs);
         const __m256i u = _mm256_sign_epi8(wv, wv);
-        const float d = h2f(w[b].d);
+        const __m256 d = dvec(w[b].d);
         for (int t = 0; t < NT; t++) {
             const pb_block_q8_0 *x = Q80(a, a_row, t, b);
             __m256i is = dot_us(u, _mm256_sign_epi8(loadu(x->qs), wv));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * h2f(x->d)), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, dvec(x->d)), acc[t]);
         }
     }
     for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
@@ -289,7 +345,7 @@ INLINE void q80_row(int64_t nb, const pb_block_q8_0 *w, const void *a, size_t a_
 
 #define Q80_BODY(w, a, y, NT)                                                                                          \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
-        q80_row(nb, (const pb_block_q8_0 *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+    q80_row(nb, (const pb_block_q8_0 *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
 
 void FN(pb_gemm_q8_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
@@ -297,9 +353,7 @@ void FN(pb_gemm_q8_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, 
     TILE_SWITCH(Q80_BODY, w, a, y)
 }
 
-void FN(pb_vec_dot_q8_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
-    q80_row(n / 32, x, y, 0, s, 0, 1);
-}
+void FN(pb_vec_dot_q8_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) { q80_row(n / 32, x, y, 0, s, 0, 1); }
 
 // --- F16 / BF16 / F32 weights x F32 activations ---------------------------------------------------------
 
@@ -311,7 +365,8 @@ void FN(pb_vec_dot_f16_f32_)(int64_t n, float *s, const void *x, const void *y) 
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(v + i), acc0);
+        acc0 =
+            _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(v + i), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))),
                                _mm256_loadu_ps(v + i + 8), acc1);
     }
@@ -357,8 +412,47 @@ float FN(pb_dot_f32_)(const float *a, const float *b, int64_t n) {
 void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
     const __m256 av = _mm256_set1_ps(a);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* exp(z) for z clamped to [-87, 88]: Cody-Waite reduction by ln2, degree-6 polynomial on |r| <= ln2/2
+ * (relative error ~2 ulp), scaled by 2^n through the exponent bits. */
+INLINE __m256 exp256(__m256 z) {
+    z = _mm256_min_ps(_mm256_max_ps(z, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* gate[i] = gelu_tanh(gate[i]) * up[i] (Gemma's GeGLU), with 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)),
+ * u = sqrt(2/pi) (x + 0.044715 x^3). Agrees with tensor/ops.c's tanhf form to a few float ulps. */
+void FN(pb_geglu_)(float *gate, const float *up, int64_t n) {
+    const __m256 k2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f), c = _mm256_set1_ps(0.044715f),
+                 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(gate + i);
+        __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        __m256 z = _mm256_mul_ps(k2, _mm256_fmadd_ps(c, x3, x));
+        __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, exp256(z)));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++)
+        gate[i] = gate[i] /
+                  (1.0f + expf(-2.0f * 0.7978845608028654f * (gate[i] + 0.044715f * gate[i] * gate[i] * gate[i]))) *
+                  up[i];
 }
 
 /* Streaming read of n bytes (n % 128 == 0 read, the rest ignored) for the benches' bandwidth roofline:
@@ -446,8 +540,8 @@ void FN(pb_quant_q8_K_)(const float *x, void *dst, int64_t n) {
         const __m256 is = _mm256_set1_ps(iscale);
         for (int j = 0; j < PB_QK_K; j += 32) {
             __m256i q[4];
-            PB_UNROLL for (int k = 0; k < 4; k++)
-                q[k] = clamp127(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + j + 8 * k))));
+            PB_UNROLL for (int k = 0; k < 4; k++) q[k] =
+                clamp127(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + j + 8 * k))));
             _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack32(q[0], q[1], q[2], q[3]));
         }
         for (int g = 0; g < 16; g++) {

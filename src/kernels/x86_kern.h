@@ -288,9 +288,83 @@ void FN(pb_vec_dot_q6_K_q8_K_)(int64_t n, float *s, const void *x, const void *y
 
 // --- Q4_0 / Q8_0 x Q8_0 ---------------------------------------------------------------------------------
 
+/* fp16 scale broadcast to 8 float lanes */
+INLINE __m256 dvec(uint16_t h) { return _mm256_cvtph_ps(_mm_set1_epi16((short)h)); }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* VNNI build: weights as signed bytes w (Q4_0: q - 8), activations made unsigned once per block and token
+ * (a + 128, shared by R weight rows): sum w a = sum w (a + 128) - 128 sum w, where the -128 sum w lanes
+ * are vpdpbusd's start value, computed once per weight block and shared by all tokens. Exact in int32. */
+INLINE __m256i q40_w(const pb_block_q4_0 *b) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)b->qs), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_sub_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)),
+                           _mm256_set1_epi8(8));
+}
+INLINE __m256i q80_w(const pb_block_q8_0 *b) { return loadu(b->qs); }
+
+#define Q0_ROWS(name, blk_t, wfn)                                                                                      \
+    INLINE void name(int64_t nb, const uint8_t *w0, size_t w_row, int R, const void *a, size_t a_row, float *y,        \
+                     int64_t ldy, int NT) {                                                                            \
+        __m256 acc[4][PB_GEMM_NT];                                                                                     \
+        PB_UNROLL for (int r = 0; r < R; r++) PB_UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();  \
+        const __m256i bias = _mm256_set1_epi8((char)0x80);                                                             \
+        for (int64_t b = 0; b < nb; b++) {                                                                             \
+            __m256i wv[4], c0[4];                                                                                      \
+            __m256 dw[4];                                                                                              \
+            PB_UNROLL for (int r = 0; r < R; r++) {                                                                    \
+                const blk_t *wb = (const blk_t *)(w0 + (size_t)r * w_row) + b;                                         \
+                if ((b & 1) == 0) PREFETCH_AHEAD(wb, 64);                                                              \
+                wv[r] = wfn(wb);                                                                                       \
+                c0[r] = _mm256_sub_epi32(_mm256_setzero_si256(),                                                       \
+                                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, wv[r]));                    \
+                dw[r] = dvec(wb->d);                                                                                   \
+            }                                                                                                          \
+            PB_UNROLL for (int t = 0; t < NT; t++) {                                                                   \
+                const pb_block_q8_0 *x = Q80(a, a_row, t, b);                                                          \
+                const __m256i xu = _mm256_xor_si256(loadu(x->qs), bias);                                               \
+                const __m256 dx = dvec(x->d);                                                                          \
+                PB_UNROLL for (int r = 0; r < R; r++) {                                                                \
+                    __m256i is = _mm256_dpbusd_epi32(c0[r], xu, wv[r]);                                                \
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw[r], dx), acc[r][t]);          \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        PB_UNROLL for (int r = 0; r < R; r++) PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy + r] =                  \
+            hsum8(acc[r][t]);                                                                                          \
+    }
+
+Q0_ROWS(q40_rows, pb_block_q4_0, q40_w)
+Q0_ROWS(q80_rows, pb_block_q8_0, q80_w)
+
+/* rows in groups of R (decode: 1, one weight stream; up to 4 tokens: 4; else 2: at most 16 accumulators) */
+#define Q0_BODY(rows, w, a, y, NT)                                                                                     \
+    {                                                                                                                  \
+        const int R_ = (NT) == 1 ? 1 : (NT) <= 4 ? 4 : 2;                                                              \
+        int64_t r = 0;                                                                                                 \
+        for (; r + R_ <= nr; r += R_)                                                                                  \
+            rows(nb, (const uint8_t *)(w) + (size_t)r * w_row, w_row, R_, a, a_row, (y) + r, ldy, NT);                 \
+        for (; r < nr; r++) rows(nb, (const uint8_t *)(w) + (size_t)r * w_row, w_row, 1, a, a_row, (y) + r, ldy, NT);  \
+    }
+
+void FN(pb_gemm_q4_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q0_BODY, q40_rows, w, a, y)
+}
+void FN(pb_vec_dot_q4_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q40_rows(n / 32, x, 0, 1, y, 0, s, 0, 1);
+}
+void FN(pb_gemm_q8_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q0_BODY, q80_rows, w, a, y)
+}
+void FN(pb_vec_dot_q8_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q80_rows(n / 32, x, 0, 1, y, 0, s, 0, 1);
+}
+#else
 /* Q4_0: q - 8 in -8..7 with the sign trick (|q-8| unsigned times a carrying q-8's sign), unpacked once per
  * block for all tokens; the scales multiply as fp16 -> fp32 vectors (no scalar round trip). */
-INLINE __m256 dvec(uint16_t h) { return _mm256_cvtph_ps(_mm_set1_epi16((short)h)); }
 
 INLINE void q40_row(int64_t nb, const pb_block_q4_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
     __m256 acc[PB_GEMM_NT];
@@ -354,6 +428,7 @@ void FN(pb_gemm_q8_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, 
 }
 
 void FN(pb_vec_dot_q8_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) { q80_row(n / 32, x, y, 0, s, 0, 1); }
+#endif
 
 // --- F16 / BF16 / F32 weights x F32 activations ---------------------------------------------------------
 

@@ -17,12 +17,18 @@ export function pickModel() {
   return path.join(shared, 'fixtures/peer/model/gemma2-tiny-v.q8_0.gguf');
 }
 
+// The peer fixture model: random weights that rarely emit <eos>, so answers run to max_tokens (long
+// enough to watch streaming and to press Stop).
+export function peerModel() {
+  return path.join(process.env.PB_SHARED || '../shared', 'fixtures/peer/model/gemma2-tiny-v.q8_0.gguf');
+}
+
 export function bin() { return process.env.PB_BIN || 'build/pocketbrain'; }
 
 // Starts the server; resolves { url, port, proc, stderr() } once it printed "listening PORT".
-export function startServer(extraArgs = [], env = {}) {
+export function startServer(extraArgs = [], env = {}, model = pickModel()) {
   return new Promise((resolve, reject) => {
-    const args = ['serve', '-m', pickModel(), '--port', '0', ...extraArgs];
+    const args = ['serve', '-m', model, '--port', '0', ...extraArgs];
     const proc = spawn(bin(), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '', err = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start: ' + err)); }, 30000);

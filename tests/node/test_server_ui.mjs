@@ -3,11 +3,11 @@
 // $PB_BUILD/test-artifacts/.
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
-import { check, note, startServer, stopServer, done } from './server_lib.mjs';
+import { check, note, startServer, stopServer, done, peerModel } from './server_lib.mjs';
 
 const art = (process.env.PB_BUILD || 'build') + '/test-artifacts';
 mkdirSync(art, { recursive: true });
-const srv = await startServer(['--max-tokens', '48']);
+const srv = await startServer(['--max-tokens', '2048'], {}, peerModel());
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -25,19 +25,25 @@ try {
   await page.waitForFunction(() => /^[1-9]\d* tokens?$/.test(document.querySelector('#token-count').textContent), null, { timeout: 5000 });
   check(true, 'live token count: ' + (await page.textContent('#token-count')));
 
-  // send; watch the answer grow over time (streaming), with the thinking placeholder first
+  // send; watch the answer grow (every change of the answer's text is recorded), with the thinking
+  // placeholder first
   await page.selectOption('#style', 'precise');
+  await page.evaluate(() => {
+    window.__lengths = [];
+    new MutationObserver(() => {
+      const b = document.querySelector('.msg.assistant .body');
+      if (b) window.__lengths.push(b.textContent.length);
+    }).observe(document.querySelector('#messages'), { childList: true, subtree: true, characterData: true });
+  });
   await page.press('#input', 'Enter');
   await page.waitForSelector('.msg.assistant', { timeout: 5000 });
-  const lengths = [];
-  for (let i = 0; i < 200 && !(await page.isEnabled('#send')); i++) {
-    lengths.push((await page.textContent('.msg.assistant .body')).length);
-    await page.waitForTimeout(20);
-  }
+  const sawThinking = await page.evaluate(() => document.querySelector('.msg.assistant .body').textContent);
   await page.waitForFunction(() => !document.querySelector('#send').disabled, null, { timeout: 60000 });
+  const lengths = await page.evaluate(() => window.__lengths);
   const distinct = new Set(lengths).size;
-  note('answer length samples: ' + lengths.join(','));
-  check(distinct >= 3, `answer grew progressively (${distinct} distinct lengths)`);
+  note('answer length samples: ' + lengths.slice(0, 40).join(',') + (lengths.length > 40 ? ',...' : ''));
+  check(distinct >= 10, `answer grew progressively (${distinct} distinct lengths)`);
+  check(sawThinking === 'thinking…' || sawThinking.length > 0, 'placeholder or first text shown at once: ' + JSON.stringify(sawThinking.slice(0, 20)));
   await page.screenshot({ path: art + '/ui-answer.png' });
   const answer1 = await page.textContent('.msg.assistant .body');
   check(answer1.length > 0 && answer1 !== 'thinking…', 'answer text shown');
@@ -46,6 +52,7 @@ try {
   await page.fill('#input', 'Please write a very long story about a harbor.');
   await page.press('#input', 'Enter');
   await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 2 &&
+    !document.querySelectorAll('.msg.assistant')[1].classList.contains('thinking') &&
     document.querySelectorAll('.msg.assistant')[1].querySelector('.body').textContent.length > 3, null, { timeout: 20000 });
   await page.click('#stop');
   await page.waitForFunction(() => document.querySelector('#status').textContent === 'stopped', null, { timeout: 5000 });
@@ -56,7 +63,8 @@ try {
   await page.reload();
   check((await page.inputValue('#style')) === 'precise', 'style selection survives reload');
   const msgs = await page.$$eval('.msg', (els) => els.map((e) => e.className));
-  check(msgs.filter((c) => c.includes('user')).length === 2, `history restored after reload (${msgs.length} messages)`);
+  check(msgs.filter((c) => c.includes('user')).length === 2 && msgs.filter((c) => c.includes('assistant')).length === 2,
+    `history restored after reload, the stopped partial answer included (${msgs.length} messages)`);
   check((await page.$$('#conv-list li')).length === 1, 'conversation listed in the sidebar');
 
   // a second conversation and switching back

@@ -10,7 +10,7 @@
 static const char *USAGE =
     "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N] [--api-key KEY]\n"
     "                  [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after SEC]\n"
-    "                  [--db KB.sqlite] [--faq FAQ.sqlite]";
+    "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE]";
 
 static volatile sig_atomic_t stop_requested;
 static void on_stop(int sig) {
@@ -38,7 +38,7 @@ int cmd_serve(int argc, char **argv) {
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: %s\n\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
-                   "GET /metrics and the web chat UI at /. Loopback only unless --host says otherwise.\n",
+                   "GET /metrics, GET /stats and the web chat UI at /. Loopback only unless --host says otherwise.\n",
                    USAGE);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -82,6 +82,9 @@ int cmd_serve(int argc, char **argv) {
             NEED_VAL();
             if (!cli_parse_float(cmd, a, val, 0, 3600, &d)) return 2;
             p.fallback_after = d;
+        } else if (!strcmp(a, "--thermal")) {
+            NEED_VAL();
+            p.thermal = val;
         } else if (!strcmp(a, "--db")) {
             NEED_VAL();
             db = val;

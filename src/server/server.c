@@ -1008,11 +1008,49 @@ static enum MHD_Result route_metrics(pb_server *srv, struct MHD_Connection *c) {
       (unsigned long long)cum, m->tps_sum, (unsigned long long)m->tps_count);
     pthread_mutex_unlock(&srv->m.mu);
     P("# TYPE pocketbrain_resident_memory_bytes gauge\npocketbrain_resident_memory_bytes %zu\n", pb_current_rss());
+    P("# HELP pocketbrain_thermal_level Thermal governor level per slot (0 cool, 1 warm, 2 hot).\n"
+      "# TYPE pocketbrain_thermal_level gauge\n# TYPE pocketbrain_thermal_celsius gauge\n"
+      "# TYPE pocketbrain_threads gauge\n");
+    for (int i = 0; i < srv->n_slots; i++) {
+        pb_thermal_state th;
+        pb_session_thermal(srv->slots[i].session, &th);
+        P("pocketbrain_thermal_level{slot=\"%d\"} %d\n", i, th.enabled ? th.level : 0);
+        P("pocketbrain_thermal_celsius{slot=\"%d\"} %.1f\n", i, (double)th.temp_c);
+        P("pocketbrain_threads{slot=\"%d\"} %d\n", i, th.n_threads);
+    }
 #undef P
     if (n >= cap) n = cap - 1;
     enum MHD_Result r = send_text(srv, c, 200, "text/plain; version=0.0.4", buf, n, true);
     free(buf);
     return r;
+}
+
+/* GET /stats: per-slot state as JSON (busy, tokens cached, thermal governor). */
+static enum MHD_Result route_stats(pb_server *srv, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *slots = cJSON_AddArrayToObject(o, "slots");
+    pthread_mutex_lock(&srv->mu);
+    cJSON_AddNumberToObject(o, "queue_depth", srv->n_queued);
+    for (int i = 0; i < srv->n_slots; i++) {
+        slot *sl = &srv->slots[i];
+        cJSON *so = cJSON_CreateObject();
+        cJSON_AddNumberToObject(so, "slot", i);
+        cJSON_AddBoolToObject(so, "busy", sl->busy);
+        if (!sl->busy) cJSON_AddNumberToObject(so, "n_past", (double)pb_session_n_past(sl->session));
+        pb_thermal_state th;
+        pb_session_thermal(sl->session, &th);
+        cJSON *t = cJSON_AddObjectToObject(so, "thermal");
+        cJSON_AddBoolToObject(t, "enabled", th.enabled);
+        cJSON_AddNumberToObject(t, "temp_c", (double)th.temp_c);
+        cJSON_AddNumberToObject(t, "level", th.level);
+        cJSON_AddNumberToObject(t, "n_threads", th.n_threads);
+        cJSON_AddNumberToObject(t, "n_threads_max", th.n_threads_max);
+        cJSON_AddNumberToObject(t, "pause_ms", th.pause_ms);
+        cJSON_AddNumberToObject(t, "n_throttled", (double)th.n_throttled);
+        cJSON_AddItemToArray(slots, so);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return send_json(srv, c, 200, o);
 }
 
 static const char *mime_of(const char *name) {
@@ -1107,6 +1145,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_text(srv, c, stopping ? 503 : 200, "application/json", body, strlen(body), false);
     }
     if (strcmp(url, "/metrics") == 0) return route_metrics(srv, c);
+    if (strcmp(url, "/stats") == 0) return route_stats(srv, c);
     return route_static(srv, c, url);
 }
 
@@ -1166,6 +1205,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         pb_session_params sp = pb_session_default_params();
         sp.n_ctx = srv->p.n_ctx;
         sp.n_threads = srv->p.n_threads;
+        sp.thermal = srv->p.thermal;
         s = pb_session_new(m, &sp, &sl->session);
         if (s != PB_OK) break;
         if (pthread_create(&sl->thread, NULL, slot_main, sl) != 0) {

@@ -29,6 +29,7 @@ typedef struct pb_server_params {
     int n_threads;         /* forward threads per slot (0 = model default) */
     const char *model_id;  /* name shown in /v1/models */
     double fallback_after; /* seconds without a first token before the FAQ answer is used (0 = off) */
+    const char *thermal;   /* thermal governor of every slot: NULL/"off", "auto" or a file (pb_session_params) */
     pb_server_hooks hooks;
 } pb_server_params;
 

@@ -3,18 +3,9 @@
 #include "kernels/kernels.h"
 #include "tensor/ops.h"
 
-static float dot_f32_c(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static void mad_f32_c(float *y, const float *x, float a, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static float (*dot_f32)(const float *, const float *, int64_t) = dot_f32_c;
-static void (*mad_f32)(float *, const float *, float, int64_t) = mad_f32_c;
+/* without SIMD kernels: the tensor room's plain C (so PB_CPU=scalar computes exactly as ops.c does) */
+static float (*dot_f32)(const float *, const float *, int64_t) = pb_vec_dot;
+static void (*mad_f32)(float *, const float *, float, int64_t) = pb_vec_mad;
 
 static uint64_t stream_read_c(const void *p, size_t n) {
     const uint64_t *q = p;

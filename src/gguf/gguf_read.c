@@ -602,7 +602,7 @@ static void scalar_at(const uint8_t *p, pb_gguf_vtype t, pb_gguf_value *v) {
         uint32_t bits = le32(p);
         float f;
         memcpy(&f, &bits, 4);
-        v->v.f = f;
+        v->v.f = (double)f;
         break;
     }
     case PB_GGUF_FLOAT64: {

@@ -31,31 +31,31 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
  * gemm tiles: y[t*ldy + r] = dot(weight row r, activation row t), r < nr, t < nt <= PB_GEMM_NT, each
  * bit-identical to the same family's vec_dot. Quantizers: bit-identical to the tensor room's. ---- */
 #define PB_KERNEL_FAMILY(sfx)                                                                                          \
-    void pb_vec_dot_f32_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
-    void pb_vec_dot_f16_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
-    void pb_vec_dot_bf16_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                               \
-    void pb_vec_dot_q4_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
-    void pb_vec_dot_q8_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
-    void pb_vec_dot_q4_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
-    void pb_vec_dot_q5_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
-    void pb_vec_dot_q6_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                              \
-    void pb_gemm_q4_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+    void pb_vec_dot_f32_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                  \
+    void pb_vec_dot_f16_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                  \
+    void pb_vec_dot_bf16_f32_##sfx(int64_t n, float *s, const void *x, const void *y);                                 \
+    void pb_vec_dot_q4_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q8_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q4_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q5_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q6_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_gemm_q4_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
-    void pb_gemm_q8_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+    void pb_gemm_q8_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
-    void pb_gemm_q4_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+    void pb_gemm_q4_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
-    void pb_gemm_q5_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+    void pb_gemm_q5_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
-    void pb_gemm_q6_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,    \
+    void pb_gemm_q6_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
-    void pb_f16_to_f32_##sfx(const void *src, float *dst, int64_t n);                                                \
-    float pb_dot_f32_##sfx(const float *a, const float *b, int64_t n);                                               \
-    uint64_t pb_stream_read_##sfx(const void *p, size_t n);                                                          \
-    void pb_geglu_##sfx(float *gate, const float *up, int64_t n);                                                    \
-    void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                             \
-    void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                  \
-    void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                  \
+    void pb_f16_to_f32_##sfx(const void *src, float *dst, int64_t n);                                                  \
+    float pb_dot_f32_##sfx(const float *a, const float *b, int64_t n);                                                 \
+    uint64_t pb_stream_read_##sfx(const void *p, size_t n);                                                            \
+    void pb_geglu_##sfx(float *gate, const float *up, int64_t n);                                                      \
+    void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                               \
+    void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
+    void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
 
 #if defined(__x86_64__)

@@ -383,7 +383,7 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
     if ((s = linear(fc, pool, w->gate, fc->xn, n, fc->gate)) || /* [n, F] */
         (s = linear(fc, pool, w->up, fc->xn, n, fc->up)))
         return s;
-    pb_kernels_geglu(fc->gate, fc->up, n * F); /* SIMD GeGLU (kernels room) */
+    pb_kernels_geglu(fc->gate, fc->up, n * F);                         /* SIMD GeGLU (kernels room) */
     if ((s = linear(fc, pool, w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
     if (w->post_ffw_norm) norm_rows(fc->o, fc->o, w->post_ffw_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);

@@ -57,3 +57,7 @@ curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
 grep -q 'FAQ fallback' "$OUT/r5" && echo "not ok - no FAQ match must not fall back: $(cat "$OUT/r5")" || echo "ok - without a FAQ match the model answers"
 stop
 [ $? = 0 ] && echo "ok - clean exit" || echo "not ok - exit status"
+# a mistyped --db is an error, never a silently created empty knowledge base
+"$BIN" serve -m "$MODEL" --port 0 --db "$OUT/typo.sqlite" >/dev/null 2>"$OUT/err"; rc=$?
+[ $rc = 1 ] && [ ! -e "$OUT/typo.sqlite" ] && grep -q "no knowledge base at '$OUT/typo.sqlite'" "$OUT/err" \
+  && echo "ok - serve --db on a missing file: exit 1, clear message, nothing created" || echo "not ok - missing --db: rc=$rc $(cat "$OUT/err")"

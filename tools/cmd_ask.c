@@ -2,6 +2,7 @@
  * generate an answer grounded in them with numbered citations, and fall back to the FAQ when generation
  * fails or is too slow. Retrieval, prompt and citation logic live in src/store; this file wires the model. */
 #include "cli.h"
+#include "cli_store.h"
 #include "store/store.h"
 #include "store/store_embed.h"
 
@@ -210,13 +211,9 @@ PB_CMD(ask) {
         sp = pb_sampler_preset(pr);
     }
     if (seed >= 0) sp.seed = (uint64_t)seed;
-    if (access(db, F_OK) != 0) {
-        cli_err("ask", "no knowledge base at '%s' (create it with pocketbrain ingest)", db);
-        return 1;
-    }
-    pb_store *st;
-    pb_status s = pb_store_open(db, &st);
-    if (s) return cli_fail("ask", s, "open");
+    pb_store *st = cli_store_open_existing("ask", db, "pocketbrain ingest --db FILE PATH...");
+    if (!st) return 1;
+    pb_status s;
 
     /* 1. retrieve (two chunks per document at most: neighbours add context, one file cannot crowd out
      *    the others) */

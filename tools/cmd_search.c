@@ -1,6 +1,7 @@
 /* cmd_search.c -- `pocketbrain search`: ranked chunks for a query (BM25; with --embed-model also vectors,
  * fused by reciprocal rank), as text or JSON. */
 #include "cli.h"
+#include "cli_store.h"
 #include "store/store.h"
 #include "store/store_embed.h"
 
@@ -69,13 +70,9 @@ PB_CMD(search) {
     }
     if (!db) return cli_usage_error("search", usage, "--db KB.sqlite is required");
     if (!query) return cli_usage_error("search", usage, "no query");
-    if (access(db, F_OK) != 0) {
-        cli_err("search", "no knowledge base at '%s' (create it with pocketbrain ingest)", db);
-        return 1;
-    }
-    pb_store *st;
-    pb_status s = pb_store_open(db, &st);
-    if (s) return cli_fail("search", s, "open");
+    pb_store *st = cli_store_open_existing("search", db, "pocketbrain ingest --db FILE PATH...");
+    if (!st) return 1;
+    pb_status s;
     pb_store_hit *hits = NULL;
     int n = 0;
     s = pb_store_search_bm25(st, query, (int)k, (int)per_doc, &hits, &n);

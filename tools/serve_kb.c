@@ -1,6 +1,7 @@
 /* serve_kb.c -- connects `serve --db/--faq` to the knowledge-hub store: grounded prompts with sources and
  * the FAQ fallback, behind the server's plain-C hooks (the server room never sees sqlite3.h). */
 #include "cli.h"
+#include "cli_store.h"
 #include "server/server.h"
 #include "store/store.h"
 
@@ -70,10 +71,7 @@ static bool faq_match(void *user, const char *question, char *buf, size_t cap) {
 
 bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, pb_server_hooks *hooks) {
     if (db_path) {
-        if (pb_store_open(db_path, &ctx.kb) != PB_OK) {
-            cli_err("serve", "--db %s: %s", db_path, pb_last_error());
-            return false;
-        }
+        if (!(ctx.kb = cli_store_open_existing("serve", db_path, "pocketbrain ingest --db FILE PATH..."))) return false;
         pb_store_counter_init(&ctx.counter, pb_model_vocab(m));
         pb_model_info info;
         int n_ctx = 2048;
@@ -84,10 +82,8 @@ bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, 
         hooks->kb_user = &ctx;
     }
     if (faq_path) {
-        if (pb_store_open(faq_path, &ctx.faq) != PB_OK) {
-            cli_err("serve", "--faq %s: %s", faq_path, pb_last_error());
+        if (!(ctx.faq = cli_store_open_existing("serve", faq_path, "pocketbrain faq --db FILE add|import")))
             return false;
-        }
         hooks->faq_match = faq_match;
         hooks->faq_user = &ctx;
     }

@@ -1,0 +1,11 @@
+/* cli_store.h -- CLI helper shared by the commands that read a knowledge base (ask, search, serve). */
+#ifndef PB_CLI_STORE_H
+#define PB_CLI_STORE_H
+
+#include "store/store.h"
+
+/* Opens an existing knowledge base (or FAQ) database. A missing file is an error naming the path and how
+ * to create it, never a silently created empty database. Prints the message; returns NULL on failure. */
+pb_store *cli_store_open_existing(const char *cmd, const char *path, const char *create_hint);
+
+#endif

@@ -1,11 +1,12 @@
 // test_server_load.mjs -- bounded loopback load: N concurrent streaming clients for LOAD_SECONDS (default 20),
 // a quarter of them disconnecting mid-stream. No crash, every non-cancelled request completes, memory flat.
 import http from 'node:http';
-import { check, note, startServer, stopServer, done } from './server_lib.mjs';
+import { check, note, startServer, stopServer, done, peerModel } from './server_lib.mjs';
 
 const SECONDS = Number(process.env.LOAD_SECONDS || 20);
 const CLIENTS = Number(process.env.LOAD_CLIENTS || 32);
-const srv = await startServer(['--parallel', '2', '--queue', '64', '--max-tokens', '32']);
+// the peer model's answers run to max_tokens, so every disconnecting client really disconnects mid-stream
+const srv = await startServer(['--parallel', '2', '--queue', '64', '--max-tokens', '32'], {}, peerModel());
 
 function rss() {
   return fetch(srv.url + '/metrics').then((r) => r.text()).then((t) => Number((t.match(/^pocketbrain_resident_memory_bytes (\d+)/m) || [])[1]));

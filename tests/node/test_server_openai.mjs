@@ -1,9 +1,11 @@
 // test_server_openai.mjs -- the official openai npm client against `pocketbrain serve`: chat, streaming,
 // stop, completions, models, errors (4xx JSON), API key, prefix reuse across turns, SIGTERM shutdown.
 import OpenAI from 'openai';
-import { check, note, startServer, stopServer, done } from './server_lib.mjs';
+import { check, note, startServer, stopServer, done, peerModel } from './server_lib.mjs';
 
-const srv = await startServer(['--parallel', '2', '--api-key', 'sekrit', '--max-body', '64K', '--max-tokens', '64']);
+// The peer model (random weights) rarely emits <eos>, so answers run to max_tokens: the abort and SIGTERM
+// checks below then always catch a generation in flight.
+const srv = await startServer(['--parallel', '2', '--api-key', 'sekrit', '--max-body', '64K', '--max-tokens', '64'], {}, peerModel());
 const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'sekrit', maxRetries: 0 });
 const bad = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'wrong', maxRetries: 0 });
 

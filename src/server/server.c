@@ -214,9 +214,30 @@ static cJSON *usage_obj(const job *j) {
 
 /* ---- the slot worker ------------------------------------------------------------------------------ */
 
+static bool faq_fallback(job *j, char *buf, size_t cap);
+static void use_fallback_locked(job *j, const char *answer);
+
 static bool on_piece(const char *piece, size_t len, void *user) {
     job *j = user;
     pb_server *srv = j->srv;
+    /* The first-token deadline is judged here, where the first token arrives, so a waiter that was not
+     * scheduled in time cannot let a late token through. */
+    if (srv->p.fallback_after > 0) {
+        pthread_mutex_lock(&j->mu);
+        bool late = j->n_pieces == 0 && !j->fell_back &&
+                    pb_time_ms() - j->t_enqueue >= srv->p.fallback_after * 1000.0;
+        pthread_mutex_unlock(&j->mu);
+        if (late) {
+            char ans[4096];
+            bool found = faq_fallback(j, ans, sizeof ans);
+            pthread_mutex_lock(&j->mu);
+            if (!j->fell_back && found) use_fallback_locked(j, ans);
+            bool fell = j->fell_back;
+            if (fell) pthread_cond_broadcast(&j->cv);
+            pthread_mutex_unlock(&j->mu);
+            if (fell) return false;
+        }
+    }
     pthread_mutex_lock(&j->mu);
     if (j->n_pieces == 0) j->t_first = pb_time_ms();
     j->n_pieces++;

@@ -75,6 +75,9 @@ typedef struct pb_model_params {
     bool use_mmap;     /* map the file (default true); false reads it into memory                */
     size_t mem_limit;  /* bytes the process may use; 0 = detect (MemAvailable, cgroup limits)     */
     bool check_memory; /* refuse to open when weights alone do not fit (default true)            */
+    bool repack;       /* interleave Q4_0/Q8_0 matrix rows at open for the CPU's packed kernels
+                          (default true; only where such kernels exist, x86 AVX-512 VNNI today).
+                          The repacked pages are this process's own copy, not file cache pages. */
 } pb_model_params;
 
 pb_model_params pb_model_default_params(void);
@@ -94,6 +97,7 @@ typedef struct pb_model_info {
     size_t weight_bytes;     /* bytes of tensor data */
     char file_type[32];      /* "Q4_K_M", "F16", ... (best effort) */
     uint8_t fingerprint[32]; /* identity of the weights + hparams (used by session files) */
+    int n_repacked;          /* weight matrices repacked at open for this CPU's packed kernels */
 } pb_model_info;
 
 pb_status pb_model_get_info(const pb_model *m, pb_model_info *out);

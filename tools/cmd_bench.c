@@ -2,6 +2,7 @@
  * peak RSS and KV bytes per thread count; median/min/max over repetitions; Markdown table or --json. */
 #include "base/base.h"
 #include "cli_common.h"
+#include "kernels/kernels.h"
 #include "sampler/sampler.h"
 
 #include <cjson/cJSON.h>
@@ -49,6 +50,7 @@ static triple summarize(double *v, int n) {
 typedef struct result {
     int threads;
     double load_ms;
+    int n_repacked;
     triple ttft_ms, pp, tg;
     size_t rss, kv;
     int n_ctx;
@@ -82,6 +84,8 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, 
         return cli_fail("bench", st, "cannot create session");
     }
     res->load_ms = pb_time_ms() - t0;
+    pb_model_info mi;
+    if (pb_model_get_info(m, &mi) == PB_OK) res->n_repacked = mi.n_repacked;
     pb_mem_estimate e;
     if (pb_estimate_memory(path, &sp, 0, &e) == PB_OK) res->kv = e.kv;
 
@@ -200,7 +204,9 @@ PB_CMD(bench) {
     pb_model_info info;
     {
         pb_model *m;
-        pb_status st = pb_model_open(path, NULL, &m);
+        pb_model_params ip = pb_model_default_params();
+        ip.repack = false; /* metadata only */
+        pb_status st = pb_model_open(path, &ip, &m);
         if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
         pb_model_get_info(m, &info);
         pb_model_close(m);
@@ -223,6 +229,8 @@ PB_CMD(bench) {
         cJSON_AddNumberToObject(root, "n_params", (double)info.n_params);
         cJSON_AddNumberToObject(root, "reps", (double)reps);
         cJSON_AddStringToObject(root, "kv_type", cli_kv_name(kv));
+        cJSON_AddStringToObject(root, "kernels", pb_kernels_isa());
+        cJSON_AddNumberToObject(root, "repacked", n_threads ? res[0].n_repacked : 0);
         cJSON *runs = cJSON_AddArrayToObject(root, "runs");
         for (int k = 0; k < n_threads; k++) {
             cJSON *o = cJSON_CreateObject();
@@ -266,6 +274,7 @@ PB_CMD(bench) {
         printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f (%d, %s) |\n", res[k].threads, res[k].load_ms,
                res[k].ttft_ms.med, res[k].ttft_ms.min, res[k].ttft_ms.max, (double)res[k].rss / (1 << 20),
                (double)res[k].kv / (1 << 20), res[k].n_ctx, cli_kv_name(kv));
-    printf("\n%ld repetitions; random token ids; pocketbrain %s\n", reps, pb_version());
+    printf("\n%ld repetitions; random token ids; pocketbrain %s; kernels %s; %d weight matrices repacked\n", reps,
+           pb_version(), pb_kernels_isa(), n_threads ? res[0].n_repacked : 0);
     return 0;
 }

@@ -50,6 +50,13 @@ typedef struct pb_map {
 /* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false). */
 pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out);
 void pb_map_close(pb_map *m);
+/* Drops the whole pages inside [p, p+n) of a mapped file from this process's memory (the next access
+ * reads them from the file again). No-op for heap copies. */
+void pb_map_release(const pb_map *m, const void *p, size_t n);
+/* Large long-lived buffers (repacked weights): anonymous pages, 2 MiB aligned, transparent huge pages
+ * asked for where the OS has them. NULL + pb_error on failure. Free with pb_big_free(p, n). */
+void *pb_big_alloc(size_t n);
+void pb_big_free(void *p, size_t n);
 
 /* Reads a whole file into a NUL-terminated heap buffer (free with free()). */
 pb_status pb_read_file(const char *path, char **out, size_t *len);
@@ -102,7 +109,10 @@ int pb_cpu_physical_cores(void);
 
 typedef struct pb_pool pb_pool;
 /* fn is called once for each ith in [0, nth) with the same ctx; pb_pool_run returns when all done.
- * The calling thread takes part as ith 0. */
+ * The calling thread takes part as ith 0. Other parts run on whichever thread is free -- the caller too,
+ * when a worker is asleep or descheduled (a busy machine) -- so key scratch by ith, never by thread.
+ * nth never depends on load, so results are the same however the parts were shared out. One caller at
+ * a time per pool; fn must not run jobs on its own pool. */
 typedef void (*pb_pool_fn)(void *ctx, int ith, int nth);
 
 pb_status pb_pool_new(int n_threads, pb_pool **out);

@@ -59,6 +59,36 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
     return PB_OK;
 }
 
+void pb_map_release(const pb_map *m, const void *p, size_t n) {
+    if (!m->mapped || n == 0) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+#define BIG_ALIGN ((size_t)2 << 20)
+
+void *pb_big_alloc(size_t n) {
+    size_t len = PB_PAD(n ? n : 1, BIG_ALIGN) + BIG_ALIGN;
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        pb_error(PB_ERR_NOMEM, "out of memory mapping %zu bytes", n);
+        return NULL;
+    }
+    uint8_t *a = (uint8_t *)PB_PAD((uintptr_t)p, BIG_ALIGN); /* trim to a 2 MiB boundary: huge pages fit */
+    if (a > p) munmap(p, (size_t)(a - p));
+    size_t keep = PB_PAD(n ? n : 1, BIG_ALIGN);
+    if ((size_t)(p + len - (a + keep)) > 0) munmap(a + keep, (size_t)(p + len - (a + keep)));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(a, keep, MADV_HUGEPAGE);
+#endif
+    return a;
+}
+
+void pb_big_free(void *p, size_t n) {
+    if (p) munmap(p, PB_PAD(n ? n : 1, BIG_ALIGN));
+}
+
 void pb_map_close(pb_map *m) {
     if (!m || !m->data) return;
     if (m->mapped)
@@ -139,15 +169,16 @@ pb_status pb_atomic_open(const char *path, pb_atomic_file *out) {
         return PB_ERR_NOMEM;
     }
     snprintf(out->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    tmp_register(out->tmp_path); /* before open(): a signal right after it still finds the file to remove */
     out->fd = open(out->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out->fd < 0) {
         pb_status s = pb_error(PB_ERR_IO, "cannot create '%s': %s", out->tmp_path, strerror(errno));
+        tmp_unregister(out->tmp_path);
         free(out->path);
         free(out->tmp_path);
         out->path = out->tmp_path = NULL;
         return s;
     }
-    tmp_register(out->tmp_path);
     return PB_OK;
 }
 

@@ -49,6 +49,21 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
                                  int nt, float *y, int64_t ldy);                                                       \
     void pb_gemm_q6_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
+    void pb_vec_dot_q4_1_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q5_0_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q5_1_q8_0_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q2_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_vec_dot_q3_K_q8_K_##sfx(int64_t n, float *s, const void *x, const void *y);                                \
+    void pb_gemm_q4_1_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q5_0_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q5_1_q8_0_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q2_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
+                                 int nt, float *y, int64_t ldy);                                                       \
+    void pb_gemm_q3_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
+                                 int nt, float *y, int64_t ldy);                                                       \
     void pb_f16_to_f32_##sfx(const void *src, float *dst, int64_t n);                                                  \
     float pb_dot_f32_##sfx(const float *a, const float *b, int64_t n);                                                 \
     uint64_t pb_stream_read_##sfx(const void *p, size_t n);                                                            \
@@ -57,6 +72,27 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
+
+/* Packed (row-interleaved) Q4_0 / Q8_0 / Q4_K / Q6_K tiles (pb_gemm_packed_fn, layout in tensor/matmul.h): the scalar
+ * spec (ref_pack.c) and the AVX-512 VNNI version (x86_pack.h), bit-identical to it. */
+void pb_gemm_packed_q4_0_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                             const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q8_0_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                             const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q4_K_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                             const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q6_K_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                             const void *meta, int nt, float *y, int64_t ldy);
+#if defined(__x86_64__)
+void pb_gemm_packed_q4_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q6_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta, int nt, float *y, int64_t ldy);
+#endif
 
 #if defined(__x86_64__)
 PB_KERNEL_FAMILY(avx2);

@@ -3,3 +3,4 @@
  * Only dispatch.c calls into here, and only when pb_cpu_features() reports all of those features. */
 #define X86_SFX avx512
 #include "kernels/x86_kern.h"
+#include "kernels/x86_pack.h"

@@ -56,10 +56,10 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
     for (int il = 0; il < hp->n_layer; il++) fc->swa_slot[il] = hp->swa_layer[il] ? n_swa++ : -1;
     fc->stash_layer = PB_PAD(2 * (size_t)B * (size_t)kv_dim * sizeof(float), 64);
     /* activation scratch: the largest any matrix of the model needs */
-    size_t act = pb_matmul_scratch_size(m->output->type, m->output->ne[0], B);
+    size_t act = pb_matmul_scratch_size(m->output.t->type, m->output.t->ne[0], B);
     for (int il = 0; il < hp->n_layer; il++) {
         const pb_layer_w *w = &m->layers[il];
-        const pb_gguf_tensor *ts[] = {w->wq, w->wk, w->wv, w->wo, w->gate, w->up, w->down};
+        const pb_gguf_tensor *ts[] = {w->wq.t, w->wk.t, w->wv.t, w->wo.t, w->gate.t, w->up.t, w->down.t};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             act = PB_MAX(act, pb_matmul_scratch_size(ts[i]->type, ts[i]->ne[0], B));
     }
@@ -122,8 +122,18 @@ const float *pb_forward_hidden(const pb_forward_ctx *fc) { return fc->hidden; }
 
 void pb_forward_set_exact(pb_forward_ctx *fc, bool exact) { fc->exact = exact; }
 
+/* Row r of a weight matrix as floats (packed rows are gathered back block by block; nothing allocated). */
+static void row_to_float(const pb_wmat *w, int64_t r, float *dst) {
+    const pb_gguf_tensor *t = w->t;
+    int64_t K = t->ne[0];
+    if (w->packed)
+        pb_pack_read_row_float(t->type, w->data, K, r, dst);
+    else
+        pb_type_get(t->type)->to_float((const uint8_t *)w->data + (size_t)r * pb_row_size(t->type, K), dst, K);
+}
+
 typedef struct {
-    const pb_gguf_tensor *w;
+    const pb_wmat *w;
     const float *x;
     float *y, *wrow;
     int n;
@@ -133,20 +143,20 @@ typedef struct {
  * every token's activations (no activation quantization; never more than one row per thread in float). */
 static void exact_worker(void *ctx, int ith, int nth) {
     const exact_job *j = ctx;
-    int64_t K = j->w->ne[0], N = j->w->ne[1], lo, hi;
-    const pb_type_traits *tr = pb_type_get(j->w->type);
-    size_t rb = pb_row_size(j->w->type, K);
+    int64_t K = j->w->t->ne[0], N = j->w->t->ne[1], lo, hi;
     float *wr = j->wrow + (size_t)ith * (size_t)K;
     pb_split(N, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
-        tr->to_float((const uint8_t *)j->w->data + (size_t)r * rb, wr, K);
+        row_to_float(j->w, r, wr);
         for (int t = 0; t < j->n; t++) j->y[t * N + r] = pb_vec_dot(wr, j->x + t * K, K);
     }
 }
 
 /* y[n, N] = x[n, K] . W^T for a GGUF matrix W of ne [K, N] (quantized weights used in place). */
-static pb_status linear(pb_forward_ctx *fc, pb_pool *pool, const pb_gguf_tensor *w, const float *x, int n, float *y) {
-    if (!fc->exact) return pb_matmul(w->data, w->type, w->ne[0], w->ne[1], x, n, y, fc->act, pool);
+static pb_status linear(pb_forward_ctx *fc, pb_pool *pool, const pb_wmat *w, const float *x, int n, float *y) {
+    const pb_gguf_tensor *t = w->t;
+    if (!fc->exact && w->packed) return pb_matmul_packed(w->data, t->type, t->ne[0], t->ne[1], x, n, y, fc->act, pool);
+    if (!fc->exact) return pb_matmul(w->data, t->type, t->ne[0], t->ne[1], x, n, y, fc->act, pool);
     exact_job j = {w, x, y, fc->wrow, n};
     if (pool)
         pb_pool_run_n(pool, PB_MIN(pb_pool_size(pool), PB_FWD_MAX_THREADS), exact_worker, &j);
@@ -359,9 +369,9 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
 
     /* --- attention: h = RMSNorm(x; attn_norm); q,k,v = Wq h, Wk h, Wv h --- */
     norm_rows(fc->xn, fc->x, w->attn_norm, n, d, eps);
-    if ((s = linear(fc, pool, w->wq, fc->xn, n, fc->q)) || /* [n, H*hd]   */
-        (s = linear(fc, pool, w->wk, fc->xn, n, fc->k)) || /* [n, Hkv*hd] */
-        (s = linear(fc, pool, w->wv, fc->xn, n, fc->v)))   /* [n, Hkv*hd] */
+    if ((s = linear(fc, pool, &w->wq, fc->xn, n, fc->q)) || /* [n, H*hd]   */
+        (s = linear(fc, pool, &w->wk, fc->xn, n, fc->k)) || /* [n, Hkv*hd] */
+        (s = linear(fc, pool, &w->wv, fc->xn, n, fc->v)))   /* [n, Hkv*hd] */
         return s;
     if (hp->has_qk_norm) { /* Gemma 3: per-head RMSNorm of q and k, before RoPE */
         norm_rows(fc->q, fc->q, w->q_norm, n * hp->n_head, hd, eps);
@@ -374,17 +384,17 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
         pb_rope_neox(fc->k + t * kv_dim, hp->n_head_kv, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
     }
     attention(m, kv, fc, pool, il, n);                              /* att: [n, H*hd] */
-    if ((s = linear(fc, pool, w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
+    if ((s = linear(fc, pool, &w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
     if (w->post_attn_norm) norm_rows(fc->o, fc->o, w->post_attn_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
 
     /* --- MLP: x += [post-norm] W_down (gelu(W_gate h) * W_up h), h = RMSNorm(x; ffn_norm) --- */
     norm_rows(fc->xn, fc->x, w->ffn_norm, n, d, eps);
-    if ((s = linear(fc, pool, w->gate, fc->xn, n, fc->gate)) || /* [n, F] */
-        (s = linear(fc, pool, w->up, fc->xn, n, fc->up)))
+    if ((s = linear(fc, pool, &w->gate, fc->xn, n, fc->gate)) || /* [n, F] */
+        (s = linear(fc, pool, &w->up, fc->xn, n, fc->up)))
         return s;
     pb_kernels_geglu(fc->gate, fc->up, n * F);                         /* SIMD GeGLU (kernels room) */
-    if ((s = linear(fc, pool, w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
+    if ((s = linear(fc, pool, &w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
     if (w->post_ffw_norm) norm_rows(fc->o, fc->o, w->post_ffw_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
     return PB_OK;
@@ -426,10 +436,8 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     int64_t d = hp->n_embd, half = hp->head_dim / 2;
 
     /* x = E[tok] * sqrt(d) */
-    const pb_type_traits *te = pb_type_get(m->tok_embd->type);
-    size_t erow = pb_row_size(m->tok_embd->type, d);
     for (int t = 0; t < n; t++) {
-        te->to_float((const uint8_t *)m->tok_embd->data + (size_t)tokens[t] * erow, fc->x + t * d, d);
+        row_to_float(&m->tok_embd, tokens[t], fc->x + t * d);
         pb_vec_scale(fc->x + t * d, d, m->embd_scale);
     }
     for (int t = 0; t < n; t++) { /* RoPE angles of each position, for global and local layers */
@@ -450,7 +458,7 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);
     fc->n_last = n;
     int first = all_logits ? 0 : n - 1, rows = n - first;
-    pb_status s = linear(fc, pool, m->output, fc->hidden + first * d, rows, logits);
+    pb_status s = linear(fc, pool, &m->output, fc->hidden + first * d, rows, logits);
     if (s) return s;
     if (hp->final_softcap > 0.0f) pb_softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
     return PB_OK;

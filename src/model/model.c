@@ -1,6 +1,7 @@
 /* model.c -- opens a Gemma GGUF: hparams from metadata, weight binding with shape checks, fingerprint, info.
  * No math of the forward pass here (forward.c) and no K/V storage (kv_cache.c). */
 #include "model/model_impl.h"
+#include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "tensor/types.h"
 #include "tokenizer/vocab.h"
@@ -244,8 +245,8 @@ static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c
     const pb_gguf_tensor *out = check_one(c, g, "output.weight", d, V, true, true);
     const pb_gguf_tensor *on = check_one(c, g, "output_norm.weight", d, 1, false, false);
     if (m) {
-        m->tok_embd = te;
-        m->output = out ? out : te; /* tied: HF tie_word_embeddings, llama.cpp TENSOR_DUPLICATED */
+        m->tok_embd = (pb_wmat){te, te ? te->data : NULL, false};
+        m->output = out ? (pb_wmat){out, out->data, false} : m->tok_embd; /* tied: HF tie_word_embeddings */
         (void)on;
     }
     char name[96];
@@ -253,13 +254,13 @@ static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c
     (snprintf(name, sizeof name, "blk.%d." suffix ".weight", il), check_one(c, g, name, ne0, ne1, mat, opt))
     for (int il = 0; il < hp->n_layer; il++) {
         pb_layer_w w = {0};
-        w.wq = T("attn_q", d, q_dim, true, false);
-        w.wk = T("attn_k", d, kv_dim, true, false);
-        w.wv = T("attn_v", d, kv_dim, true, false);
-        w.wo = T("attn_output", q_dim, d, true, false);
-        w.gate = T("ffn_gate", d, F, true, false);
-        w.up = T("ffn_up", d, F, true, false);
-        w.down = T("ffn_down", F, d, true, false);
+        w.wq.t = T("attn_q", d, q_dim, true, false);
+        w.wk.t = T("attn_k", d, kv_dim, true, false);
+        w.wv.t = T("attn_v", d, kv_dim, true, false);
+        w.wo.t = T("attn_output", q_dim, d, true, false);
+        w.gate.t = T("ffn_gate", d, F, true, false);
+        w.up.t = T("ffn_up", d, F, true, false);
+        w.down.t = T("ffn_down", F, d, true, false);
         T("attn_norm", d, 1, false, false);
         T("ffn_norm", d, 1, false, false);
         if (hp->has_post_norms) {
@@ -270,7 +271,11 @@ static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c
             T("attn_q_norm", hd, 1, false, false);
             T("attn_k_norm", hd, 1, false, false);
         }
-        if (m) m->layers[il] = w;
+        if (m) {
+            pb_wmat *ls[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
+            for (int i = 0; i < 7; i++) ls[i]->data = ls[i]->t ? ls[i]->t->data : NULL;
+            m->layers[il] = w;
+        }
     }
 #undef T
     return c->first;
@@ -366,6 +371,7 @@ pb_model_params pb_model_default_params(void) {
     p.use_mmap = true;
     p.mem_limit = 0;
     p.check_memory = true;
+    p.repack = true;
     return p;
 }
 
@@ -467,6 +473,73 @@ static pb_status copy_norms(pb_model *m) {
     return PB_OK;
 }
 
+typedef struct {
+    const pb_gguf_tensor *t;
+    uint8_t *dst;
+} pack_job;
+
+static void pack_worker(void *ctx, int ith, int nth) {
+    const pack_job *j = ctx;
+    int64_t lo, hi;
+    pb_split(j->t->ne[1] / PB_PACK_ROWS, ith, nth, &lo, &hi);
+    if (hi > j->t->ne[1] / PB_PACK_ROWS) hi = j->t->ne[1] / PB_PACK_ROWS;
+    if (lo < hi) (void)pb_pack_groups(j->t->type, j->t->data, j->dst, j->t->ne[0], j->t->ne[1], lo, hi);
+}
+
+/* Repacks every Q4_0/Q8_0 matrix the CPU has packed kernels for (tensor/matmul.h). A mapped file: into one
+ * anonymous buffer (huge pages where offered), in parallel, each tensor's file pages dropped from this
+ * process as soon as it is copied, so the weights are resident once. A heap copy: in place. */
+static pb_status pack_weights(pb_model *m) {
+    pb_wmat *all[2 + 7 * PB_MAX_LAYERS];
+    int n = 0;
+    all[n++] = &m->tok_embd;
+    if (m->output.t != m->tok_embd.t) all[n++] = &m->output;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        pb_layer_w *w = &m->layers[il];
+        pb_wmat *ls[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate, &w->up, &w->down};
+        for (int i = 0; i < 7; i++) all[n++] = ls[i];
+    }
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (pb_pack_supported(all[i]->t->type, all[i]->t->ne[0], all[i]->t->ne[1]))
+            total += PB_PAD(all[i]->t->nbytes, 64);
+    if (total == 0) return PB_OK;
+    pb_status s = PB_OK;
+    if (!m->map.mapped) { /* heap copy: writable, pack in place */
+        for (int i = 0; i < n && s == PB_OK; i++) {
+            const pb_gguf_tensor *t = all[i]->t;
+            if (!pb_pack_supported(t->type, t->ne[0], t->ne[1])) continue;
+            if ((s = pb_pack_rows(t->type, (void *)t->data, t->ne[0], t->ne[1])) == PB_OK) all[i]->packed = true;
+        }
+    } else {
+        uint8_t *buf = pb_big_alloc(total);
+        if (!buf) return PB_ERR_NOMEM;
+        m->packed_mem = buf;
+        m->packed_size = total;
+        pb_pool *pool = NULL;
+        int nth = PB_MAX(pb_model_default_threads(m), pb_cpu_physical_cores()); /* a one-off: all cores */
+        if (nth > 1 && pb_pool_new(nth, &pool) != PB_OK) pool = NULL;
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+            const pb_gguf_tensor *t = all[i]->t;
+            if (!pb_pack_supported(t->type, t->ne[0], t->ne[1])) continue;
+            pack_job j = {t, buf + off};
+            if (pool)
+                pb_pool_run(pool, pack_worker, &j);
+            else
+                pack_worker(&j, 0, 1);
+            all[i]->data = buf + off;
+            all[i]->packed = true;
+            off += PB_PAD(t->nbytes, 64);
+            pb_map_release(&m->map, t->data, t->nbytes);
+        }
+        pb_pool_free(pool);
+    }
+    for (int i = 0; i < n; i++) m->n_packed += all[i]->packed;
+    if (m->output.t == m->tok_embd.t) m->output = m->tok_embd;
+    return s;
+}
+
 pb_status pb_model_open(const char *path, const pb_model_params *params, pb_model **out) {
     if (!path || !out) return pb_error(PB_ERR_INVALID_ARG, "model: NULL path or out");
     *out = NULL;
@@ -498,6 +571,8 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
         }
     }
     if ((s = copy_norms(m))) goto fail;
+    if (m->params.repack && (s = pack_weights(m))) goto fail;
+    m->info.n_repacked = m->n_packed;
     pb_rope_inv_freq(m->rope_inv_global, m->hp.head_dim, m->hp.rope_base, m->hp.rope_scale);
     pb_rope_inv_freq(m->rope_inv_local, m->hp.head_dim, m->hp.rope_base_local, 1.0f);
     /* h0 = E[tok] * sqrt(d) with the float32 sqrt(d): what HF computes in a float32 run and what llama.cpp
@@ -516,6 +591,7 @@ fail:
 void pb_model_close(pb_model *m) {
     if (!m) return;
     pb_vocab_free(m->vocab);
+    pb_big_free(m->packed_mem, m->packed_size);
     free(m->norm_mem);
     free(m->layers);
     pb_gguf_close(m->g);

@@ -10,15 +10,23 @@
 #define PB_MAX_GQA         64  /* query heads per kv head */
 #define PB_ATT_MAX_BLOCKS  256 /* key blocks per attention row (decode splits work over them) */
 
-/* Weight views of one transformer block (pointers into the GGUF mapping; ne fastest first). */
+/* A weight matrix: its GGUF tensor and the bytes kernels read: t->data (the file layout) or, when open()
+ * repacked the rows for the packed kernels (tensor/matmul.h), the model's packed copy. */
+typedef struct pb_wmat {
+    const pb_gguf_tensor *t;
+    const void *data;
+    bool packed;
+} pb_wmat;
+
+/* Weight views of one transformer block (ne fastest first). */
 typedef struct pb_layer_w {
-    const pb_gguf_tensor *wq;   /* attn_q      [d, H*hd]   */
-    const pb_gguf_tensor *wk;   /* attn_k      [d, Hkv*hd] */
-    const pb_gguf_tensor *wv;   /* attn_v      [d, Hkv*hd] */
-    const pb_gguf_tensor *wo;   /* attn_output [H*hd, d]   */
-    const pb_gguf_tensor *gate; /* ffn_gate    [d, F]      */
-    const pb_gguf_tensor *up;   /* ffn_up      [d, F]      */
-    const pb_gguf_tensor *down; /* ffn_down    [F, d]      */
+    pb_wmat wq;   /* attn_q      [d, H*hd]   */
+    pb_wmat wk;   /* attn_k      [d, Hkv*hd] */
+    pb_wmat wv;   /* attn_v      [d, Hkv*hd] */
+    pb_wmat wo;   /* attn_output [H*hd, d]   */
+    pb_wmat gate; /* ffn_gate    [d, F]      */
+    pb_wmat up;   /* ffn_up      [d, F]      */
+    pb_wmat down; /* ffn_down    [F, d]      */
     /* norm gains as float32 copies (GGUF stores 1 + w_HF; used as is) */
     float *attn_norm;       /* [d]  HF input_layernorm */
     float *post_attn_norm;  /* [d]  Gemma 2/3 post_attention_layernorm, else NULL */
@@ -32,8 +40,11 @@ struct pb_model {
     pb_gguf *g;
     pb_hparams hp;
     pb_model_params params;
-    const pb_gguf_tensor *tok_embd; /* [d, V] */
-    const pb_gguf_tensor *output;   /* [d, V]: output.weight, or tok_embd when tied */
+    pb_wmat tok_embd;               /* [d, V] */
+    pb_wmat output;                 /* [d, V]: output.weight, or tok_embd when tied */
+    int n_packed;                   /* matrices repacked at open */
+    void *packed_mem;               /* their packed copies (pb_big_alloc; NULL when packed in place) */
+    size_t packed_size;
     float *output_norm;             /* [d] */
     pb_layer_w *layers;             /* [n_layer] */
     float *norm_mem;                /* one block holding every norm copy */

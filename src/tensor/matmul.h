@@ -32,4 +32,62 @@ size_t pb_matmul_scratch_size(int type, int64_t K, int64_t n_tok);
 pb_status pb_matmul(const void *w, int type, int64_t K, int64_t N, const float *x, int64_t n_tok, float *y,
                     void *act_scratch, pb_pool *pool);
 
+/* ---- packed (row-interleaved) weights ------------------------------------------------------------
+ * A Q4_0, Q8_0, Q4_K or Q6_K matrix whose N is a multiple of PB_PACK_ROWS can be repacked (same size) so that
+ * one 512-bit vector holds 4 weight bytes of each of 16 rows: a byte dot product then leaves one row per
+ * int32 lane and the per-block float step is shared by 16 rows. Group g (rows 16g .. 16g+15) takes the
+ * bytes of those rows, block after block; a packed block is the 16 row blocks with every field stored
+ * "by column": for a 4-byte column c of a field, its bytes for rows 0..15 side by side ([c][16][4]).
+ *   Q4_0 (18 B/row):  d[16] fp16, then qs as 4 columns (byte 4c+i: elements 4c+i low, 16+4c+i high)
+ *   Q8_0 (34 B/row):  d[16] fp16, then qs + 128 (unsigned) as 8 columns
+ *   Q4_K (144 B/row): d[16], dmin[16] fp16, scales as 3 columns, qs as 32 columns
+ *   Q6_K (210 B/row): d[16] fp16, then ql as 32, qh as 16, scales as 4 columns
+ * Weights are kept as stored, unsigned u with an offset where the format has one (Q4_0: 8, Q8_0: 128):
+ * sum w*a = sum u*a - o*sum a, the second term from the activation meta below. */
+#define PB_PACK_ROWS 16
+
+/* Per activation block, filled by pb_matmul_packed. Q8_0 activations (Q4_0, Q8_0 weights): the offset
+ * term -o * sum(a.qs) and a.d as float. Q8_K activations (K-quants): for Q4_K's mins the eight 32-value
+ * sums bs_j = bsums[2j] + bsums[2j+1] as int16 pairs (bs0|bs2<<16, bs1|bs3<<16, bs4|bs6<<16,
+ * bs5|bs7<<16); for Q6_K's -32 offset off_j = -32 * bsums[j]; and a.d. */
+typedef struct pb_pack_ameta {
+    int32_t bias;
+    float d;
+} pb_pack_ameta;
+typedef struct pb_pack_kmeta {
+    uint32_t mp[4];
+    int32_t off[16];
+    float d;
+} pb_pack_kmeta;
+
+/* Packed tile of the kernels room, for each of ng groups (g_size bytes apart, K columns) and t < nt <=
+ * PB_GEMM_NT, writes y[t*ldy + 16g + r]. meta: the activation meta of token t's blocks at meta + t*nb
+ * (nb = K / block size). Each lane computes exactly the sequence of the scalar spec (kernels/ref_pack.c),
+ * so every ISA version is bit-identical to it. */
+typedef void (*pb_gemm_packed_fn)(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                  const void *meta, int nt, float *y, int64_t ldy);
+
+/* Installs the packed tile for `type` (kernels/dispatch.c only; NULL = no packing for this type). */
+void pb_matmul_set_packed(int type, pb_gemm_packed_fn fn);
+
+/* True when this CPU has a packed kernel for `type` and the shape packs (N % 16 == 0, K % 32 == 0). */
+bool pb_pack_supported(int type, int64_t K, int64_t N);
+
+/* Repacks N rows of K elements of `type` in place (w: pb_row_size(type, K) * N bytes). Needs only a
+ * 16-row scratch of its own. PB_ERR_INVALID_ARG when the shape does not pack, PB_ERR_NOMEM. */
+pb_status pb_pack_rows(int type, void *w, int64_t K, int64_t N);
+
+/* Packs row groups [g0, g1) of src (file layout) into the same byte range of dst (no overlap allowed):
+ * threads can share a matrix by groups. PB_ERR_INVALID_ARG when the shape does not pack. */
+pb_status pb_pack_groups(int type, const void *src, void *dst, int64_t K, int64_t N, int64_t g0, int64_t g1);
+
+/* Writes row r of a packed matrix in the file layout (pb_row_size(type, K) bytes) to dst. */
+void pb_pack_read_row(int type, const void *w, int64_t K, int64_t r, void *dst);
+/* Row r of a packed matrix dequantized to K floats (as to_float on the file row would give). */
+void pb_pack_read_row_float(int type, const void *w, int64_t K, int64_t r, float *dst);
+
+/* pb_matmul for a packed matrix (same contract; the scratch size is pb_matmul_scratch_size's). */
+pb_status pb_matmul_packed(const void *w, int type, int64_t K, int64_t N, const float *x, int64_t n_tok, float *y,
+                           void *act_scratch, pb_pool *pool);
+
 #endif

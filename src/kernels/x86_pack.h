@@ -1,0 +1,214 @@
+/* x86_pack.h -- AVX-512 VNNI tiles for packed (row-interleaved) Q4_0 / Q8_0 matrices (layout in
+ * tensor/matmul.h); included only by x86_avx512.c. One zmm holds 4 weights of each of 16 rows, so a
+ * vpdpbusd against 4 broadcast activation bytes adds one partial dot product per row lane, and the
+ * per-block float step (cvt, scale, fma) serves 16 rows at once. Lane for lane the same sequence as
+ * ref_pack.c, hence bit-identical to it. */
+#include "kernels/kernels.h"
+#include "tensor/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define PK_INLINE static inline __attribute__((always_inline))
+
+PK_INLINE __m512i pk_bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Q4_0: four 64-byte loads, low and high nibbles -> 8 vectors of unsigned 0..15 */
+PK_INLINE void pk_unpack_q4_0(const uint8_t *q, __m512i v[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; j++) {
+        __m512i p = _mm512_loadu_si512((const void *)(q + 64 * j));
+        v[j] = _mm512_and_si512(p, m4);
+        v[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+    }
+}
+
+/* Q8_0: stored + 128, already unsigned: eight 64-byte loads */
+PK_INLINE void pk_unpack_q8_0(const uint8_t *q, __m512i v[8]) {
+    for (int k = 0; k < 8; k++) v[k] = _mm512_loadu_si512((const void *)(q + 64 * k));
+}
+
+#define PK_TILE(UNPACK, BSZ, NT)                                                                                       \
+    for (int64_t g = 0; g < ng; g++) {                                                                                 \
+        const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
+        __m512 acc[NT];                                                                                                \
+        for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
+        for (int64_t b = 0; b < nb; b++) {                                                                             \
+            const uint8_t *bp = gp + (size_t)b * (BSZ);                                                                \
+            if ((NT) <= 2)                                                                                             \
+                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + 3072 + o, _MM_HINT_T0);           \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
+            __m512i v[8];                                                                                              \
+            UNPACK(bp + 2 * PB_PACK_ROWS, v);                                                                          \
+            for (int t = 0; t < (NT); t++) {                                                                           \
+                const pb_block_q8_0 *x =                                                                               \
+                    (const pb_block_q8_0 *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;                 \
+                const pb_pack_ameta *m = &meta[t * nb + b];                                                            \
+                __m512i is = _mm512_set1_epi32(m->bias);                                                               \
+                for (int k = 0; k < 8; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 4 * k));            \
+                const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(m->d));                                             \
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[t]);                                          \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
+    }
+
+#define PK_SWITCH(TILE, ...)                                                                                           \
+    switch (nt) {                                                                                                      \
+    case 1: TILE(__VA_ARGS__, 1) break;                                                                                \
+    case 2: TILE(__VA_ARGS__, 2) break;                                                                                \
+    case 3: TILE(__VA_ARGS__, 3) break;                                                                                \
+    case 4: TILE(__VA_ARGS__, 4) break;                                                                                \
+    case 5: TILE(__VA_ARGS__, 5) break;                                                                                \
+    case 6: TILE(__VA_ARGS__, 6) break;                                                                                \
+    case 7: TILE(__VA_ARGS__, 7) break;                                                                                \
+    default: TILE(__VA_ARGS__, 8) break;                                                                               \
+    }
+
+void pb_gemm_packed_q4_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta_, int nt, float *y, int64_t ldy) {
+    const int64_t nb = K / 32;
+    const pb_pack_ameta *meta = meta_;
+    PK_SWITCH(PK_TILE, pk_unpack_q4_0, 18 * PB_PACK_ROWS)
+}
+
+void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta_, int nt, float *y, int64_t ldy) {
+    const int64_t nb = K / 32;
+    const pb_pack_ameta *meta = meta_;
+    PK_SWITCH(PK_TILE, pk_unpack_q8_0, 34 * PB_PACK_ROWS)
+}
+
+/* Q4_K: the 6-bit scales and mins of 16 rows unpacked lane-wise with k4_scales' dword arithmetic; per
+ * sub-block j, 8 vpdpbusd give 16 row sums, scaled in float by d_w * sc_j (shared by the tokens); the
+ * mins term is 4 vpdpwssd of (m_j, m_j') int16 pairs against the activation's paired 32-value sums. */
+#define PK_TILE_Q4K(NT)                                                                                                \
+    for (int64_t g = 0; g < ng; g++) {                                                                                 \
+        const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
+        __m512 acc[NT];                                                                                                \
+        for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
+        for (int64_t b = 0; b < nb; b++) {                                                                             \
+            const uint8_t *bp = gp + (size_t)b * 144 * PB_PACK_ROWS, *sc = bp + 64, *qs = bp + 64 + 192;               \
+            if ((NT) <= 2)                                                                                             \
+                for (int o = 0; o < 144 * PB_PACK_ROWS; o += 64) _mm_prefetch((const char *)bp + 4608 + o, _MM_HINT_T0); \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
+            const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(bp + 32)));        \
+            const __m512i w0 = _mm512_loadu_si512((const void *)sc), w1 = _mm512_loadu_si512((const void *)(sc + 64)), \
+                          w2 = _mm512_loadu_si512((const void *)(sc + 128));                                           \
+            const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f),                    \
+                          k30 = _mm512_set1_epi32(0x30303030), kff = _mm512_set1_epi32(0xff),                          \
+                          k00ff = _mm512_set1_epi32(0x00ff00ff);                                                       \
+            const __m512i s_lo = _mm512_and_si512(w0, k3f);                                                            \
+            const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(w2, k0f),                                            \
+                                                 _mm512_and_si512(_mm512_srli_epi32(w0, 2), k30));                     \
+            const __m512i m_lo = _mm512_and_si512(w1, k3f);                                                            \
+            const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k0f),                      \
+                                                 _mm512_and_si512(_mm512_srli_epi32(w1, 2), k30));                     \
+            __m512 s[NT];                                                                                              \
+            for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
+            for (int j = 0; j < 8; j++) {                                                                              \
+                const __m512i scv = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? s_lo : s_hi, 8 * (j & 3)), kff);        \
+                const __m512 fsc = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(scv));                                         \
+                __m512i v[8];                                                                                          \
+                for (int k = 0; k < 8; k++) {                                                                          \
+                    __m512i p = _mm512_loadu_si512((const void *)(qs + 64 * (8 * (j / 2) + k)));                       \
+                    v[k] = _mm512_and_si512((j & 1) ? _mm512_srli_epi16(p, 4) : p, _mm512_set1_epi8(0x0F));            \
+                }                                                                                                      \
+                for (int t = 0; t < (NT); t++) {                                                                       \
+                    const pb_block_q8_K *x =                                                                           \
+                        (const pb_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;             \
+                    __m512i is = _mm512_setzero_si512();                                                               \
+                    for (int k = 0; k < 8; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 32 * j + 4 * k)); \
+                    s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), fsc, s[t]);                                         \
+                }                                                                                                      \
+            }                                                                                                          \
+            const __m512i mp0 = _mm512_and_si512(m_lo, k00ff), mp1 = _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), k00ff), \
+                          mp2 = _mm512_and_si512(m_hi, k00ff), mp3 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), k00ff); \
+            for (int t = 0; t < (NT); t++) {                                                                           \
+                const pb_pack_kmeta *m = &meta[t * nb + b];                                                            \
+                __m512i im = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32((int)m->mp[0]));      \
+                im = _mm512_dpwssd_epi32(im, mp1, _mm512_set1_epi32((int)m->mp[1]));                                   \
+                im = _mm512_dpwssd_epi32(im, mp2, _mm512_set1_epi32((int)m->mp[2]));                                   \
+                im = _mm512_dpwssd_epi32(im, mp3, _mm512_set1_epi32((int)m->mp[3]));                                   \
+                const __m512 da = _mm512_set1_ps(m->d);                                                                \
+                acc[t] = _mm512_fmadd_ps(s[t], da, acc[t]);                                                            \
+                const __m512 nmin = _mm512_castsi512_ps(                                                               \
+                    _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmw, da)), _mm512_set1_epi32((int)0x80000000u))); \
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), nmin, acc[t]);                                        \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
+    }
+
+#define PK_Q4K_CASE(dummy, NT) PK_TILE_Q4K(NT)
+
+void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta_, int nt, float *y, int64_t ldy) {
+    const int64_t nb = K / PB_QK_K;
+    const pb_pack_kmeta *meta = meta_;
+    PK_SWITCH(PK_Q4K_CASE, 0)
+}
+
+/* Q6_K: per 32-value chunk, 6-bit values rebuilt from the ql nibble and the qh 2-bit field of 16 rows at
+ * once (8 vectors, shared by the tokens); two 16-value sub-blocks of 4 vpdpbusd each start from the
+ * activation's -32 * bsums term and are scaled in float by d_w * sc_j. */
+#define PK_TILE_Q6K(NT)                                                                                                \
+    for (int64_t g = 0; g < ng; g++) {                                                                                 \
+        const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
+        __m512 acc[NT];                                                                                                \
+        for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
+        for (int64_t b = 0; b < nb; b++) {                                                                             \
+            const uint8_t *bp = gp + (size_t)b * 210 * PB_PACK_ROWS, *cols = bp + 32;                                  \
+            if ((NT) <= 2)                                                                                             \
+                for (int o = 0; o < 210 * PB_PACK_ROWS; o += 64) _mm_prefetch((const char *)bp + 6720 + o, _MM_HINT_T0); \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
+            const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);                                  \
+            __m512 s[NT];                                                                                              \
+            for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
+            for (int c = 0; c < 8; c++) {                                                                              \
+                const int h = c / 4, gq = c % 4;                                                                       \
+                const __m512i S = _mm512_loadu_si512((const void *)(cols + 64 * (48 + c / 2)));                        \
+                const int i0 = (2 * c) % 4;                                                                            \
+                const __m512 fsc0 = _mm512_mul_ps(                                                                     \
+                    dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 24 - 8 * i0), 24)));                 \
+                const __m512 fsc1 = _mm512_mul_ps(                                                                     \
+                    dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 16 - 8 * i0), 24)));                 \
+                __m512i v[8];                                                                                          \
+                for (int k = 0; k < 8; k++) {                                                                          \
+                    __m512i L = _mm512_loadu_si512((const void *)(cols + 64 * (16 * h + 8 * (gq & 1) + k)));           \
+                    __m512i H = _mm512_loadu_si512((const void *)(cols + 64 * (32 + 8 * h + k)));                      \
+                    __m512i lo = _mm512_and_si512((gq >> 1) ? _mm512_srli_epi16(L, 4) : L, m0f);                       \
+                    __m512i hi = gq == 0   ? _mm512_slli_epi16(H, 4)                                                   \
+                                 : gq == 1 ? _mm512_slli_epi16(H, 2)                                                   \
+                                 : gq == 2 ? H                                                                         \
+                                           : _mm512_srli_epi16(H, 2);                                                  \
+                    v[k] = _mm512_or_si512(lo, _mm512_and_si512(hi, m30));                                             \
+                }                                                                                                      \
+                for (int t = 0; t < (NT); t++) {                                                                       \
+                    const pb_block_q8_K *x =                                                                           \
+                        (const pb_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;             \
+                    const pb_pack_kmeta *m = &meta[t * nb + b];                                                        \
+                    __m512i i0v = _mm512_set1_epi32(m->off[2 * c]), i1v = _mm512_set1_epi32(m->off[2 * c + 1]);       \
+                    for (int k = 0; k < 4; k++) i0v = _mm512_dpbusd_epi32(i0v, v[k], pk_bcast32(x->qs + 32 * c + 4 * k)); \
+                    for (int k = 4; k < 8; k++) i1v = _mm512_dpbusd_epi32(i1v, v[k], pk_bcast32(x->qs + 32 * c + 4 * k)); \
+                    s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0v), fsc0, s[t]);                                       \
+                    s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1v), fsc1, s[t]);                                       \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int t = 0; t < (NT); t++) acc[t] = _mm512_fmadd_ps(s[t], _mm512_set1_ps(meta[t * nb + b].d), acc[t]); \
+        }                                                                                                              \
+        for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
+    }
+
+#define PK_Q6K_CASE(dummy, NT) PK_TILE_Q6K(NT)
+
+void pb_gemm_packed_q6_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                                const void *meta_, int nt, float *y, int64_t ldy) {
+    const int64_t nb = K / PB_QK_K;
+    const pb_pack_kmeta *meta = meta_;
+    PK_SWITCH(PK_Q6K_CASE, 0)
+}

@@ -1,8 +1,9 @@
 /* kernels.c -- kernel benchmark: per weight type and kernel family (scalar ref, avx2, avx512 / neon), the
  * decode matrix-vector speed in GB/s of weights against the streaming-read bandwidth measured in the same
  * run (the roofline), and the prefill tile speed in GOP/s (2 ops per multiply-add).
- * Usage: build/bench/kernels [-t THREADS] [-m MiB_of_weights] [-T prefill_tokens] [-r reps] [-b] [types...]
+ * Usage: build/bench/kernels [-t THREADS] [-m MiB_of_weights] [-T prefill_tokens] [-r reps] [-b] [-c] [types...]
  *   -b: only measure the streaming-read bandwidth and print "bandwidth_gbs N" (bench/compare.sh uses it)
+ *   -c: time with process CPU time instead of wall time (loaded machines; meaningful with -t 1)
  * Not a test: numbers depend on the machine and its load. */
 #include "base/base.h"
 #include "kernels/kernels.h"
@@ -11,9 +12,11 @@
 #include "tensor/types.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef void (*fill_fn)(pb_type_traits *t, int n, pb_gemm_fn *gemm);
 typedef struct family {
@@ -51,6 +54,34 @@ static void bw_worker(void *ctx, int ith, int nth) {
 
 static void empty_job(void *ctx, int ith, int nth) { (void)ctx, (void)ith, (void)nth; }
 
+/* A pool job whose parts each take a fixed time: shows the hand-off cost a real decode job pays, and how
+ * many parts the workers ran (a pool may let the caller run parts its workers have not picked up). */
+typedef struct {
+    uint64_t part_ns;
+    const int *caller_mark; /* address of the calling thread's marker */
+    atomic_int on_workers;  /* parts run by another thread */
+    atomic_int parts;
+} timed_job;
+static _Thread_local int thread_mark;
+static void timed_part(void *ctx, int ith, int nth) {
+    timed_job *j = ctx;
+    uint64_t t0 = pb_time_ns();
+    while (pb_time_ns() - t0 < j->part_ns) {
+    }
+    if (&thread_mark != j->caller_mark) atomic_fetch_add(&j->on_workers, 1);
+    atomic_fetch_add(&j->parts, 1);
+}
+
+/* -c: process CPU time instead of wall time (a loaded machine steals the core; with -t 1 the CPU time is
+ * what the kernel itself took, though caches and memory are still shared) */
+static int use_cpu_time;
+static double now_ms(void) {
+    if (!use_cpu_time) return pb_time_ms();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static int cmp_d(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
@@ -66,9 +97,9 @@ static double stream_read(pb_pool *pool, const uint8_t *buf, size_t bytes, int r
     bw_job j = {(const uint64_t *)buf, bytes / 8, {0}};
     double t[32];
     for (int r = 0; r < reps; r++) {
-        double t0 = pb_time_ms();
+        double t0 = now_ms();
         pb_pool_run(pool, bw_worker, &j);
-        t[r] = pb_time_ms() - t0;
+        t[r] = now_ms() - t0;
     }
     return (double)bytes / (median(t, reps) * 1e6);
 }
@@ -108,9 +139,9 @@ static double run_mm(pb_pool *pool, mm_job *j, int reps) {
     double t[32];
     pb_pool_run(pool, mm_worker, j); /* warm-up */
     for (int r = 0; r < reps; r++) {
-        double t0 = pb_time_ms();
+        double t0 = now_ms();
         pb_pool_run(pool, mm_worker, j);
-        t[r] = pb_time_ms() - t0;
+        t[r] = now_ms() - t0;
     }
     return median(t, reps);
 }
@@ -130,10 +161,12 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "-b") == 0)
             bw_only = 1;
+        else if (strcmp(argv[i], "-c") == 0)
+            use_cpu_time = 1;
         else if (pb_type_from_name(argv[i]) >= 0 && n_types < PB_TYPE_COUNT)
             types[n_types++] = pb_type_from_name(argv[i]);
         else {
-            fprintf(stderr, "usage: kernels [-t THREADS] [-m MiB] [-T prefill_tokens] [-r reps] [-b] [type...]\n");
+            fprintf(stderr, "usage: kernels [-t THREADS] [-m MiB] [-T prefill_tokens] [-r reps] [-b] [-c] [type...]\n");
             return 2;
         }
     }
@@ -142,8 +175,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (n_types == 0) {
-        const int def[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0,
-                           PB_TYPE_Q5_K, PB_TYPE_Q3_K, PB_TYPE_Q2_K, PB_TYPE_F16};
+        const int def[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q3_K,
+                           PB_TYPE_Q2_K, PB_TYPE_Q4_1, PB_TYPE_Q5_0, PB_TYPE_Q5_1, PB_TYPE_F16};
         for (size_t i = 0; i < sizeof def / sizeof def[0]; i++) types[n_types++] = def[i];
     }
     pb_pool *pool = NULL;
@@ -170,6 +203,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < jobs; i++) pb_pool_run(pool, empty_job, NULL);
         printf("# thread pool: %.2f us per pb_pool_run of an empty job (%d threads)\n",
                (pb_time_ms() - t0) * 1000.0 / jobs, threads);
+        timed_job tj = {.part_ns = 5000, .caller_mark = &thread_mark};
+        t0 = pb_time_ms();
+        for (int i = 0; i < jobs / 4; i++) pb_pool_run(pool, timed_part, &tj);
+        int parts = atomic_load(&tj.parts), on_workers = atomic_load(&tj.on_workers);
+        printf("# thread pool: %.2f us per pb_pool_run of %d parts of 5 us each (ideal 5, all on one thread %d); "
+               "%.0f%% of parts ran on workers\n",
+               (pb_time_ms() - t0) * 1000.0 / (jobs / 4), pb_pool_limit(pool), 5 * pb_pool_limit(pool),
+               parts ? 100.0 * on_workers / parts : 0.0);
     }
     printf("| type | family | decode GB/s | %% of roofline | decode GOP/s | prefill GOP/s |\n");
     printf("|------|--------|------------:|--------------:|-------------:|--------------:|\n");
@@ -225,6 +266,29 @@ int main(int argc, char **argv) {
             printf("| %s | %s | %.1f | %.0f%% | %.1f | %.1f |\n", t->name, fam->name, gbs, 100.0 * gbs / bw, gops,
                    gopp);
             fflush(stdout);
+        }
+        int64_t Np = N / PB_PACK_ROWS * PB_PACK_ROWS;
+        if (pb_pack_supported(type, K, Np) && pb_pack_rows(type, w, K, Np) == PB_OK) {
+            /* the packed path as the model runs it: pb_matmul_packed (activation quantization included) */
+            void *scr = pb_aligned_alloc(pb_matmul_scratch_size(type, K, T));
+            double td[32], tp[32];
+            int64_t Npp = PB_MIN(Np, 2048);
+            pb_matmul_packed(w, type, K, Np, x, 1, y, scr, pool);
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_ms();
+                pb_matmul_packed(w, type, K, Np, x, 1, y, scr, pool);
+                td[r] = now_ms() - t0;
+                t0 = now_ms();
+                pb_matmul_packed(w, type, K, Npp, x, T, y, scr, pool);
+                tp[r] = now_ms() - t0;
+            }
+            double ms = median(td, reps), msp = median(tp, reps);
+            double gbs = (double)Np * (double)w_row / (ms * 1e6), gops = 2.0 * (double)K * (double)Np / (ms * 1e6);
+            double gopp = 2.0 * (double)K * (double)Npp * (double)T / (msp * 1e6);
+            printf("| %s | packed-%s | %.1f | %.0f%% | %.1f | %.1f |\n", t->name, pb_kernels_isa(), gbs,
+                   100.0 * gbs / bw, gops, gopp);
+            fflush(stdout);
+            pb_aligned_free(scr);
         }
         free(a), free(y);
     }

@@ -106,12 +106,14 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
 }
 
 int main(void) {
+    setenv("PB_PACK_K", "1", 1); /* the packed K-quant tiles are tested too (not dispatched by default) */
     pb_pool *pool = NULL;
     CHECK(pb_pool_new(2, &pool) == PB_OK, "pool of 2 threads");
     const int types[] = {PB_TYPE_Q4_0, PB_TYPE_Q8_0};
     const int64_t shapes[][2] = {{32, 16}, {64, 48}, {2304, 32}, {96, 160}};
     for (int i = 0; i < 2; i++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) test_type(types[i], shapes[s][0], shapes[s][1], pool);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            test_type(types[i], shapes[s][0], shapes[s][1], pool);
     const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}};
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++) {
         test_type(PB_TYPE_Q4_K, kshapes[s][0], kshapes[s][1], pool);

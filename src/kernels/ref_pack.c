@@ -76,7 +76,8 @@ void pb_gemm_packed_q4_K_ref(int64_t K, const void *w, int64_t ng, size_t g_size
                         uint8_t sc, mn;
                         pb_quant_scale_min_k4(j, scales, &sc, &mn);
                         int32_t isum = 0;
-                        for (int l = 0; l < 32; l++) isum += ((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) * x[b].qs[32 * j + l];
+                        for (int l = 0; l < 32; l++)
+                            isum += ((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) * x[b].qs[32 * j + l];
                         s = fmaf((float)isum, dw * (float)sc, s);
                         imin += mn * (int32_t)(x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
                     }

@@ -83,13 +83,25 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
     PK_SWITCH(PK_TILE, pk_unpack_q8_0, 34 * PB_PACK_ROWS)
 }
 
+/* K-quant tiles take PK_KNT tokens at a time (two float accumulators per token live across a block). */
+#define PK_KNT 4
+#define PK_KSWITCH(FN, N)                                                                                              \
+    switch (N) {                                                                                                       \
+    case 1: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 1); break;                                                \
+    case 2: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 2); break;                                                \
+    case 3: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 3); break;                                                \
+    default: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 4); break;                                               \
+    }
+#define PK_KARGS                                                                                                       \
+    int64_t nb, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row, const pb_pack_kmeta *meta,      \
+        float *y, int64_t ldy, const int NT
+
 /* Q4_K: the 6-bit scales and mins of 16 rows unpacked lane-wise with k4_scales' dword arithmetic; per
  * sub-block j, 8 vpdpbusd give 16 row sums, scaled in float by d_w * sc_j (shared by the tokens); the
  * mins term is 4 vpdpwssd of (m_j, m_j') int16 pairs against the activation's paired 32-value sums. */
 #define PK_TILE_Q4K(NT)                                                                                                \
     for (int64_t g = 0; g < ng; g++) {                                                                                 \
         const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
-        __m512 acc[NT];                                                                                                \
         for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * 144 * PB_PACK_ROWS, *sc = bp + 64, *qs = bp + 64 + 192;               \
@@ -108,7 +120,6 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
             const __m512i m_lo = _mm512_and_si512(w1, k3f);                                                            \
             const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k0f),                      \
                                                  _mm512_and_si512(_mm512_srli_epi32(w1, 2), k30));                     \
-            __m512 s[NT];                                                                                              \
             for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
             for (int j = 0; j < 8; j++) {                                                                              \
                 const __m512i scv = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? s_lo : s_hi, 8 * (j & 3)), kff);        \
@@ -144,13 +155,22 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
         for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
     }
 
-#define PK_Q4K_CASE(dummy, NT) PK_TILE_Q4K(NT)
+PK_INLINE void pk_q4k(PK_KARGS) {
+    __m512 acc[PK_KNT], s[PK_KNT];
+    PK_TILE_Q4K(NT)
+}
 
 void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                                 const void *meta_, int nt, float *y, int64_t ldy) {
     const int64_t nb = K / PB_QK_K;
     const pb_pack_kmeta *meta = meta_;
-    PK_SWITCH(PK_Q4K_CASE, 0)
+    for (int t0 = 0; t0 < nt; t0 += PK_KNT) { /* at most PK_KNT tokens at once: accumulators stay in registers */
+        const int n = nt - t0 < PK_KNT ? nt - t0 : PK_KNT;
+        const void *a_t = (const uint8_t *)a + (size_t)t0 * a_row;
+        const pb_pack_kmeta *m_t = meta + t0 * nb;
+        float *y_t = y + t0 * ldy;
+        PK_KSWITCH(pk_q4k, n)
+    }
 }
 
 /* Q6_K: per 32-value chunk, 6-bit values rebuilt from the ql nibble and the qh 2-bit field of 16 rows at
@@ -159,7 +179,6 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
 #define PK_TILE_Q6K(NT)                                                                                                \
     for (int64_t g = 0; g < ng; g++) {                                                                                 \
         const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
-        __m512 acc[NT];                                                                                                \
         for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * 210 * PB_PACK_ROWS, *cols = bp + 32;                                  \
@@ -167,7 +186,6 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                 for (int o = 0; o < 210 * PB_PACK_ROWS; o += 64) _mm_prefetch((const char *)bp + 6720 + o, _MM_HINT_T0); \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
             const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);                                  \
-            __m512 s[NT];                                                                                              \
             for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
             for (int c = 0; c < 8; c++) {                                                                              \
                 const int h = c / 4, gq = c % 4;                                                                       \
@@ -204,11 +222,20 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
         for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
     }
 
-#define PK_Q6K_CASE(dummy, NT) PK_TILE_Q6K(NT)
+PK_INLINE void pk_q6k(PK_KARGS) {
+    __m512 acc[PK_KNT], s[PK_KNT];
+    PK_TILE_Q6K(NT)
+}
 
 void pb_gemm_packed_q6_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                                 const void *meta_, int nt, float *y, int64_t ldy) {
     const int64_t nb = K / PB_QK_K;
     const pb_pack_kmeta *meta = meta_;
-    PK_SWITCH(PK_Q6K_CASE, 0)
+    for (int t0 = 0; t0 < nt; t0 += PK_KNT) { /* at most PK_KNT tokens at once: accumulators stay in registers */
+        const int n = nt - t0 < PK_KNT ? nt - t0 : PK_KNT;
+        const void *a_t = (const uint8_t *)a + (size_t)t0 * a_row;
+        const pb_pack_kmeta *m_t = meta + t0 * nb;
+        float *y_t = y + t0 * ldy;
+        PK_KSWITCH(pk_q6k, n)
+    }
 }

@@ -1,5 +1,5 @@
-/* pack.c -- row-interleaved ("packed") Q4_0 / Q8_0 / Q4_K / Q6_K matrices: repacking (out of place, by row groups, or in
- * place) and its inverse for one row (layout in matmul.h). Pure byte shuffling; the kernels room reads it. */
+/* pack.c -- row-interleaved ("packed") Q4_0 / Q8_0 / Q4_K / Q6_K matrices: repacking (out of place, by row groups, or
+ * in place) and its inverse for one row (layout in matmul.h). Pure byte shuffling; the kernels room reads it. */
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 
@@ -22,7 +22,7 @@ static bool geom(int type, pk_geom *g) {
     switch (type) {
     case PB_TYPE_Q4_0: *g = (pk_geom){sizeof(pb_block_q4_0), 32, 1, 0, 4, 2, 0}; return true;
     case PB_TYPE_Q8_0: *g = (pk_geom){sizeof(pb_block_q8_0), 32, 1, 0, 8, 2, 0x80808080u}; return true;
-    case PB_TYPE_Q4_K: *g = (pk_geom){sizeof(pb_block_q4_K), PB_QK_K, 2, 0, 35, 4, 0}; return true; /* 3 + 32 */
+    case PB_TYPE_Q4_K: *g = (pk_geom){sizeof(pb_block_q4_K), PB_QK_K, 2, 0, 35, 4, 0}; return true;   /* 3 + 32 */
     case PB_TYPE_Q6_K: *g = (pk_geom){sizeof(pb_block_q6_K), PB_QK_K, 1, 208, 52, 0, 0}; return true; /* 32+16+4 */
     default: return false;
     }
@@ -56,7 +56,8 @@ static void pack_group(int type, const uint8_t *src, size_t row, int64_t nb, uin
 
 pb_status pb_pack_groups(int type, const void *src, void *dst, int64_t K, int64_t N, int64_t g0, int64_t g1) {
     if (!src || !dst || !packable(type, K, N) || g0 < 0 || g1 > N / PB_PACK_ROWS || g0 > g1)
-        return pb_error(PB_ERR_INVALID_ARG, "pack: %s matrix of %lld x %lld does not pack (Q4_0/Q8_0/Q4_K/Q6_K, rows %% %d)",
+        return pb_error(PB_ERR_INVALID_ARG,
+                        "pack: %s matrix of %lld x %lld does not pack (Q4_0/Q8_0/Q4_K/Q6_K, rows %% %d)",
                         pb_type_name(type), (long long)N, (long long)K, PB_PACK_ROWS);
     const size_t row = pb_row_size(type, K), gsz = row * PB_PACK_ROWS;
     for (int64_t g = g0; g < g1; g++)
@@ -67,7 +68,8 @@ pb_status pb_pack_groups(int type, const void *src, void *dst, int64_t K, int64_
 
 pb_status pb_pack_rows(int type, void *w, int64_t K, int64_t N) {
     if (!w || !packable(type, K, N))
-        return pb_error(PB_ERR_INVALID_ARG, "pack: %s matrix of %lld x %lld does not pack (Q4_0/Q8_0/Q4_K/Q6_K, rows %% %d)",
+        return pb_error(PB_ERR_INVALID_ARG,
+                        "pack: %s matrix of %lld x %lld does not pack (Q4_0/Q8_0/Q4_K/Q6_K, rows %% %d)",
                         pb_type_name(type), (long long)N, (long long)K, PB_PACK_ROWS);
     const size_t row = pb_row_size(type, K), gsz = row * PB_PACK_ROWS;
     uint8_t *tmp = pb_malloc(gsz);

@@ -40,8 +40,8 @@ PK_INLINE void pk_unpack_q8_0(const uint8_t *q, __m512i v[8]) {
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * (BSZ);                                                                \
             if ((NT) <= 2)                                                                                             \
-                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + 3072 + o, _MM_HINT_T0);           \
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
+                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + 3072 + o, _MM_HINT_T0);            \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             __m512i v[8];                                                                                              \
             UNPACK(bp + 2 * PB_PACK_ROWS, v);                                                                          \
             for (int t = 0; t < (NT); t++) {                                                                           \
@@ -49,7 +49,7 @@ PK_INLINE void pk_unpack_q8_0(const uint8_t *q, __m512i v[8]) {
                     (const pb_block_q8_0 *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;                 \
                 const pb_pack_ameta *m = &meta[t * nb + b];                                                            \
                 __m512i is = _mm512_set1_epi32(m->bias);                                                               \
-                for (int k = 0; k < 8; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 4 * k));            \
+                for (int k = 0; k < 8; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 4 * k));             \
                 const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(m->d));                                             \
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[t]);                                          \
             }                                                                                                          \
@@ -106,17 +106,18 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * 144 * PB_PACK_ROWS, *sc = bp + 64, *qs = bp + 64 + 192;               \
             if ((NT) <= 2)                                                                                             \
-                for (int o = 0; o < 144 * PB_PACK_ROWS; o += 64) _mm_prefetch((const char *)bp + 4608 + o, _MM_HINT_T0); \
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
-            const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(bp + 32)));        \
+                for (int o = 0; o < 144 * PB_PACK_ROWS; o += 64)                                                       \
+                    _mm_prefetch((const char *)bp + 4608 + o, _MM_HINT_T0);                                            \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
+            const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(bp + 32)));          \
             const __m512i w0 = _mm512_loadu_si512((const void *)sc), w1 = _mm512_loadu_si512((const void *)(sc + 64)), \
                           w2 = _mm512_loadu_si512((const void *)(sc + 128));                                           \
             const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f),                    \
                           k30 = _mm512_set1_epi32(0x30303030), kff = _mm512_set1_epi32(0xff),                          \
                           k00ff = _mm512_set1_epi32(0x00ff00ff);                                                       \
             const __m512i s_lo = _mm512_and_si512(w0, k3f);                                                            \
-            const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(w2, k0f),                                            \
-                                                 _mm512_and_si512(_mm512_srli_epi32(w0, 2), k30));                     \
+            const __m512i s_hi =                                                                                       \
+                _mm512_or_si512(_mm512_and_si512(w2, k0f), _mm512_and_si512(_mm512_srli_epi32(w0, 2), k30));           \
             const __m512i m_lo = _mm512_and_si512(w1, k3f);                                                            \
             const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k0f),                      \
                                                  _mm512_and_si512(_mm512_srli_epi32(w1, 2), k30));                     \
@@ -133,22 +134,25 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                     const pb_block_q8_K *x =                                                                           \
                         (const pb_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;             \
                     __m512i is = _mm512_setzero_si512();                                                               \
-                    for (int k = 0; k < 8; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 32 * j + 4 * k)); \
+                    for (int k = 0; k < 8; k++)                                                                        \
+                        is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 32 * j + 4 * k));                        \
                     s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), fsc, s[t]);                                         \
                 }                                                                                                      \
             }                                                                                                          \
-            const __m512i mp0 = _mm512_and_si512(m_lo, k00ff), mp1 = _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), k00ff), \
-                          mp2 = _mm512_and_si512(m_hi, k00ff), mp3 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), k00ff); \
+            const __m512i mp0 = _mm512_and_si512(m_lo, k00ff),                                                         \
+                          mp1 = _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), k00ff),                                   \
+                          mp2 = _mm512_and_si512(m_hi, k00ff),                                                         \
+                          mp3 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), k00ff);                                   \
             for (int t = 0; t < (NT); t++) {                                                                           \
                 const pb_pack_kmeta *m = &meta[t * nb + b];                                                            \
-                __m512i im = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32((int)m->mp[0]));      \
+                __m512i im = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32((int)m->mp[0]));       \
                 im = _mm512_dpwssd_epi32(im, mp1, _mm512_set1_epi32((int)m->mp[1]));                                   \
                 im = _mm512_dpwssd_epi32(im, mp2, _mm512_set1_epi32((int)m->mp[2]));                                   \
                 im = _mm512_dpwssd_epi32(im, mp3, _mm512_set1_epi32((int)m->mp[3]));                                   \
                 const __m512 da = _mm512_set1_ps(m->d);                                                                \
                 acc[t] = _mm512_fmadd_ps(s[t], da, acc[t]);                                                            \
-                const __m512 nmin = _mm512_castsi512_ps(                                                               \
-                    _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmw, da)), _mm512_set1_epi32((int)0x80000000u))); \
+                const __m512 nmin = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmw, da)),  \
+                                                                         _mm512_set1_epi32((int)0x80000000u)));        \
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), nmin, acc[t]);                                        \
             }                                                                                                          \
         }                                                                                                              \
@@ -183,18 +187,19 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * 210 * PB_PACK_ROWS, *cols = bp + 32;                                  \
             if ((NT) <= 2)                                                                                             \
-                for (int o = 0; o < 210 * PB_PACK_ROWS; o += 64) _mm_prefetch((const char *)bp + 6720 + o, _MM_HINT_T0); \
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                \
+                for (int o = 0; o < 210 * PB_PACK_ROWS; o += 64)                                                       \
+                    _mm_prefetch((const char *)bp + 6720 + o, _MM_HINT_T0);                                            \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);                                  \
             for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
             for (int c = 0; c < 8; c++) {                                                                              \
                 const int h = c / 4, gq = c % 4;                                                                       \
                 const __m512i S = _mm512_loadu_si512((const void *)(cols + 64 * (48 + c / 2)));                        \
                 const int i0 = (2 * c) % 4;                                                                            \
-                const __m512 fsc0 = _mm512_mul_ps(                                                                     \
-                    dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 24 - 8 * i0), 24)));                 \
-                const __m512 fsc1 = _mm512_mul_ps(                                                                     \
-                    dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 16 - 8 * i0), 24)));                 \
+                const __m512 fsc0 =                                                                                    \
+                    _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 24 - 8 * i0), 24)));   \
+                const __m512 fsc1 =                                                                                    \
+                    _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 16 - 8 * i0), 24)));   \
                 __m512i v[8];                                                                                          \
                 for (int k = 0; k < 8; k++) {                                                                          \
                     __m512i L = _mm512_loadu_si512((const void *)(cols + 64 * (16 * h + 8 * (gq & 1) + k)));           \
@@ -210,9 +215,11 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                     const pb_block_q8_K *x =                                                                           \
                         (const pb_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;             \
                     const pb_pack_kmeta *m = &meta[t * nb + b];                                                        \
-                    __m512i i0v = _mm512_set1_epi32(m->off[2 * c]), i1v = _mm512_set1_epi32(m->off[2 * c + 1]);       \
-                    for (int k = 0; k < 4; k++) i0v = _mm512_dpbusd_epi32(i0v, v[k], pk_bcast32(x->qs + 32 * c + 4 * k)); \
-                    for (int k = 4; k < 8; k++) i1v = _mm512_dpbusd_epi32(i1v, v[k], pk_bcast32(x->qs + 32 * c + 4 * k)); \
+                    __m512i i0v = _mm512_set1_epi32(m->off[2 * c]), i1v = _mm512_set1_epi32(m->off[2 * c + 1]);        \
+                    for (int k = 0; k < 4; k++)                                                                        \
+                        i0v = _mm512_dpbusd_epi32(i0v, v[k], pk_bcast32(x->qs + 32 * c + 4 * k));                      \
+                    for (int k = 4; k < 8; k++)                                                                        \
+                        i1v = _mm512_dpbusd_epi32(i1v, v[k], pk_bcast32(x->qs + 32 * c + 4 * k));                      \
                     s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0v), fsc0, s[t]);                                       \
                     s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1v), fsc1, s[t]);                                       \
                 }                                                                                                      \

@@ -94,6 +94,79 @@ static double magnitude(int type, int64_t K, const uint8_t *w, const uint8_t *a,
     return m;
 }
 
+/* Offsets of the fp16 scale fields in a block of type (-1 ends), for blocks of random bytes. */
+static void scale_fields(int type, int off[3]) {
+    off[0] = off[1] = off[2] = -1;
+    switch (type) {
+    case PB_TYPE_Q4_1:
+    case PB_TYPE_Q5_1:
+    case PB_TYPE_Q4_K:
+    case PB_TYPE_Q5_K: off[0] = 0, off[1] = 2; break;
+    case PB_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
+    case PB_TYPE_Q3_K: off[0] = 108; break;
+    case PB_TYPE_Q6_K: off[0] = 208; break;
+    default: off[0] = 0; break; /* Q4_0, Q5_0, Q8_0 */
+    }
+}
+
+/* Weight blocks of random bytes (every bit pattern of quants, high bits and packed scales, including ones the
+ * quantizers never write) with finite random fp16 scales and mins of both signs, against the ref kernels. */
+static void test_random_bits(const family *f, const pb_gemm_fn *gemm) {
+    enum { NB = 5, ROWS = 40 };
+    int n_types = 0, n_cases = 0, n_bad = 0, same_tile = 0, tile_cases = 0;
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        const int type = wtypes[ti];
+        const pb_type_traits *t = pb_type_get(type);
+        if (t->vec_dot_type == PB_TYPE_F32 || isa_tab[type].vec_dot == ref_tab[type].vec_dot) continue;
+        n_types++;
+        const int64_t K = t->blck * NB;
+        const size_t row = pb_row_size(type, K), arow = pb_row_size(t->vec_dot_type, K);
+        uint8_t *W = malloc(row * ROWS), *A = malloc(arow * 2);
+        float *X = malloc((size_t)K * 2 * 4), *wd = malloc((size_t)K * 4), *ad = malloc((size_t)K * 4);
+        int off[3];
+        scale_fields(type, off);
+        for (size_t i = 0; i < row * ROWS; i++) W[i] = (uint8_t)(urand() * 256);
+        for (int r = 0; r < ROWS; r++)
+            for (int b = 0; b < NB; b++) {
+                uint8_t *blk = W + row * (size_t)r + (size_t)b * t->type_size;
+                for (int k = 0; k < 3 && off[k] >= 0; k++) {
+                    uint16_t h = pb_fp32_to_fp16((float)((urand() - 0.5) * 0.2));
+                    memcpy(blk + off[k], &h, 2);
+                }
+                if (type == PB_TYPE_Q8_0) /* quants in -127..127, as the contract (kernels.h) says */
+                    for (int k = 2; k < 34; k++)
+                        if (blk[k] == 0x80) blk[k] = 0x81;
+            }
+        make_acts(type, K, 2, A, X);
+        for (int r = 0; r < ROWS; r++)
+            for (int tk = 0; tk < 2; tk++) {
+                const uint8_t *w = W + row * (size_t)r, *a = A + arow * (size_t)tk;
+                float got, want;
+                isa_tab[type].vec_dot(K, &got, w, a);
+                ref_tab[type].vec_dot(K, &want, w, a);
+                double e = fabs((double)got - (double)want) / (magnitude(type, K, w, a, wd, ad) + 1e-30);
+                n_bad += !(e < 1e-5);
+                n_cases++;
+            }
+        if (gemm[type]) {
+            float Y[ROWS * 2];
+            gemm[type](K, W, row, ROWS, A, arow, 2, Y, ROWS);
+            for (int tk = 0; tk < 2; tk++)
+                for (int r = 0; r < ROWS; r++) {
+                    float v;
+                    isa_tab[type].vec_dot(K, &v, W + row * (size_t)r, A + arow * (size_t)tk);
+                    same_tile += memcmp(&v, &Y[tk * ROWS + r], 4) == 0;
+                    tile_cases++;
+                }
+        }
+        free(W), free(A), free(X), free(wd), free(ad);
+    }
+    CHECK(n_bad == 0 && n_cases > 0, "%s random-bit weight blocks (%d types): %d of %d dots off ref by >= 1e-5",
+          f->name, n_types, n_bad, n_cases);
+    CHECK(same_tile == tile_cases, "%s random-bit weight blocks: tiles bit-identical to vec_dot %d/%d", f->name,
+          same_tile, tile_cases);
+}
+
 static void test_family(const family *f) {
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
     for (int i = 0; i < PB_TYPE_COUNT; i++) ref_tab[i] = isa_tab[i] = *pb_type_get(i);
@@ -158,9 +231,17 @@ static void test_family(const family *f) {
             CHECK(same_gemm == gemm_cases, "%s %s gemm tiles bit-identical to vec_dot: %d/%d (nr 1..19, nt 1..8)",
                   f->name, t->name, same_gemm, gemm_cases);
     }
-    NOTE("%s: %d types with gemm tiles", f->name,
-         (int)(gemm[PB_TYPE_Q4_K] != NULL) + (gemm[PB_TYPE_Q6_K] != NULL) + (gemm[PB_TYPE_Q4_0] != NULL) +
-             (gemm[PB_TYPE_Q8_0] != NULL) + (gemm[PB_TYPE_Q5_K] != NULL));
+    /* every quantized weight type has this family's own vec_dot and tile (none left on the scalar ref) */
+    int n_quant = 0, n_simd = 0;
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        if (pb_type_get(wtypes[ti])->vec_dot_type == PB_TYPE_F32) continue;
+        n_quant++;
+        n_simd += gemm[wtypes[ti]] != NULL && isa_tab[wtypes[ti]].vec_dot != ref_tab[wtypes[ti]].vec_dot;
+    }
+    CHECK(n_simd == n_quant, "%s: %d of %d quantized weight types have their own vec_dot and gemm tile", f->name,
+          n_simd, n_quant);
+
+    test_random_bits(f, gemm);
 
     /* activation quantizers: bit-identical to the tensor room's reference, including ties and odd blocks */
     for (int qi = 0; qi < 2; qi++) {
@@ -254,7 +335,8 @@ static void test_helpers(void) {
 static void test_matmul_dispatched(void) {
     pb_pool *p2 = NULL;
     CHECK(pb_pool_new(2, &p2) == PB_OK, "pool of 2 threads");
-    const int types[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K, PB_TYPE_Q3_K};
+    const int types[] = {PB_TYPE_Q4_K, PB_TYPE_Q6_K, PB_TYPE_Q4_0, PB_TYPE_Q8_0, PB_TYPE_Q5_K,
+                         PB_TYPE_Q3_K, PB_TYPE_Q2_K, PB_TYPE_Q4_1, PB_TYPE_Q5_0, PB_TYPE_Q5_1};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
         const pb_type_traits *t = pb_type_get(type);

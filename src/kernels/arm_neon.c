@@ -219,6 +219,199 @@ void pb_gemm_q8_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, 
 }
 void pb_vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q80_row(n / 32, x, y, 0, s, 0, 1); }
 
+// --- Q4_1 / Q5_0 / Q5_1 x Q8_0 --------------------------------------------------------------------------
+
+enum { Q1_Q41, Q1_Q50, Q1_Q51 };
+
+/* 0x10 in byte e of lo (e < 16) / hi (e - 16) where bit e of qh is set: the 5th bit of Q5_0 / Q5_1 */
+INLINE void hbits32(const uint8_t *qhp, uint8x16_t *lo, uint8x16_t *hi) {
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bit = vld1q_u8(bits), b4 = vdupq_n_u8(0x10);
+    *lo = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qhp[0]), vdup_n_u8(qhp[1])), bit), b4);
+    *hi = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qhp[2]), vdup_n_u8(qhp[3])), bit), b4);
+}
+
+/* Quants of elements 0..15 (lo) and 16..31 (hi): Q4_1 / Q5_1 unsigned (0..15 / 0..31), Q5_0 minus 16. The
+ * float step is ref.c's: isum * (d_w * d_a) (+ m_w * (d_a * asum) for Q4_1 / Q5_1). */
+INLINE void q1_row(int64_t nb, const uint8_t *w, int kind, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t ones = vdupq_n_s8(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *qs, *qh = NULL;
+        uint16_t dh, mh = 0;
+        if (kind == Q1_Q41) {
+            const pb_block_q4_1 *x = (const pb_block_q4_1 *)w + b;
+            qs = x->qs, dh = x->d, mh = x->m;
+        } else if (kind == Q1_Q50) {
+            const pb_block_q5_0 *x = (const pb_block_q5_0 *)w + b;
+            qs = x->qs, qh = x->qh, dh = x->d;
+        } else {
+            const pb_block_q5_1 *x = (const pb_block_q5_1 *)w + b;
+            qs = x->qs, qh = x->qh, dh = x->d, mh = x->m;
+        }
+        const uint8x16_t v = vld1q_u8(qs);
+        uint8x16_t ulo = vandq_u8(v, m4), uhi = vshrq_n_u8(v, 4);
+        if (kind != Q1_Q41) {
+            uint8x16_t hlo, hhi;
+            hbits32(qh, &hlo, &hhi);
+            ulo = vorrq_u8(ulo, hlo), uhi = vorrq_u8(uhi, hhi);
+        }
+        int8x16_t lo = vreinterpretq_s8_u8(ulo), hi = vreinterpretq_s8_u8(uhi);
+        if (kind == Q1_Q50) lo = vsubq_s8(lo, vdupq_n_s8(16)), hi = vsubq_s8(hi, vdupq_n_s8(16));
+        const float dw = h2f(dh), mw = kind == Q1_Q50 ? 0.0f : h2f(mh);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+            const int8x16_t a0 = vld1q_s8(x->qs), a1 = vld1q_s8(x->qs + 16);
+            const int isum = vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, a0), hi, a1));
+            const float da = h2f(x->d);
+            if (kind == Q1_Q50) {
+                sum[t] += (float)isum * (dw * da);
+            } else {
+                const int asum = vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), ones, a0), ones, a1));
+                sum[t] += (float)isum * (dw * da) + mw * (da * (float)asum);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+INLINE void q41_row(int64_t nb, const pb_block_q4_1 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    q1_row(nb, (const uint8_t *)w, Q1_Q41, a, a_row, y, ldy, NT);
+}
+INLINE void q50_row(int64_t nb, const pb_block_q5_0 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    q1_row(nb, (const uint8_t *)w, Q1_Q50, a, a_row, y, ldy, NT);
+}
+INLINE void q51_row(int64_t nb, const pb_block_q5_1 *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    q1_row(nb, (const uint8_t *)w, Q1_Q51, a, a_row, y, ldy, NT);
+}
+
+void pb_gemm_q4_1_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(ROWS_BODY, q41_row, pb_block_q4_1, w, a, y)
+}
+void pb_vec_dot_q4_1_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q41_row(n / 32, x, y, 0, s, 0, 1); }
+void pb_gemm_q5_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(ROWS_BODY, q50_row, pb_block_q5_0, w, a, y)
+}
+void pb_vec_dot_q5_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q50_row(n / 32, x, y, 0, s, 0, 1); }
+void pb_gemm_q5_1_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(ROWS_BODY, q51_row, pb_block_q5_1, w, a, y)
+}
+void pb_vec_dot_q5_1_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q51_row(n / 32, x, y, 0, s, 0, 1); }
+
+// --- Q2_K / Q3_K x Q8_K ---------------------------------------------------------------------------------
+
+/* Q2_K: q[s] = the 16 quants (0..3) of sub-block s = 8h + 2g + k: bits 2g..2g+1 of qs[32h + 16k ..]. */
+INLINE void q2k_row(int64_t nb, const pb_block_q2_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    const uint8x16_t m3 = vdupq_n_u8(3), m4 = vdupq_n_u8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        int8x16_t q[16];
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 2; k++) {
+                const uint8x16_t v = vld1q_u8(w[b].qs + 32 * h + 16 * k);
+                for (int g = 0; g < 4; g++)
+                    q[8 * h + 2 * g + k] = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(v, vdupq_n_s8((int8_t)(-2 * g))), m3));
+            }
+        }
+        const uint8x16_t sb = vld1q_u8(w[b].scales);
+        uint8_t sc[16];
+        vst1q_u8(sc, vandq_u8(sb, m4));
+        const uint8x16_t mn = vshrq_n_u8(sb, 4);
+        const int16x8_t mn0 = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn)));
+        const int16x8_t mn1 = vreinterpretq_s16_u16(vmovl_high_u8(mn));
+        const float dw = h2f(w[b].d), dminw = h2f(w[b].dmin);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            int32x4_t is = vdupq_n_s32(0);
+            for (int s = 0; s < 16; s++) is = vmlaq_n_s32(is, dot16(q[s], x->qs + 16 * s), sc[s]);
+            const int16x8_t b0 = vld1q_s16(x->bsums), b1 = vld1q_s16(x->bsums + 8);
+            int32x4_t ms = vmull_s16(vget_low_s16(b0), vget_low_s16(mn0));
+            ms = vmlal_s16(ms, vget_high_s16(b0), vget_high_s16(mn0));
+            ms = vmlal_s16(ms, vget_low_s16(b1), vget_low_s16(mn1));
+            ms = vmlal_s16(ms, vget_high_s16(b1), vget_high_s16(mn1));
+            const int isum = vaddvq_s32(is), summ = vaddvq_s32(ms);
+            const float d = x->d * dw, dmin = x->d * dminw;
+            sum[t] += d * (float)isum - dmin * (float)summ;
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+void pb_gemm_q2_K_q8_K_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(ROWS_BODY, q2k_row, pb_block_q2_K, w, a, y)
+}
+void pb_vec_dot_q2_K_q8_K_neon(int64_t n, float *s, const void *x, const void *y) {
+    q2k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+/* the sixteen 6-bit Q3_K scales minus 32 (layout: quant-formats.md §2, Q3_K) */
+INLINE void q3k_scales(const uint8_t *s, int8_t sc[16]) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&a2, s + 8, 4);
+    const uint32_t lo = 0x0f0f0f0fu, hi = 0x03030303u;
+    const uint32_t u[4] = {(a0 & lo) | ((a2 & hi) << 4), (a1 & lo) | (((a2 >> 2) & hi) << 4),
+                           ((a0 >> 4) & lo) | (((a2 >> 4) & hi) << 4), ((a1 >> 4) & lo) | (((a2 >> 6) & hi) << 4)};
+    uint8_t b[16];
+    memcpy(b, u, 16);
+    vst1q_s8(sc, vsubq_s8(vreinterpretq_s8_u8(vld1q_u8(b)), vdupq_n_s8(32)));
+}
+
+/* Q3_K: q[s] = low2 + 4 hbit - 4 (-4..3) of sub-block s = 2j + k, j = 4h + g: low2 as Q2_K, the high bit is
+ * bit j of hmask[16k + l]. */
+INLINE void q3k_row(int64_t nb, const pb_block_q3_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    float sum[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) sum[t] = 0.0f;
+    const uint8x16_t m3 = vdupq_n_u8(3), b2 = vdupq_n_u8(4);
+    const int8x16_t four = vdupq_n_s8(4);
+    for (int64_t b = 0; b < nb; b++) {
+        int8x16_t q[16];
+        const uint8x16_t hm[2] = {vld1q_u8(w[b].hmask), vld1q_u8(w[b].hmask + 16)};
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 2; k++) {
+                const uint8x16_t v = vld1q_u8(w[b].qs + 32 * h + 16 * k);
+                for (int g = 0; g < 4; g++) {
+                    const int j = 4 * h + g;
+                    uint8x16_t low = vandq_u8(vshlq_u8(v, vdupq_n_s8((int8_t)(-2 * g))), m3);
+                    uint8x16_t hb = vandq_u8(vshlq_u8(hm[k], vdupq_n_s8((int8_t)(2 - j))), b2);
+                    q[2 * j + k] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, hb)), four);
+                }
+            }
+        }
+        int8_t sc[16];
+        q3k_scales(w[b].scales, sc);
+        const float dw = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            int32x4_t is = vdupq_n_s32(0);
+            for (int s = 0; s < 16; s++) is = vmlaq_n_s32(is, dot16(q[s], x->qs + 16 * s), sc[s]);
+            sum[t] += x->d * dw * (float)vaddvq_s32(is);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = sum[t];
+}
+
+void pb_gemm_q3_K_q8_K_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(ROWS_BODY, q3k_row, pb_block_q3_K, w, a, y)
+}
+void pb_vec_dot_q3_K_q8_K_neon(int64_t n, float *s, const void *x, const void *y) {
+    q3k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
 // --- float weights --------------------------------------------------------------------------------------
 
 void pb_vec_dot_f32_f32_neon(int64_t n, float *s, const void *x, const void *y) {
@@ -380,4 +573,14 @@ void pb_kernels_fill_neon(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
     gemm[PB_TYPE_Q4_K] = pb_gemm_q4_K_q8_K_neon;
     gemm[PB_TYPE_Q5_K] = pb_gemm_q5_K_q8_K_neon;
     gemm[PB_TYPE_Q6_K] = pb_gemm_q6_K_q8_K_neon;
+    t[PB_TYPE_Q4_1].vec_dot = pb_vec_dot_q4_1_q8_0_neon;
+    t[PB_TYPE_Q5_0].vec_dot = pb_vec_dot_q5_0_q8_0_neon;
+    t[PB_TYPE_Q5_1].vec_dot = pb_vec_dot_q5_1_q8_0_neon;
+    t[PB_TYPE_Q2_K].vec_dot = pb_vec_dot_q2_K_q8_K_neon;
+    t[PB_TYPE_Q3_K].vec_dot = pb_vec_dot_q3_K_q8_K_neon;
+    gemm[PB_TYPE_Q4_1] = pb_gemm_q4_1_q8_0_neon;
+    gemm[PB_TYPE_Q5_0] = pb_gemm_q5_0_q8_0_neon;
+    gemm[PB_TYPE_Q5_1] = pb_gemm_q5_1_q8_0_neon;
+    gemm[PB_TYPE_Q2_K] = pb_gemm_q2_K_q8_K_neon;
+    gemm[PB_TYPE_Q3_K] = pb_gemm_q3_K_q8_K_neon;
 }

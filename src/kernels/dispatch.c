@@ -3,6 +3,7 @@
 #include "kernels/kernels.h"
 #include "tensor/ops.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* without SIMD kernels: the tensor room's plain C (so PB_CPU=scalar computes exactly as ops.c does) */
@@ -20,6 +21,19 @@ static uint64_t (*stream_read)(const void *, size_t) = stream_read_c;
 static void (*geglu)(float *, const float *, int64_t) = pb_geglu;
 
 void pb_kernels_geglu(float *gate, const float *up, int64_t n) { geglu(gate, up, n); }
+
+static float att_exp_c(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0.0f)
+        for (int64_t i = 0; i < n; i++) s[i] = tanhf(s[i] / cap) * cap;
+    float m = *mx, sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) m = s[i] > m ? s[i] : m;
+    *mx = m;
+    for (int64_t i = 0; i < n; i++) sum += (s[i] = expf(s[i] - m));
+    return sum;
+}
+static float (*att_exp)(float *, int64_t, float, float *) = att_exp_c;
+
+float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx) { return att_exp(s, n, cap, mx); }
 
 uint64_t pb_kernels_stream_read(const void *p, size_t n) {
     (void)pb_type_get(0); /* make sure the dispatch ran */
@@ -52,11 +66,11 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             }
         }
         dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
-        geglu = pb_geglu_avx512;
+        geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
         dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
-        geglu = pb_geglu_avx2;
+        geglu = pb_geglu_avx2, att_exp = pb_att_exp_avx2;
     }
 #elif defined(__aarch64__)
     if (f & PB_CPU_DOTPROD) {

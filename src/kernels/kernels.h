@@ -68,6 +68,7 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     float pb_dot_f32_##sfx(const float *a, const float *b, int64_t n);                                                 \
     uint64_t pb_stream_read_##sfx(const void *p, size_t n);                                                            \
     void pb_geglu_##sfx(float *gate, const float *up, int64_t n);                                                      \
+    float pb_att_exp_##sfx(float *s, int64_t n, float cap, float *mx);                                                 \
     void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                               \
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
@@ -114,6 +115,11 @@ void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);
 /* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 (exp-based form of the same
  * function, a few ulps from tensor/ops.c's pb_geglu, which the scalar and NEON builds use). */
 void pb_kernels_geglu(float *gate, const float *up, int64_t n);
+
+/* Attention weights of a chunk of n key scores, in place: when cap > 0 the Gemma 2 soft-cap
+ * s = cap * tanh(s / cap) first; then *mx = max(*mx, max s) and s = exp(s - *mx); returns sum s.
+ * SIMD exp on x86 (~2 ulp); plain tanhf/expf elsewhere. Deterministic for a given n. */
+float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx);
 
 /* Reads n bytes as fast as this CPU's vectors allow (benches: the bandwidth roofline); returns a checksum. */
 uint64_t pb_kernels_stream_read(const void *p, size_t n);

@@ -430,6 +430,420 @@ void FN(pb_gemm_q8_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, 
 void FN(pb_vec_dot_q8_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) { q80_row(n / 32, x, y, 0, s, 0, 1); }
 #endif
 
+// --- Q4_1 / Q5_0 / Q5_1 x Q8_0 --------------------------------------------------------------------------
+
+/* The three are unpacked to unsigned bytes u (Q4_1: 0..15, Q5_0 / Q5_1: 0..31), so one u8 x s8 dot serves
+ * all: Q4_1 / Q5_1 add m * d_a * sum(a) (the activation form of ref.c), Q5_0 takes sum(u a) - 16 sum(a),
+ * exact in int32. sum(a) is one more dot per token and block, shared by the R weight rows of a group. The
+ * AVX-512 build has a Q5_0 kernel of its own (below). */
+enum { Q1_Q41, Q1_Q50, Q1_Q51 };
+
+/* 32 nibbles in element order: low nibbles are elements 0..15, high nibbles 16..31 */
+INLINE __m256i nib32(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+
+/* 0x10 in byte e where bit e of the little-endian u32 at qh is set (the 5th bit of Q5_0 / Q5_1) */
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+INLINE __m256i hbit32(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_maskz_mov_epi8(h, _mm256_set1_epi8(0x10));
+}
+#else
+INLINE __m256i hbit32(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i sel = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+#endif
+
+/* the fp16 pair d, m (adjacent in Q4_1 / Q5_1 blocks) converted at once and broadcast to 8 lanes each */
+INLINE void dm_vec(const uint16_t *dm, __m256 *d, __m256 *m) {
+    uint32_t v;
+    memcpy(&v, dm, 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)v));
+    *d = _mm256_broadcastss_ps(f), *m = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
+}
+
+/* block b of the row at w (kind: Q1_*): its quants as unsigned bytes, its d and (Q4_1 / Q5_1) m */
+INLINE __m256i q1_unpack(const uint8_t *w, int64_t b, int kind, __m256 *d, __m256 *m) {
+    if (kind == Q1_Q41) {
+        const pb_block_q4_1 *x = (const pb_block_q4_1 *)w + b;
+        dm_vec(&x->d, d, m);
+        return nib32(x->qs);
+    }
+    if (kind == Q1_Q50) {
+        const pb_block_q5_0 *x = (const pb_block_q5_0 *)w + b;
+        *d = dvec(x->d), *m = _mm256_setzero_ps();
+        return _mm256_or_si256(nib32(x->qs), hbit32(x->qh));
+    }
+    const pb_block_q5_1 *x = (const pb_block_q5_1 *)w + b;
+    dm_vec(&x->d, d, m);
+    return _mm256_or_si256(nib32(x->qs), hbit32(x->qh));
+}
+
+/* R weight rows (R <= 4, w_row bytes apart) x NT tokens. Each row's float steps are the same whatever R is,
+ * so a tile equals the vec_dot (R = NT = 1) bit for bit. */
+INLINE void q1_rows(int64_t nb, const uint8_t *w0, size_t w_row, int R, int kind, const void *a, size_t a_row, float *y,
+                    int64_t ldy, int NT) {
+    __m256 acc[4][PB_GEMM_NT];
+    PB_UNROLL for (int r = 0; r < R; r++) PB_UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi8(1);
+    const size_t bsz = kind == Q1_Q41   ? sizeof(pb_block_q4_1)
+                       : kind == Q1_Q50 ? sizeof(pb_block_q5_0)
+                                        : sizeof(pb_block_q5_1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wu[4];
+        __m256 dw[4], mw[4];
+        PB_UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w0 + (size_t)r * w_row;
+            if ((b & 1) == 0) PREFETCH_AHEAD(wr + (size_t)b * bsz, 64);
+            wu[r] = q1_unpack(wr, b, kind, &dw[r], &mw[r]);
+        }
+        PB_UNROLL for (int t = 0; t < NT; t++) {
+            const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+            const __m256i xv = loadu(x->qs);
+            const __m256 dx = dvec(x->d);
+            const __m256i sa = dot_us(ones, xv);
+            const __m256 sad = _mm256_mul_ps(_mm256_cvtepi32_ps(sa), dx); /* d_a sum(a), per lane */
+            PB_UNROLL for (int r = 0; r < R; r++) {
+                __m256i is = dot_us(wu[r], xv);
+                if (kind == Q1_Q50) is = _mm256_sub_epi32(is, _mm256_slli_epi32(sa, 4));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw[r], dx), acc[r][t]);
+                if (kind != Q1_Q50) acc[r][t] = _mm256_fmadd_ps(sad, mw[r], acc[r][t]);
+            }
+        }
+    }
+    PB_UNROLL for (int r = 0; r < R; r++) PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* rows in groups of R: decode 1 (one weight stream), else 4 (sum(a) and the activation loads shared by more
+ * rows; measured faster than 2 even where the accumulators no longer fit the 16 registers of AVX2) */
+#define Q1_R(NT) ((NT) == 1 ? 1 : 4)
+
+#define Q1_BODY(kind, w, a, y, NT)                                                                                     \
+    {                                                                                                                  \
+        const int R_ = Q1_R(NT);                                                                                       \
+        int64_t r = 0;                                                                                                 \
+        for (; r + R_ <= nr; r += R_)                                                                                  \
+            q1_rows(nb, (const uint8_t *)(w) + (size_t)r * w_row, w_row, R_, kind, a, a_row, (y) + r, ldy, NT);        \
+        for (; r < nr; r++)                                                                                            \
+            q1_rows(nb, (const uint8_t *)(w) + (size_t)r * w_row, w_row, 1, kind, a, a_row, (y) + r, ldy, NT);         \
+    }
+
+void FN(pb_gemm_q4_1_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q1_BODY, Q1_Q41, w, a, y)
+}
+void FN(pb_vec_dot_q4_1_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q1_rows(n / 32, x, 0, 1, Q1_Q41, y, 0, s, 0, 1);
+}
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* Q5_0 with AVX-512 VNNI (the main type of Gemma 3 1B's Q4_K_M files): two blocks per 512-bit vector, weights
+ * as signed bytes u - 16, activations made unsigned once per token and pair and shared by the R rows (the bias
+ * trick of Q0_ROWS). A lone last block runs with a zero second half. */
+
+/* fp16 scales of two blocks, 8 lanes each */
+INLINE __m512 d2vec(uint16_t d0, uint16_t d1) {
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(f));
+}
+
+/* weights of blocks w[0] and (two) w[1] in element order, u - 16; zero in the second half when !two */
+INLINE __m512i q50z_w(const pb_block_q5_0 *w, bool two) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m128i v1 = two ? _mm_loadu_si128((const __m128i *)w[1].qs) : _mm_setzero_si128();
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[0].qs)), v1, 1);
+    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    /* [lo 0 | lo 1] and [hi 0 | hi 1] -> lo 0, hi 0, lo 1, hi 1 */
+    const __m512i z = _mm512_permutex2var_epi64(_mm512_castsi256_si512(lo), _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
+                                                _mm512_castsi256_si512(hi));
+    uint32_t h0, h1 = 0;
+    memcpy(&h0, w[0].qh, 4);
+    if (two) memcpy(&h1, w[1].qh, 4);
+    const __m512i hb = _mm512_maskz_mov_epi8(_cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32), _mm512_set1_epi8(0x10));
+    const __m512i q = _mm512_sub_epi8(_mm512_or_si512(z, hb), _mm512_set1_epi8(16));
+    return two ? q : _mm512_maskz_mov_epi8((__mmask64)0xFFFFFFFFu, q);
+}
+
+/* blocks b (and b + 1 when two) of R rows x NT tokens into acc */
+INLINE void q50z_step(int64_t b, bool two, const uint8_t *w0, size_t w_row, int R, const void *a, size_t a_row,
+                      __m512 acc[4][PB_GEMM_NT], int NT) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i wv[4], c0[4];
+    __m512 dw[4];
+    PB_UNROLL for (int r = 0; r < R; r++) {
+        const pb_block_q5_0 *wb = (const pb_block_q5_0 *)(w0 + (size_t)r * w_row) + b;
+        PREFETCH_AHEAD(wb, 64);
+        wv[r] = q50z_w(wb, two);
+        c0[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv[r]));
+        dw[r] = d2vec(wb[0].d, two ? wb[1].d : 0);
+    }
+    PB_UNROLL for (int t = 0; t < NT; t++) {
+        const pb_block_q8_0 *x = Q80(a, a_row, t, b);
+        const __m256i x1 = two ? loadu(x[1].qs) : _mm256_setzero_si256();
+        const __m512i xu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(loadu(x[0].qs)), x1, 1), bias);
+        const __m512 dx = d2vec(x[0].d, two ? x[1].d : 0);
+        PB_UNROLL for (int r = 0; r < R; r++) {
+            const __m512i is = _mm512_dpbusd_epi32(c0[r], xu, wv[r]);
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+        }
+    }
+}
+
+INLINE void q50_rows(int64_t nb, const uint8_t *w0, size_t w_row, int R, const void *a, size_t a_row, float *y,
+                     int64_t ldy, int NT) {
+    __m512 acc[4][PB_GEMM_NT];
+    PB_UNROLL for (int r = 0; r < R; r++) PB_UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) q50z_step(b, true, w0, w_row, R, a, a_row, acc, NT);
+    if (b < nb) q50z_step(b, false, w0, w_row, R, a, a_row, acc, NT);
+    PB_UNROLL for (int r = 0; r < R; r++) PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy + r] =
+        _mm512_reduce_add_ps(acc[r][t]);
+}
+
+void FN(pb_gemm_q5_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q0_BODY, q50_rows, w, a, y)
+}
+void FN(pb_vec_dot_q5_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q50_rows(n / 32, x, 0, 1, y, 0, s, 0, 1);
+}
+#else
+void FN(pb_gemm_q5_0_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q1_BODY, Q1_Q50, w, a, y)
+}
+void FN(pb_vec_dot_q5_0_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q1_rows(n / 32, x, 0, 1, Q1_Q50, y, 0, s, 0, 1);
+}
+#endif
+void FN(pb_gemm_q5_1_q8_0_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    TILE_SWITCH(Q1_BODY, Q1_Q51, w, a, y)
+}
+void FN(pb_vec_dot_q5_1_q8_0_)(int64_t n, float *s, const void *x, const void *y) {
+    q1_rows(n / 32, x, 0, 1, Q1_Q51, y, 0, s, 0, 1);
+}
+
+// --- Q2_K / Q3_K x Q8_K ---------------------------------------------------------------------------------
+
+/* Sixteen 8-bit scales (one per 16 values) as the 16-bit multipliers of dot_us_sc: s16[k] holds scale 2k in
+ * the low 128-bit lane and 2k+1 in the high one, matching a 32-value vector of activations 32k..32k+31. */
+INLINE void pair_scales(__m128i sc8, bool is_signed, __m256i s16[8]) {
+    const __m256i bb = _mm256_broadcastsi128_si256(sc8);
+    /* words 0xII80: byte 0x80 shuffles to zero, byte II picks scale II into the word's high byte */
+    __m256i ctl = _mm256_set_m128i(_mm_set1_epi16(0x0180), _mm_set1_epi16(0x0080));
+    PB_UNROLL for (int k = 0; k < 8; k++) {
+        const __m256i v = _mm256_shuffle_epi8(bb, ctl);
+        s16[k] = is_signed ? _mm256_srai_epi16(v, 8) : _mm256_srli_epi16(v, 8);
+        ctl = _mm256_add_epi16(ctl, _mm256_set1_epi16(0x0200));
+    }
+}
+
+/* the sixteen 6-bit Q3_K scales minus 32, as int8 (layout: quant-formats.md §2, Q3_K) */
+INLINE __m128i q3k_scales(const uint8_t *s) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&a2, s + 8, 4);
+    const uint32_t lo = 0x0f0f0f0fu, hi = 0x03030303u;
+    const uint32_t s0 = (a0 & lo) | ((a2 & hi) << 4), s1 = (a1 & lo) | (((a2 >> 2) & hi) << 4);
+    const uint32_t s2 = ((a0 >> 4) & lo) | (((a2 >> 4) & hi) << 4), s3 = ((a1 >> 4) & lo) | (((a2 >> 6) & hi) << 4);
+    return _mm_sub_epi8(_mm_set_epi32((int)s3, (int)s2, (int)s1, (int)s0), _mm_set1_epi8(32));
+}
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+/* AVX-512 build: 64 values (two 32-value groups, four 16-value scales) per 512-bit vector, as q6k_row.
+ * Vector p holds the 32-value groups j = 2p (low half) and 2p + 1 (high half), activations 64p..64p+63. */
+
+/* the scales of vector p per word of its maddubs result: word 8k + l (k < 4) sums activations of the 16-value
+ * group 4p + k. scw: the 16 scales as int16 in its low 256 bits. */
+INLINE __m512i k23_scale_words(__m512i scw, int p) {
+    const __m512i ixq = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+                                         0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(ixq, _mm512_set1_epi16((short)(4 * p))), scw);
+}
+
+/* 2-bit fields of qs[32h..32h+31] for vectors p = 2h (groups 0, 1: shifts 0, 2) and 2h + 1 (shifts 4, 6) */
+INLINE void k23_low2(const uint8_t *qs, __m512i q[4]) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i sh0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i sh1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    PB_UNROLL for (int h = 0; h < 2; h++) {
+        const __m512i v = _mm512_broadcast_i64x4(loadu(qs + 32 * h));
+        q[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(v, sh0), m3);
+        q[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(v, sh1), m3);
+    }
+}
+
+/* sum over the block of scale_s * q * a, 16 int32 lanes */
+INLINE __m512i k23_dot(const __m512i q[4], const __m512i s16[4], const int8_t *xq) {
+    __m512i is = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(xq)), s16[0]);
+    PB_UNROLL for (int p = 1; p < 4; p++) is =
+        _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[p], _mm512_loadu_si512(xq + 64 * p)), s16[p]);
+    return is;
+}
+
+INLINE void q2k_row(int64_t nb, const pb_block_q2_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m512 acc[PB_GEMM_NT];
+    PB_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
+        __m512i q[4], s16[4];
+        k23_low2(w[b].qs, q);
+        const __m128i sb = _mm_loadu_si128((const __m128i *)w[b].scales);
+        const __m512i scw = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)));
+        PB_UNROLL for (int p = 0; p < 4; p++) s16[p] = k23_scale_words(scw, p);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
+        const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        PB_UNROLL for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            const __m512i is = k23_dot(q, s16, x->qs);
+            const __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * x->d), acc[t]);
+            acc[t] =
+                _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)), _mm512_set1_ps(dmin * x->d), acc[t]);
+        }
+    }
+    PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+INLINE void q3k_row(int64_t nb, const pb_block_q3_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m512 acc[PB_GEMM_NT];
+    PB_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i four = _mm512_set1_epi8(4);
+    for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
+        __m512i q[4], s16[4];
+        k23_low2(w[b].qs, q);
+        /* + 4 where the high bit is set: bit j of hmask[l] for group j = 2p (low half) / 2p + 1 (high half) */
+        const __m512i hm = _mm512_broadcast_i64x4(loadu(w[b].hmask));
+        PB_UNROLL for (int p = 0; p < 4; p++) {
+            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * p))),
+                                                   _mm256_set1_epi8((char)(1 << (2 * p + 1))), 1);
+            q[p] = _mm512_mask_add_epi8(q[p], _mm512_test_epi8_mask(hm, bit), q[p], four);
+        }
+        const __m128i sc8 = q3k_scales(w[b].scales);
+        const __m256i sc_all = _mm256_cvtepi8_epi16(sc8);
+        PB_UNROLL for (int p = 0; p < 4; p++) s16[p] = k23_scale_words(_mm512_castsi256_si512(sc_all), p);
+        const float d = h2f(w[b].d);
+        PB_UNROLL for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m512i is = k23_dot(q, s16, x->qs);
+            const __m256i off = _mm256_madd_epi16(loadu(x->bsums), sc_all);
+            is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 2)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * x->d), acc[t]);
+        }
+    }
+    PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+#else
+/* Q2_K: q in 0..3; vector j = 4h + g is bits 2g..2g+1 of qs[32h..32h+31] = activations 32j..32j+31. The mins
+ * (high nibbles) meet the 16 bsums in one madd. */
+INLINE void q2k_row(int64_t nb, const pb_block_q2_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
+        __m256i q[8], s16[8];
+        PB_UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i v = loadu(w[b].qs + 32 * h);
+            PB_UNROLL for (int g = 0; g < 4; g++) q[4 * h + g] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * g), m3);
+        }
+        const __m128i sb = _mm_loadu_si128((const __m128i *)w[b].scales);
+        pair_scales(_mm_and_si128(sb, m4), false, s16);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
+        const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
+            PB_UNROLL for (int j = 1; j < 8; j++) is = acc_us_sc(is, q[j], loadu(x->qs + 32 * j), s16[j]);
+            __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * x->d), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+/* Q3_K: u = low2 + 4 hbit in 0..7 (the quant plus 4), the -4 taken out as sum_s sc_s * 4 * bsum_s; vector
+ * j (activations 32j..) has its high bits in bit j of hmask[0..31]. */
+INLINE void q3k_row(int64_t nb, const pb_block_q3_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m256 acc[PB_GEMM_NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
+        __m256i q[8], s16[8];
+        const __m256i hm = loadu(w[b].hmask);
+        PB_UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i v = loadu(w[b].qs + 32 * h);
+            PB_UNROLL for (int g = 0; g < 4; g++) {
+                const int j = 4 * h + g; /* bit j of each hmask byte moved to bit 2 */
+                const __m256i hb = j >= 2 ? _mm256_srli_epi16(hm, j - 2) : _mm256_slli_epi16(hm, 2 - j);
+                q[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2 * g), m3), _mm256_and_si256(hb, four));
+            }
+        }
+        const __m128i sc8 = q3k_scales(w[b].scales);
+        pair_scales(sc8, true, s16);
+        const __m256i sc_all = _mm256_cvtepi8_epi16(sc8);
+        const float d = h2f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m256i is = dot_us_sc(q[0], loadu(x->qs), s16[0]);
+            PB_UNROLL for (int j = 1; j < 8; j++) is = acc_us_sc(is, q[j], loadu(x->qs + 32 * j), s16[j]);
+            __m256i off = _mm256_madd_epi16(loadu(x->bsums), sc_all);
+            is = _mm256_sub_epi32(is, _mm256_slli_epi32(off, 2));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(d * x->d), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
+}
+
+#endif
+
+#define Q2K_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+    q2k_row(nb, (const pb_block_q2_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q2_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(Q2K_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q2_K_q8_K_)(int64_t n, float *s, const void *x, const void *y) {
+    q2k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
+#define Q3K_BODY(w, a, y, NT)                                                                                          \
+    for (int64_t r = 0; r < nr; r++)                                                                                   \
+    q3k_row(nb, (const pb_block_q3_K *)((const uint8_t *)(w) + (size_t)r * w_row), a, a_row, (y) + r, ldy, NT)
+
+void FN(pb_gemm_q3_K_q8_K_)(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
+                            float *y, int64_t ldy) {
+    const int64_t nb = n / PB_QK_K;
+    TILE_SWITCH(Q3K_BODY, w, a, y)
+}
+
+void FN(pb_vec_dot_q3_K_q8_K_)(int64_t n, float *s, const void *x, const void *y) {
+    q3k_row(n / PB_QK_K, x, y, 0, s, 0, 1);
+}
+
 // --- F16 / BF16 / F32 weights x F32 activations ---------------------------------------------------------
 
 /* Float weights: the float accumulation order differs from ref.c (which sums in double); results agree to
@@ -528,6 +942,45 @@ void FN(pb_geglu_)(float *gate, const float *up, int64_t n) {
         gate[i] = gate[i] /
                   (1.0f + expf(-2.0f * 0.7978845608028654f * (gate[i] + 0.044715f * gate[i] * gate[i] * gate[i]))) *
                   up[i];
+}
+
+/* Attention scores of one key chunk: optional soft-cap s = cap * tanh(s / cap), then the max into *mx
+ * (max of *mx and the chunk), then s = exp(s - max); returns the sum. tanh(u) = 1 - 2 / (1 + exp(2u)),
+ * and for |u| < 1/8 (where that form cancels) its odd Taylor series to u^9 (error < 1e-11). */
+INLINE __m256 tanh256(__m256 u) {
+    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    __m256 big = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(one, exp256(_mm256_add_ps(u, u)))));
+    __m256 u2 = _mm256_mul_ps(u, u), p = _mm256_set1_ps(62.0f / 2835.0f);
+    p = _mm256_fmadd_ps(p, u2, _mm256_set1_ps(-17.0f / 315.0f));
+    p = _mm256_fmadd_ps(p, u2, _mm256_set1_ps(2.0f / 15.0f));
+    p = _mm256_fmadd_ps(p, u2, _mm256_set1_ps(-1.0f / 3.0f));
+    p = _mm256_mul_ps(u, _mm256_fmadd_ps(p, u2, one));
+    __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), u), _mm256_set1_ps(0.125f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(big, p, small);
+}
+
+float FN(pb_att_exp_)(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0.0f) {
+        const __m256 cv = _mm256_set1_ps(cap);
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(s + i, _mm256_mul_ps(cv, tanh256(_mm256_div_ps(_mm256_loadu_ps(s + i), cv))));
+        for (; i < n; i++) s[i] = tanhf(s[i] / cap) * cap;
+    }
+    float m = *mx;
+    for (int64_t i = 0; i < n; i++) m = s[i] > m ? s[i] : m;
+    *mx = m;
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+        _mm256_storeu_ps(s + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum8(acc);
+    for (; i < n; i++) sum += (s[i] = expf(s[i] - m));
+    return sum;
 }
 
 /* Streaming read of n bytes (n % 128 == 0 read, the rest ignored) for the benches' bandwidth roofline:
@@ -680,4 +1133,14 @@ void FN(pb_kernels_fill_)(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
     gemm[PB_TYPE_Q4_K] = FN(pb_gemm_q4_K_q8_K_);
     gemm[PB_TYPE_Q5_K] = FN(pb_gemm_q5_K_q8_K_);
     gemm[PB_TYPE_Q6_K] = FN(pb_gemm_q6_K_q8_K_);
+    t[PB_TYPE_Q4_1].vec_dot = FN(pb_vec_dot_q4_1_q8_0_);
+    t[PB_TYPE_Q5_0].vec_dot = FN(pb_vec_dot_q5_0_q8_0_);
+    t[PB_TYPE_Q5_1].vec_dot = FN(pb_vec_dot_q5_1_q8_0_);
+    t[PB_TYPE_Q2_K].vec_dot = FN(pb_vec_dot_q2_K_q8_K_);
+    t[PB_TYPE_Q3_K].vec_dot = FN(pb_vec_dot_q3_K_q8_K_);
+    gemm[PB_TYPE_Q4_1] = FN(pb_gemm_q4_1_q8_0_);
+    gemm[PB_TYPE_Q5_0] = FN(pb_gemm_q5_0_q8_0_);
+    gemm[PB_TYPE_Q5_1] = FN(pb_gemm_q5_1_q8_0_);
+    gemm[PB_TYPE_Q2_K] = FN(pb_gemm_q2_K_q8_K_);
+    gemm[PB_TYPE_Q3_K] = FN(pb_gemm_q3_K_q8_K_);
 }

@@ -199,8 +199,13 @@ static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint
  * [max score, sum of exp(score - max), sum of exp(score - max) * v (hd values)] = ST(hd) floats. */
 #define ST(hd) ((hd) + 2)
 
-/* Fresh state over keys k0..k1 (online softmax: one pass, no score buffer). Each K/V row is converted to
- * float32 once and used by all n_rep query heads of the group (GQA). */
+/* Keys per chunk of att_block: scores of a chunk are soft-capped and exponentiated together (SIMD). */
+#define ATT_CHUNK 32
+
+/* Fresh state over keys k0..k1 (online softmax, one pass, no score buffer beyond a chunk). Keys go in chunks:
+ * each K row is converted to float32 once for the n_rep query heads of the group (GQA), their scores are
+ * soft-capped, max-shifted and exponentiated together, then each V row once, accumulated with those
+ * weights. Chunks start at k0, so the result depends only on (k0, k1): prefill and decode agree. */
 static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
@@ -208,32 +213,35 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
     const float *q = j->fc->q + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd; /* [n_rep, hd] */
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
     size_t hoff = (size_t)g * kv->head_bytes;
-    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA];
+    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA][ATT_CHUNK];
     for (int r = 0; r < n_rep; r++) {
         float *x = st + r * ST(hd);
         x[0] = -INFINITY;
         x[1] = 0.0f;
         memset(x + 2, 0, sizeof(float) * (size_t)hd);
     }
-    for (int tk = k0; tk <= k1; tk++) {
-        to_f(kv_row(j, kv->k[j->il], j->stash_k, tk) + hoff, kb, hd);
-        for (int r = 0; r < n_rep; r++) {
-            float s = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
-            if (hp->attn_softcap > 0.0f) s = tanhf(s / hp->attn_softcap) * hp->attn_softcap; /* Gemma 2: 50 */
-            sc[r] = s;
+    for (int c0 = k0; c0 <= k1; c0 += ATT_CHUNK) {
+        int cn = PB_MIN(ATT_CHUNK, k1 - c0 + 1);
+        for (int i = 0; i < cn; i++) {
+            to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
+            for (int r = 0; r < n_rep; r++)
+                sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
         }
-        to_f(kv_row(j, kv->v[j->il], j->stash_v, tk) + hoff, vb, hd);
         for (int r = 0; r < n_rep; r++) {
-            float *x = st + r * ST(hd);
-            if (sc[r] > x[0]) { /* new max: rescale what was summed so far (factor 0 on the first key) */
-                float c = expf(x[0] - sc[r]);
+            float *x = st + r * ST(hd), mx = x[0];
+            /* Gemma 2 soft-cap (50), chunk max, exp(s - max) */
+            float sum = pb_kernels_att_exp(sc[r], cn, hp->attn_softcap, &mx);
+            if (mx > x[0]) { /* new max: rescale what was summed so far (factor 0 on the first chunk) */
+                float c = expf(x[0] - mx);
                 x[1] *= c;
                 pb_vec_scale(x + 2, hd, c);
-                x[0] = sc[r];
+                x[0] = mx;
             }
-            float e = expf(sc[r] - x[0]);
-            x[1] += e;
-            pb_kernels_mad_f32(x + 2, vb, e, hd);
+            x[1] += sum;
+        }
+        for (int i = 0; i < cn; i++) {
+            to_f(kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff, vb, hd);
+            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
         }
     }
 }

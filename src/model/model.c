@@ -499,9 +499,10 @@ static pb_status pack_weights(pb_model *m) {
         pb_wmat *ls[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate, &w->up, &w->down};
         for (int i = 0; i < 7; i++) all[n++] = ls[i];
     }
+    bool copy_all = getenv("PB_HUGE_ALL") != NULL; /* experiment: other matrices copied into huge pages too */
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        if (pb_pack_supported(all[i]->t->type, all[i]->t->ne[0], all[i]->t->ne[1]))
+        if (copy_all || pb_pack_supported(all[i]->t->type, all[i]->t->ne[0], all[i]->t->ne[1]))
             total += PB_PAD(all[i]->t->nbytes, 64);
     if (total == 0) return PB_OK;
     pb_status s = PB_OK;
@@ -513,7 +514,7 @@ static pb_status pack_weights(pb_model *m) {
         }
     } else {
         uint8_t *buf = pb_big_alloc(total);
-        if (!buf) return PB_ERR_NOMEM;
+        if (!buf) return PB_OK; /* no memory for a copy: the file layout still works, only slower */
         m->packed_mem = buf;
         m->packed_size = total;
         pb_pool *pool = NULL;
@@ -522,14 +523,18 @@ static pb_status pack_weights(pb_model *m) {
         size_t off = 0;
         for (int i = 0; i < n; i++) {
             const pb_gguf_tensor *t = all[i]->t;
-            if (!pb_pack_supported(t->type, t->ne[0], t->ne[1])) continue;
+            bool pk = pb_pack_supported(t->type, t->ne[0], t->ne[1]);
+            if (!pk && !copy_all) continue;
+            if (i > 0 && all[i]->t == all[0]->t) continue; /* tied output: copied once */
             pack_job j = {t, buf + off};
-            if (pool)
+            if (!pk)
+                memcpy(buf + off, t->data, t->nbytes);
+            else if (pool)
                 pb_pool_run(pool, pack_worker, &j);
             else
                 pack_worker(&j, 0, 1);
             all[i]->data = buf + off;
-            all[i]->packed = true;
+            all[i]->packed = pk;
             off += PB_PAD(t->nbytes, 64);
             pb_map_release(&m->map, t->data, t->nbytes);
         }

@@ -328,6 +328,26 @@ static void test_helpers(void) {
         if (!(e <= worst)) worst = e;
     }
     CHECK(worst < 2e-6, "pb_kernels_geglu (%s) vs ops.c pb_geglu: worst |diff|/|x*up| %.1e", pb_kernels_isa(), worst);
+    /* attention weights of a key chunk: soft-cap 50 (and none), running max, exp(s - max), sum; against
+     * tanh/exp in double. Scores span the soft-cap's small-argument and saturated ranges. */
+    for (int capped = 0; capped < 2; capped++)
+        for (int n = 1; n <= 37; n += 6) {
+            float s[40], ref[40], mx = capped ? 3.0f : -INFINITY, mref = mx;
+            for (int i = 0; i < n; i++) s[i] = nrand() * (i % 5 == 0 ? 0.05f : i % 5 == 1 ? 80.0f : 6.0f);
+            double sum = 0;
+            for (int i = 0; i < n; i++) {
+                ref[i] = capped ? (float)(50.0 * tanh((double)s[i] / 50.0)) : s[i];
+                mref = ref[i] > mref ? ref[i] : mref;
+            }
+            for (int i = 0; i < n; i++) sum += exp((double)ref[i] - (double)mref);
+            float sg = pb_kernels_att_exp(s, n, capped ? 50.0f : 0.0f, &mx);
+            double we = 0;
+            for (int i = 0; i < n; i++) we = fmax(we, fabs((double)s[i] - exp((double)ref[i] - (double)mref)));
+            CHECK(fabs((double)mx - (double)mref) <= 2e-6 * fabs((double)mref) + 1e-6 && we < 2e-6 &&
+                      fabs((double)sg - sum) <= 2e-6 * sum,
+                  "pb_kernels_att_exp (%s) n %d cap %s: max %g (ref %g), weights off by %.1e, sum %g (ref %g)",
+                  pb_kernels_isa(), n, capped ? "50" : "none", (double)mx, (double)mref, we, (double)sg, sum);
+        }
     free(a), free(b), free(g1), free(g2);
 }
 

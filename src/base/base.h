@@ -57,6 +57,8 @@ void pb_map_release(const pb_map *m, const void *p, size_t n);
  * asked for where the OS has them. NULL + pb_error on failure. Free with pb_big_free(p, n). */
 void *pb_big_alloc(size_t n);
 void pb_big_free(void *p, size_t n);
+/* True when the OS gives pb_big_alloc transparent huge pages (Linux THP "always" or "madvise"). */
+bool pb_huge_pages_available(void);
 
 /* Reads a whole file into a NUL-terminated heap buffer (free with free()). */
 pb_status pb_read_file(const char *path, char **out, size_t *len);

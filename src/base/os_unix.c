@@ -85,6 +85,21 @@ void *pb_big_alloc(size_t n) {
     return a;
 }
 
+bool pb_huge_pages_available(void) {
+    static int state = -1; /* -1 unknown, 0 no, 1 yes */
+    int st = __atomic_load_n(&state, __ATOMIC_RELAXED);
+    if (st >= 0) return st == 1;
+    char buf[128] = {0};
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+        fclose(f);
+    }
+    st = strstr(buf, "[always]") || strstr(buf, "[madvise]") ? 1 : 0;
+    __atomic_store_n(&state, st, __ATOMIC_RELAXED);
+    return st == 1;
+}
+
 void pb_big_free(void *p, size_t n) {
     if (p) munmap(p, PB_PAD(n ? n : 1, BIG_ALIGN));
 }

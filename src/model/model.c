@@ -476,19 +476,27 @@ static pb_status copy_norms(pb_model *m) {
 typedef struct {
     const pb_gguf_tensor *t;
     uint8_t *dst;
+    bool pack; /* else a plain copy */
 } pack_job;
 
 static void pack_worker(void *ctx, int ith, int nth) {
     const pack_job *j = ctx;
     int64_t lo, hi;
+    if (!j->pack) {
+        pb_split((int64_t)j->t->nbytes, ith, nth, &lo, &hi);
+        if (hi > (int64_t)j->t->nbytes) hi = (int64_t)j->t->nbytes;
+        if (lo < hi) memcpy(j->dst + lo, (const uint8_t *)j->t->data + lo, (size_t)(hi - lo));
+        return;
+    }
     pb_split(j->t->ne[1] / PB_PACK_ROWS, ith, nth, &lo, &hi);
     if (hi > j->t->ne[1] / PB_PACK_ROWS) hi = j->t->ne[1] / PB_PACK_ROWS;
     if (lo < hi) (void)pb_pack_groups(j->t->type, j->t->data, j->dst, j->t->ne[0], j->t->ne[1], lo, hi);
 }
 
-/* Repacks every Q4_0/Q8_0 matrix the CPU has packed kernels for (tensor/matmul.h). A mapped file: into one
- * anonymous buffer (huge pages where offered), in parallel, each tensor's file pages dropped from this
- * process as soon as it is copied, so the weights are resident once. A heap copy: in place. */
+/* Repacks every Q4_0/Q8_0 matrix the CPU has packed kernels for (tensor/matmul.h) and, where the OS has
+ * transparent huge pages, copies the other matrices as they are. A mapped file: into one anonymous
+ * buffer, in parallel, each tensor's file pages dropped from this process as soon as it is copied, so the
+ * weights are resident once. A heap copy: packed in place, nothing else copied. */
 static pb_status pack_weights(pb_model *m) {
     pb_wmat *all[2 + 7 * PB_MAX_LAYERS];
     int n = 0;
@@ -499,7 +507,9 @@ static pb_status pack_weights(pb_model *m) {
         pb_wmat *ls[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate, &w->up, &w->down};
         for (int i = 0; i < 7; i++) all[n++] = ls[i];
     }
-    bool copy_all = getenv("PB_HUGE_ALL") != NULL; /* experiment: other matrices copied into huge pages too */
+    /* With huge pages, the other matrices are copied too: decode streams every weight byte per token, and
+     * 2 MiB pages spare the TLB misses of 4 KiB file pages (measured ~10% faster decode on the 2B model). */
+    bool copy_all = m->map.mapped && pb_huge_pages_available() && !getenv("PB_NO_HUGE");
     size_t total = 0;
     for (int i = 0; i < n; i++)
         if (copy_all || pb_pack_supported(all[i]->t->type, all[i]->t->ne[0], all[i]->t->ne[1]))
@@ -526,10 +536,8 @@ static pb_status pack_weights(pb_model *m) {
             bool pk = pb_pack_supported(t->type, t->ne[0], t->ne[1]);
             if (!pk && !copy_all) continue;
             if (i > 0 && all[i]->t == all[0]->t) continue; /* tied output: copied once */
-            pack_job j = {t, buf + off};
-            if (!pk)
-                memcpy(buf + off, t->data, t->nbytes);
-            else if (pool)
+            pack_job j = {t, buf + off, pk};
+            if (pool)
                 pb_pool_run(pool, pack_worker, &j);
             else
                 pack_worker(&j, 0, 1);

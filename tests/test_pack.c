@@ -19,7 +19,20 @@ static float nrand(void) {
 }
 
 /* y = the scalar spec over a packed matrix (activations quantized and summed the way pb_matmul_packed does) */
+static void run_tiles(int type, pb_gemm_packed_fn fn, int nt_max, const uint8_t *wp, int64_t K, int64_t N,
+                      const float *x, int ntok, float *y);
 static void spec(int type, const uint8_t *wp, int64_t K, int64_t N, const float *x, int ntok, float *y) {
+    pb_gemm_packed_fn fn = type == PB_TYPE_Q4_0   ? pb_gemm_packed_q4_0_ref
+                           : type == PB_TYPE_Q8_0 ? pb_gemm_packed_q8_0_ref
+                           : type == PB_TYPE_Q4_K ? pb_gemm_packed_q4_K_ref
+                                                  : pb_gemm_packed_q6_K_ref;
+    run_tiles(type, fn, 1, wp, K, N, x, ntok, y);
+}
+
+/* y = a packed tile kernel over the whole matrix, nt_max tokens per call (activations and meta as
+ * pb_matmul_packed makes them) */
+static void run_tiles(int type, pb_gemm_packed_fn fn, int nt_max, const uint8_t *wp, int64_t K, int64_t N,
+                      const float *x, int ntok, float *y) {
     const int at = pb_type_get(type)->vec_dot_type;
     int64_t nb = K / pb_type_get(at)->blck;
     size_t a_row = pb_row_size(at, K);
@@ -36,13 +49,11 @@ static void spec(int type, const uint8_t *wp, int64_t K, int64_t N, const float 
             meta[t * nb + b].d = pb_fp16_to_fp32(a[b].d);
         }
     }
-    pb_gemm_packed_fn fn = type == PB_TYPE_Q4_0   ? pb_gemm_packed_q4_0_ref
-                           : type == PB_TYPE_Q8_0 ? pb_gemm_packed_q8_0_ref
-                           : type == PB_TYPE_Q4_K ? pb_gemm_packed_q4_K_ref
-                                                  : pb_gemm_packed_q6_K_ref;
     size_t g_size = pb_row_size(type, K) * PB_PACK_ROWS;
-    for (int t = 0; t < ntok; t++)
-        fn(K, wp, N / PB_PACK_ROWS, g_size, act + (size_t)t * a_row, a_row, meta + t * nb, 1, y + t * N, N);
+    for (int t = 0; t < ntok; t += nt_max) {
+        int nt = ntok - t < nt_max ? ntok - t : nt_max;
+        fn(K, wp, N / PB_PACK_ROWS, g_size, act + (size_t)t * a_row, a_row, meta + t * nb, nt, y + t * N, N);
+    }
     free(act);
     free(meta);
 }
@@ -90,6 +101,19 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
     } else {
         NOTE("no packed %s kernel on this CPU (%s): spec-only checks", tn, pb_kernels_isa());
     }
+#if defined(__x86_64__)
+    /* the AVX2 family's packed tiles, called directly (the dispatch picks AVX-512 where it can) */
+    const unsigned avx2 = PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C;
+    if ((pb_cpu_features() & avx2) == avx2 && (type == PB_TYPE_Q4_0 || type == PB_TYPE_Q8_0))
+        for (int ntm = 1; ntm <= PB_GEMM_NT; ntm += 3) {
+            memset(yp, 0, sizeof(float) * (size_t)(N * NT));
+            run_tiles(type, type == PB_TYPE_Q4_0 ? pb_gemm_packed_q4_0_avx2 : pb_gemm_packed_q8_0_avx2, ntm, wp, K, N,
+                      x, NT, yp);
+            CHECK(memcmp(yp, ys, sizeof(float) * (size_t)(N * NT)) == 0,
+                  "%s %lldx%lld, %d tokens per tile: avx2 packed tiles bit-identical to the scalar spec", tn,
+                  (long long)N, (long long)K, ntm);
+        }
+#endif
     /* against the unpacked matmul: same integer sums, float order differs */
     CHECK(pb_matmul(w, type, K, N, x, NT, yu, scratch, pool) == PB_OK, "%s unpacked matmul runs", tn);
     double worst = 0;

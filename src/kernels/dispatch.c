@@ -69,6 +69,10 @@ void pb_kernels_init(pb_type_traits *table, int n) {
         geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
+        if (!getenv("PB_NO_PACK")) {
+            pb_matmul_set_packed(PB_TYPE_Q4_0, pb_gemm_packed_q4_0_avx2);
+            pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_avx2);
+        }
         dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
         geglu = pb_geglu_avx2, att_exp = pb_att_exp_avx2;
     }

@@ -75,7 +75,7 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
 
 /* Packed (row-interleaved) Q4_0 / Q8_0 / Q4_K / Q6_K tiles (pb_gemm_packed_fn, layout in tensor/matmul.h): the scalar
- * spec (ref_pack.c) and the AVX-512 VNNI version (x86_pack.h), bit-identical to it. */
+ * spec (ref_pack.c), the AVX-512 VNNI version (x86_pack.h) and the AVX2 one (x86_pack2.h), bit-identical. */
 void pb_gemm_packed_q4_0_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                              const void *meta, int nt, float *y, int64_t ldy);
 void pb_gemm_packed_q8_0_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
@@ -85,6 +85,10 @@ void pb_gemm_packed_q4_K_ref(int64_t K, const void *w, int64_t ng, size_t g_size
 void pb_gemm_packed_q6_K_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                              const void *meta, int nt, float *y, int64_t ldy);
 #if defined(__x86_64__)
+void pb_gemm_packed_q4_0_avx2(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q8_0_avx2(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy);
 void pb_gemm_packed_q4_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                                 const void *meta, int nt, float *y, int64_t ldy);
 void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,

@@ -2,3 +2,4 @@
  * dispatch.c calls into here, and only when pb_cpu_features() reports those features. */
 #define X86_SFX avx2
 #include "kernels/x86_kern.h"
+#include "kernels/x86_pack2.h"

@@ -584,3 +584,4 @@ void pb_kernels_fill_neon(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
     gemm[PB_TYPE_Q2_K] = pb_gemm_q2_K_q8_K_neon;
     gemm[PB_TYPE_Q3_K] = pb_gemm_q3_K_q8_K_neon;
 }
+#include "kernels/arm_pack.h"

@@ -79,6 +79,10 @@ void pb_kernels_init(pb_type_traits *table, int n) {
 #elif defined(__aarch64__)
     if (f & PB_CPU_DOTPROD) {
         pb_kernels_fill_neon(table, n, gemm);
+        if (!getenv("PB_NO_PACK")) {
+            pb_matmul_set_packed(PB_TYPE_Q4_0, pb_gemm_packed_q4_0_neon);
+            pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_neon);
+        }
         dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon, stream_read = pb_stream_read_neon;
     }
 #endif

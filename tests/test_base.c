@@ -2,14 +2,156 @@
 #include "base/base.h"
 #include "pb_test.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
 
 static atomic_int hits[8];
 static void count_fn(void *ctx, int ith, int nth) {
     (void)ctx;
     (void)nth;
     atomic_fetch_add(&hits[ith], 1);
+}
+
+// --- thread pool under stress ---------------------------------------------------------------------
+
+/* A job over real data: part ith of nth sums its pb_split range of xs into sums[ith] and counts itself. */
+enum { SUM_N = 10007, MAX_TH = 16 };
+typedef struct {
+    const int64_t *xs;
+    int64_t sums[MAX_TH];
+    atomic_int runs[MAX_TH];   /* times each part ran in this job */
+    atomic_int active[MAX_TH]; /* a part running twice at once would show here */
+    atomic_int overlap;
+    atomic_int caller_parts; /* parts run on the thread that called pb_pool_run */
+    const int *caller_mark;
+    int sleep_us; /* parts other than 0 sleep this long (a slow or descheduled worker) */
+} sum_job;
+
+static _Thread_local int thread_mark;
+
+static void sleep_us(int us) {
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static void sum_fn(void *ctx, int ith, int nth) {
+    sum_job *j = ctx;
+    if (atomic_fetch_add(&j->active[ith], 1) != 0) atomic_fetch_add(&j->overlap, 1);
+    if (&thread_mark == j->caller_mark) atomic_fetch_add(&j->caller_parts, 1);
+    if (ith == 0 && &thread_mark != j->caller_mark) atomic_fetch_add(&j->overlap, 1000); /* contract: ith 0 */
+    if (ith != 0 && j->sleep_us) sleep_us(j->sleep_us);
+    int64_t lo, hi, s = 0;
+    pb_split(SUM_N, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) s += j->xs[i];
+    j->sums[ith] = s;
+    atomic_fetch_add(&j->runs[ith], 1);
+    atomic_fetch_sub(&j->active[ith], 1);
+}
+
+/* Runs `jobs` jobs of n parts (n = 0: cycle n through 1..size); returns how many came out wrong. */
+static int run_sums(pb_pool *pool, const int64_t *xs, int64_t want, int jobs, int n, int sleep, int pause_us,
+                    int *caller_parts) {
+    int bad = 0;
+    for (int it = 0; it < jobs; it++) {
+        sum_job j = {.xs = xs, .caller_mark = &thread_mark, .sleep_us = sleep};
+        int nth = n ? n : 1 + it % pb_pool_size(pool);
+        pb_pool_run_n(pool, nth, sum_fn, &j);
+        int64_t total = 0;
+        int ok = atomic_load(&j.overlap) == 0;
+        for (int i = 0; i < MAX_TH; i++) {
+            ok &= atomic_load(&j.runs[i]) == (i < nth ? 1 : 0);
+            if (i < nth) total += j.sums[i];
+        }
+        bad += !ok || total != want;
+        if (caller_parts) *caller_parts += atomic_load(&j.caller_parts);
+        if (pause_us) sleep_us(pause_us);
+    }
+    return bad;
+}
+
+static void test_pool_stress(void) {
+    static int64_t xs[SUM_N];
+    int64_t want = 0;
+    for (int i = 0; i < SUM_N; i++) want += xs[i] = (int64_t)i * 7919 % 1000003 - 500000;
+
+    /* more threads than cores: 16 threads on a 2-core machine, every part count from 1 to 16 */
+    pb_pool *pool;
+    CHECK(pb_pool_new(MAX_TH, &pool) == PB_OK, "pool of %d threads", MAX_TH);
+    double t0 = pb_time_ms();
+    int bad = run_sums(pool, xs, want, 4000, 0, 0, 0, NULL);
+    CHECK(bad == 0,
+          "16 threads (more than cores): 4000 jobs, each part exactly once, none twice at once, "
+          "sums exact, ith 0 on the caller (%d bad)",
+          bad);
+    NOTE("16-thread pool: %.1f us per job", (pb_time_ms() - t0) * 1000.0 / 4000);
+    /* slow workers: the caller must wait (spin, then sleep) for parts still running */
+    bad = run_sums(pool, xs, want, 40, 0, 300, 0, NULL);
+    CHECK(bad == 0, "slow parts (300 us sleeps in workers' parts): 40 jobs right (%d bad)", bad);
+    /* gaps between jobs longer than any spin: workers fall asleep and must be woken */
+    bad = run_sums(pool, xs, want, 40, 0, 0, 2000, NULL);
+    CHECK(bad == 0, "2 ms gaps between jobs (workers sleep, get woken): 40 jobs right (%d bad)", bad);
+    pb_pool_set_limit(pool, 3);
+    CHECK(pb_pool_limit(pool) == 3, "limit 3");
+    sum_job j = {.xs = xs, .caller_mark = &thread_mark};
+    pb_pool_run(pool, sum_fn, &j);
+    CHECK(atomic_load(&j.runs[2]) == 1 && atomic_load(&j.runs[3]) == 0, "pb_pool_run honours the limit");
+    pb_pool_free(pool);
+
+    /* repeated runs on a 2-thread pool (the decode shape), and pools made and freed while workers spin */
+    CHECK(pb_pool_new(2, &pool) == PB_OK, "pool of 2 threads");
+    bad = run_sums(pool, xs, want, 20000, 2, 0, 0, NULL);
+    CHECK(bad == 0, "2 threads: 20000 back-to-back jobs right (%d bad)", bad);
+    pb_pool_free(pool);
+    int made = 0;
+    for (int i = 0; i < 50; i++) {
+        if (pb_pool_new(1 + i % 5, &pool) != PB_OK) break;
+        if (i % 2 == 0) bad += run_sums(pool, xs, want, 3, 0, 0, 0, NULL);
+        pb_pool_free(pool);
+        made++;
+    }
+    CHECK(made == 50 && bad == 0, "50 pools made, used and freed (%d made, %d bad jobs)", made, bad);
+
+#if defined(__linux__)
+    /* descheduled workers: pin the process to one CPU, so a worker can only run when the caller is
+     * preempted or asleep. A pool that waited for its workers would lose a time slice (milliseconds) per
+     * job; this one lets the caller run the parts nobody picked up. */
+    cpu_set_t old_set, one;
+    if (sched_getaffinity(0, sizeof old_set, &old_set) == 0) {
+        int cpu = 0;
+        while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old_set)) cpu++;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) == 0) {
+            CHECK(pb_pool_new(4, &pool) == PB_OK, "pool of 4 threads pinned to one CPU");
+            int caller_parts = 0;
+            t0 = pb_time_ms();
+            bad = run_sums(pool, xs, want, 2000, 4, 0, 0, &caller_parts);
+            double ms = pb_time_ms() - t0;
+            CHECK(bad == 0, "4 threads on 1 CPU: 2000 jobs right (%d bad)", bad);
+            t0 = pb_time_ms(); /* the same parts run in a plain loop: what the CPU needs for the work */
+            for (int it = 0; it < 2000; it++) {
+                sum_job sj = {.xs = xs, .caller_mark = &thread_mark};
+                for (int i = 0; i < 4; i++) sum_fn(&sj, i, 4);
+            }
+            double plain_ms = pb_time_ms() - t0;
+            NOTE("4 threads on 1 CPU: %.1f us per job (plain loop %.1f); the caller ran %.0f%% of the parts",
+                 ms * 1000.0 / 2000, plain_ms * 1000.0 / 2000, 100.0 * caller_parts / (2000.0 * 4));
+            /* waiting out a 1-4 ms time slice per job would take seconds; both runs share the machine's load */
+            CHECK(ms < 20 * plain_ms + 1000,
+                  "4 threads on 1 CPU: 2000 jobs take %.0f ms (< 20 x %.0f ms of the plain loop + 1 s: the pool "
+                  "does not wait out time slices for descheduled workers)",
+                  ms, plain_ms);
+            pb_pool_free(pool);
+            sched_setaffinity(0, sizeof old_set, &old_set);
+        } else {
+            NOTE("skip: cannot pin to one CPU");
+        }
+    }
+#else
+    NOTE("skip: one-CPU pinning test needs Linux");
+#endif
 }
 
 int main(void) {
@@ -42,6 +184,7 @@ int main(void) {
     CHECK(hits[0] == 1001 && hits[1] == 1001 && hits[2] == 1000, "pool_run_n uses only n threads");
     pb_pool_free(pool);
     pb_pool_free(NULL);
+    test_pool_stress();
 
     CHECK(pb_cpu_physical_cores() >= 1, "physical cores >= 1 (%d)", pb_cpu_physical_cores());
     NOTE("cpu features 0x%x", pb_cpu_features());

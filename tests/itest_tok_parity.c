@@ -317,19 +317,24 @@ static void load_speed(void) {
         pb_gguf_write_memory(w, &mem, &len) != PB_OK || pb_gguf_open_memory(mem, len, &g) != PB_OK) {
         CHECK(0, "build a GGUF for the load-time check: %s", pb_last_error());
     } else {
-        double best = 1e9;
+        /* the target is on the thread's CPU time (the load is single-threaded), so a busy machine does not
+         * fail it; the wall clock is reported next to it */
+        double best = 1e9, best_wall = 1e9;
         for (int r = 0; r < 3; r++) {
             pb_vocab *v = NULL;
-            double t0 = pb_time_ms();
+            double t0 = pb_time_ms(), c0 = pbt_thread_cpu_ms();
             pb_status st = pb_vocab_from_gguf(g, &v);
-            double ms = pb_time_ms() - t0;
+            double ms = pbt_thread_cpu_ms() - c0, wall = pb_time_ms() - t0;
             if (st == PB_OK && ms < best) best = ms;
+            if (st == PB_OK && wall < best_wall) best_wall = wall;
             pb_vocab_free(v);
         }
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-        NOTE("pb_vocab_from_gguf, 256000 tokens: %.1f ms (sanitizer build, not checked)", best);
+        NOTE("pb_vocab_from_gguf, 256000 tokens: %.1f ms CPU, %.1f ms wall (sanitizer build, not checked)", best,
+             best_wall);
 #else
-        CHECK(best < 150.0, "pb_vocab_from_gguf, 256000 tokens: %.1f ms (target < 150 ms)", best);
+        CHECK(best < 150.0, "pb_vocab_from_gguf, 256000 tokens: %.1f ms CPU, %.1f ms wall (target < 150 ms CPU)", best,
+              best_wall);
 #endif
     }
     pb_gguf_close(g);

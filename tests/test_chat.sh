@@ -55,7 +55,11 @@ tmux kill-session -t $S 2>/dev/null
 tmux new-session -d -s $S -x 160 -y 50 "cd '$T' && '$ABS_BIN' chat -m '$ABS_M' -t 1 -c 2048 -n 0 --session chat.pbs; echo EXITED-\$?; sleep 30"
 if wait_for "\[resumed chat.pbs: [0-9]* tokens, 2 turns\]" 1 30; then ok "--session resumes the saved conversation"; else nok "resume"; screen; fi
 tmux send-keys -t $S "Now write a very long story." Enter
-sleep 3
+# Ctrl-C once the answer is streaming (text below the prompt line), however slow the machine
+i=0
+while [ $i -lt 300 ] && [ "$(screen | sed -n '/Now write a very long story\./,$p' | sed 1d | grep -c .)" = 0 ]; do
+  sleep 0.2; i=$((i + 1))
+done
 tmux send-keys -t $S C-c
 if wait_for "\[stopped\]" 1 20; then ok "Ctrl-C stops the answer"; else nok "Ctrl-C"; screen; fi
 sleep 0.5

@@ -78,10 +78,11 @@ check "context full: exit 1 with 'context full'" '[ $rc = 1 ] && grep -q "contex
 # Ctrl-C (SIGINT) stops the answer: partial text, exit 130
 $R -p "Tell me a very long story" -n 0 -c 4096 >"$T/out" 2>"$T/err" &
 pid=$!
-sleep 3
+# signal once the answer is streaming (the handler is in place), however slow the machine
+for i in $(seq 1 600); do [ -s "$T/out" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 kill -INT $pid
 wait $pid; rc=$?
-check "SIGINT stops run with exit 130 and keeps the partial answer (rc $rc)" '[ $rc = 130 ] && grep -q "interrupted" "$T/err"'
+check "SIGINT stops run with exit 130 and keeps the partial answer (rc $rc)" '[ $rc = 130 ] && grep -q "interrupted" "$T/err" && [ -s "$T/out" ]'
 
 # bench
 $BIN bench -m "$M" -t 1 -p 16 -n 4 -r 2 >"$T/bench" 2>&1; rc=$?

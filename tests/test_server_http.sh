@@ -9,7 +9,7 @@ trap 'kill $PID 2>/dev/null; rm -rf "$OUT"' EXIT
 echo 91000 >"$OUT/temp"   # a fake thermal zone at 91 degrees C
 "$BIN" serve -m "$MODEL" --port 0 --api-key k1 --max-body 4096 --thermal "$OUT/temp" >"$OUT/stdout" 2>"$OUT/stderr" &
 PID=$!
-for i in $(seq 1 100); do grep -q listening "$OUT/stdout" && break; sleep 0.1; done
+for i in $(seq 1 600); do grep -q listening "$OUT/stdout" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done # up to 60 s
 PORT=$(sed -n 's/^listening //p' "$OUT/stdout")
 [ -n "$PORT" ] || { echo "not ok - server did not start: $(cat "$OUT/stderr")"; exit 1; }
 URL=http://127.0.0.1:$PORT

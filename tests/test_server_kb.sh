@@ -18,7 +18,7 @@ printf '# Bread\n\nSourdough bread rises thanks to wild yeast and lactic acid ba
 start() { # args...
   "$BIN" serve -m "$MODEL" --port 0 "$@" >"$OUT/stdout" 2>"$OUT/stderr" &
   PID=$!
-  for i in $(seq 1 100); do grep -q listening "$OUT/stdout" && break; sleep 0.1; done
+  for i in $(seq 1 600); do grep -q listening "$OUT/stdout" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done # up to 60 s
   PORT=$(sed -n 's/^listening //p' "$OUT/stdout")
   URL=http://127.0.0.1:$PORT
   [ -n "$PORT" ] || echo "not ok - server did not start: $(cat "$OUT/stderr")"

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "server/server.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,6 @@ static const char *USAGE =
     "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N] [--api-key KEY]\n"
     "                  [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after SEC]\n"
     "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE]";
-
-static volatile sig_atomic_t stop_requested;
-static void on_stop(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
 
 /* Filled by the knowledge-hub room when it is linked in (weak: the server runs without it). */
 bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, pb_server_hooks *hooks)
@@ -118,23 +113,28 @@ int cmd_serve(int argc, char **argv) {
             return 1;
         }
     }
+    /* SIGINT/SIGTERM are blocked from here on, in this thread and in every thread the server starts (they
+     * inherit the mask), and taken by sigwait() below: a stop request can neither slip in between a check
+     * and a pause() nor land on a worker thread while this one sleeps on. */
+    sigset_t stop_sigs;
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGINT);
+    sigaddset(&stop_sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
     pb_server *srv = NULL;
     s = pb_server_start(m, &p, &srv);
     if (s != PB_OK) {
         pb_model_close(m);
         return cli_fail(cmd, s, "cannot start the server");
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "pocketbrain serve: listening on http://%s:%d/ (model %s, %d slot%s)\n", p.host,
             pb_server_port(srv), p.model_id, p.n_parallel, p.n_parallel == 1 ? "" : "s");
     printf("listening %d\n", pb_server_port(srv));
     fflush(stdout);
-    while (!stop_requested) pause();
+    int sig = 0;
+    while (sigwait(&stop_sigs, &sig) != 0) {
+    }
     fprintf(stderr, "pocketbrain serve: shutting down\n");
     pb_server_stop(srv);
     pb_model_close(m);

@@ -112,6 +112,8 @@ struct pb_server {
     bool stopping;
     metrics m;
     atomic_ullong id_counter;
+    atomic_int n_in_flight; /* requests between their first handler call and MHD's completion notice */
+    atomic_bool halt;       /* set by pb_server_stop: running generations end at their next token */
 };
 
 static void job_release(job *j) {
@@ -224,8 +226,7 @@ static bool on_piece(const char *piece, size_t len, void *user) {
      * scheduled in time cannot let a late token through. */
     if (srv->p.fallback_after > 0) {
         pthread_mutex_lock(&j->mu);
-        bool late = j->n_pieces == 0 && !j->fell_back &&
-                    pb_time_ms() - j->t_enqueue >= srv->p.fallback_after * 1000.0;
+        bool late = j->n_pieces == 0 && !j->fell_back && pb_time_ms() - j->t_enqueue >= srv->p.fallback_after * 1000.0;
         pthread_mutex_unlock(&j->mu);
         if (late) {
             char ans[4096];
@@ -245,7 +246,9 @@ static bool on_piece(const char *piece, size_t len, void *user) {
         job_event(j, stream_chunk(j, srv->model_id, piece, len, false, NULL));
     else
         job_append(j, piece, len);
-    bool keep = !j->cancelled && !j->fell_back;
+    /* halt: a job that was only about to start when the server stopped (the engine clears a cancel left
+     * from before a call, so pb_session_cancel alone can miss it) ends at its first token */
+    bool keep = !j->cancelled && !j->fell_back && !atomic_load(&srv->halt);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return keep;
@@ -294,14 +297,25 @@ static void run_job(slot *sl, job *j) {
     if (s == PB_ERR_CANCELLED || j->cancelled) srv->m.cancelled++;
     pthread_mutex_unlock(&srv->m.mu);
 
+    /* No token at all (an end of turn first) and past the first-token deadline: the FAQ answer, judged here
+     * like on_piece does, so the outcome does not depend on whether a waiter looked before the job ended. */
     pthread_mutex_lock(&j->mu);
+    bool late = s == PB_OK && srv->p.fallback_after > 0 && j->n_pieces == 0 && !j->fell_back && !j->cancelled &&
+                pb_time_ms() - j->t_enqueue >= srv->p.fallback_after * 1000.0;
+    pthread_mutex_unlock(&j->mu);
+    char ans[4096];
+    bool found = late && faq_fallback(j, ans, sizeof ans);
+    pthread_mutex_lock(&j->mu);
+    if (found && !j->fell_back) use_fallback_locked(j, ans);
     j->stats = st;
     j->stats.n_prompt = j->n_prompt;
     j->status = s;
     if (s != PB_OK && s != PB_ERR_CANCELLED) snprintf(j->err, sizeof j->err, "%s", pb_last_error());
     if (j->stream && !j->fell_back) {
         if (s == PB_OK || s == PB_ERR_CANCELLED) {
-            cJSON *fin = stream_chunk(j, srv->model_id, NULL, 0, false, srv->stopping ? "stop" : finish_reason(&st));
+            /* halt, not stopping: stopping belongs to srv->mu, which this thread does not hold here */
+            cJSON *fin =
+                stream_chunk(j, srv->model_id, NULL, 0, false, atomic_load(&srv->halt) ? "stop" : finish_reason(&st));
             if (j->include_usage) cJSON_AddItemToObject(fin, "usage", usage_obj(j));
             job_event(j, fin);
         } else {
@@ -1113,6 +1127,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq = calloc(1, sizeof *rq);
         if (!rq) return MHD_NO;
         *con_cls = rq;
+        atomic_fetch_add(&srv->n_in_flight, 1);
         return MHD_YES;
     }
     if (*upload_size > 0) { /* body chunk */
@@ -1171,7 +1186,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
+    pb_server *srv = cls;
     (void)c;
     (void)toe;
     request *rq = *con_cls;
@@ -1179,6 +1194,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(rq->body);
     free(rq);
     *con_cls = NULL;
+    atomic_fetch_sub(&srv->n_in_flight, 1);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------------------- */
@@ -1301,17 +1317,18 @@ void pb_server_stop(pb_server *srv) {
     }
     srv->queue_head = srv->queue_tail = NULL;
     srv->n_queued = 0;
+    atomic_store(&srv->halt, true);
     for (int i = 0; i < srv->n_slots; i++)
         if (srv->slots[i].busy) pb_session_cancel(srv->slots[i].session);
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     for (int i = 0; i < srv->n_slots; i++) pthread_join(srv->slots[i].thread, NULL);
-    /* give streaming connections a moment to send their final events */
+    /* Let the responses in flight (streams ending with their final event, answers of cancelled jobs) reach
+     * their clients before the daemon closes the connections: waited for by request, not by connection, so an
+     * idle keep-alive connection costs nothing and a slow machine gets up to 10 s, not a fixed moment. */
     if (srv->daemon) {
         MHD_quiesce_daemon(srv->daemon);
-        for (int k = 0; k < 20; k++) {
-            const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-            if (!info || info->num_connections == 0) break;
+        for (int k = 0; k < 200 && atomic_load(&srv->n_in_flight) > 0; k++) {
             struct timespec ts = {0, 50 * 1000000L};
             nanosleep(&ts, NULL);
         }

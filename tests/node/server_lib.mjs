@@ -1,5 +1,5 @@
 // server_lib.mjs -- helpers for the server tests: start `pocketbrain serve` on a free port, TAP-style checks.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 
@@ -24,6 +24,14 @@ export function peerModel() {
 }
 
 export function bin() { return process.env.PB_BIN || 'build/pocketbrain'; }
+
+// 'AddressSanitizer' / 'ThreadSanitizer' when the binary is built with one (its runtime lists its flags on
+// ASAN_OPTIONS=help=1 / TSAN_OPTIONS=help=1), else null.
+export function sanitizerOf(path) {
+  const r = spawnSync(path, ['--help'], { env: { ...process.env, ASAN_OPTIONS: 'help=1', TSAN_OPTIONS: 'help=1' }, encoding: 'utf8' });
+  const m = /Available flags for (AddressSanitizer|ThreadSanitizer)/.exec(r.stderr || '');
+  return m ? m[1] : null;
+}
 
 // Starts the server; resolves { url, port, proc, stderr() } once it printed "listening PORT".
 export function startServer(extraArgs = [], env = {}, model = pickModel()) {
@@ -54,6 +62,18 @@ export function stopServer(srv) {
     srv.proc.on('exit', (code, sig) => { clearTimeout(t); resolve(code === null ? sig : code); });
     srv.proc.kill('SIGTERM');
   });
+}
+
+// Polls the async probe every 100 ms until pred(value) holds or ms pass; resolves the last value seen. For
+// state the server reaches a little after a client-side event (a cancel noticed, slots going idle): waiting
+// for the condition, not a fixed sleep, keeps the checks right on a slow, loaded machine.
+export async function waitFor(probe, pred, ms = 30000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe();
+    if (pred(v) || Date.now() >= deadline) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 export function done() { process.exit(failures ? 1 : 0); }

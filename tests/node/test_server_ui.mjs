@@ -15,6 +15,8 @@ const browser = await chromium.launch({
 });
 try {
   const page = await browser.newPage();
+  // generous deadlines: on a slow, loaded machine the browser and a 256-token answer both take their time
+  page.setDefaultTimeout(60000);
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto(srv.url + '/');
@@ -22,7 +24,7 @@ try {
 
   // live token count
   await page.fill('#input', 'What does harbor mean?');
-  await page.waitForFunction(() => /^[1-9]\d* tokens?$/.test(document.querySelector('#token-count').textContent), null, { timeout: 5000 });
+  await page.waitForFunction(() => /^[1-9]\d* tokens?$/.test(document.querySelector('#token-count').textContent), null, { timeout: 30000 });
   check(true, 'live token count: ' + (await page.textContent('#token-count')));
 
   // send; watch the answer grow (every change of the answer's text is recorded), with the thinking
@@ -36,9 +38,9 @@ try {
     }).observe(document.querySelector('#messages'), { childList: true, subtree: true, characterData: true });
   });
   await page.press('#input', 'Enter');
-  await page.waitForSelector('.msg.assistant', { timeout: 5000 });
+  await page.waitForSelector('.msg.assistant', { timeout: 30000 });
   const sawThinking = await page.evaluate(() => document.querySelector('.msg.assistant .body').textContent);
-  await page.waitForFunction(() => !document.querySelector('#send').disabled, null, { timeout: 60000 });
+  await page.waitForFunction(() => !document.querySelector('#send').disabled, null, { timeout: 180000 });
   const lengths = await page.evaluate(() => window.__lengths);
   const distinct = new Set(lengths).size;
   note('answer length samples: ' + lengths.slice(0, 40).join(',') + (lengths.length > 40 ? ',...' : ''));
@@ -53,9 +55,9 @@ try {
   await page.press('#input', 'Enter');
   await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 2 &&
     !document.querySelectorAll('.msg.assistant')[1].classList.contains('thinking') &&
-    document.querySelectorAll('.msg.assistant')[1].querySelector('.body').textContent.length > 3, null, { timeout: 20000 });
+    document.querySelectorAll('.msg.assistant')[1].querySelector('.body').textContent.length > 3, null, { timeout: 180000 });
   await page.click('#stop');
-  await page.waitForFunction(() => document.querySelector('#status').textContent === 'stopped', null, { timeout: 5000 });
+  await page.waitForFunction(() => document.querySelector('#status').textContent === 'stopped', null, { timeout: 30000 });
   check(true, 'stop button stops the answer');
   await page.screenshot({ path: art + '/ui-stopped.png' });
 

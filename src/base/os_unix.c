@@ -62,7 +62,8 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
 void pb_map_release(const pb_map *m, const void *p, size_t n) {
     if (!m->mapped || n == 0) return;
     long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1),
+              e = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
     if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
 }
 

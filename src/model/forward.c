@@ -391,7 +391,7 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
         pb_rope_neox(fc->q + t * q_dim, hp->n_head, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
         pb_rope_neox(fc->k + t * kv_dim, hp->n_head_kv, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
     }
-    attention(m, kv, fc, pool, il, n);                              /* att: [n, H*hd] */
+    attention(m, kv, fc, pool, il, n);                               /* att: [n, H*hd] */
     if ((s = linear(fc, pool, &w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
     if (w->post_attn_norm) norm_rows(fc->o, fc->o, w->post_attn_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
@@ -401,7 +401,7 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
     if ((s = linear(fc, pool, &w->gate, fc->xn, n, fc->gate)) || /* [n, F] */
         (s = linear(fc, pool, &w->up, fc->xn, n, fc->up)))
         return s;
-    pb_kernels_geglu(fc->gate, fc->up, n * F);                         /* SIMD GeGLU (kernels room) */
+    pb_kernels_geglu(fc->gate, fc->up, n * F);                          /* SIMD GeGLU (kernels room) */
     if ((s = linear(fc, pool, &w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
     if (w->post_ffw_norm) norm_rows(fc->o, fc->o, w->post_ffw_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);

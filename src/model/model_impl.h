@@ -40,14 +40,14 @@ struct pb_model {
     pb_gguf *g;
     pb_hparams hp;
     pb_model_params params;
-    pb_wmat tok_embd;               /* [d, V] */
-    pb_wmat output;                 /* [d, V]: output.weight, or tok_embd when tied */
-    int n_packed;                   /* matrices repacked at open */
-    void *packed_mem;               /* their packed copies (pb_big_alloc; NULL when packed in place) */
+    pb_wmat tok_embd; /* [d, V] */
+    pb_wmat output;   /* [d, V]: output.weight, or tok_embd when tied */
+    int n_packed;     /* matrices repacked at open */
+    void *packed_mem; /* their packed copies (pb_big_alloc; NULL when packed in place) */
     size_t packed_size;
-    float *output_norm;             /* [d] */
-    pb_layer_w *layers;             /* [n_layer] */
-    float *norm_mem;                /* one block holding every norm copy */
+    float *output_norm; /* [d] */
+    pb_layer_w *layers; /* [n_layer] */
+    float *norm_mem;    /* one block holding every norm copy */
     float rope_inv_global[PB_MAX_HEAD_DIM / 2];
     float rope_inv_local[PB_MAX_HEAD_DIM / 2];
     float embd_scale; /* sqrt(n_embd) in float32 (HF f32 run) */

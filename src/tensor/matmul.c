@@ -152,7 +152,8 @@ pb_status pb_matmul_packed(const void *w, int type, int64_t K, int64_t N, const 
                         (long long)N, (long long)K);
     if (n_tok < 0) return pb_error(PB_ERR_INVALID_ARG, "matmul: negative token count");
     if (n_tok == 0) return PB_OK;
-    if (!act_scratch) return pb_error(PB_ERR_INVALID_ARG, "matmul: packed %s needs activation scratch", pb_type_name(type));
+    if (!act_scratch)
+        return pb_error(PB_ERR_INVALID_ARG, "matmul: packed %s needs activation scratch", pb_type_name(type));
     const int at = pb_type_get(type)->vec_dot_type;
     pk_ctx c = {.fn = packed_table[type],
                 .at = pb_type_get(at),
@@ -164,11 +165,14 @@ pb_status pb_matmul_packed(const void *w, int type, int64_t K, int64_t N, const 
                 .N = N,
                 .n_tok = n_tok,
                 .nb = K / pb_type_get(at)->blck,
-                .offset = type == PB_TYPE_Q4_0 ? 8 : type == PB_TYPE_Q8_0 ? 128 : 0,
+                .offset = type == PB_TYPE_Q4_0   ? 8
+                          : type == PB_TYPE_Q8_0 ? 128
+                                                 : 0,
                 .x = x,
                 .meta = act_scratch, /* first (caller's alignment), then the activation rows */
                 .y = y};
-    if ((uintptr_t)act_scratch % 4) return pb_error(PB_ERR_INVALID_ARG, "matmul: activation scratch not 4-byte aligned");
+    if ((uintptr_t)act_scratch % 4)
+        return pb_error(PB_ERR_INVALID_ARG, "matmul: activation scratch not 4-byte aligned");
     c.act = (uint8_t *)act_scratch + (size_t)n_tok * (size_t)c.nb * c.m_size;
     if (pool && n_tok > 1)
         pb_pool_run(pool, pk_quantize, &c);

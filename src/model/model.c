@@ -484,12 +484,10 @@ static void pack_worker(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     if (!j->pack) {
         pb_split((int64_t)j->t->nbytes, ith, nth, &lo, &hi);
-        if (hi > (int64_t)j->t->nbytes) hi = (int64_t)j->t->nbytes;
         if (lo < hi) memcpy(j->dst + lo, (const uint8_t *)j->t->data + lo, (size_t)(hi - lo));
         return;
     }
     pb_split(j->t->ne[1] / PB_PACK_ROWS, ith, nth, &lo, &hi);
-    if (hi > j->t->ne[1] / PB_PACK_ROWS) hi = j->t->ne[1] / PB_PACK_ROWS;
     if (lo < hi) (void)pb_pack_groups(j->t->type, j->t->data, j->dst, j->t->ne[0], j->t->ne[1], lo, hi);
 }
 
@@ -535,7 +533,6 @@ static pb_status pack_weights(pb_model *m) {
             const pb_gguf_tensor *t = all[i]->t;
             bool pk = pb_pack_supported(t->type, t->ne[0], t->ne[1]);
             if (!pk && !copy_all) continue;
-            if (i > 0 && all[i]->t == all[0]->t) continue; /* tied output: copied once */
             pack_job j = {t, buf + off, pk};
             if (pool)
                 pb_pool_run(pool, pack_worker, &j);

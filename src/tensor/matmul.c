@@ -131,7 +131,6 @@ static void pk_dot(void *arg, int ith, int nth) {
     pk_ctx *c = arg;
     int64_t lo, hi;
     pb_split(c->N / PB_PACK_ROWS, ith, nth, &lo, &hi);
-    if (hi > c->N / PB_PACK_ROWS) hi = c->N / PB_PACK_ROWS;
     int64_t tc = (int64_t)(PK_L2_BYTES / c->a_row) / PB_GEMM_NT * PB_GEMM_NT;
     if (tc < PB_GEMM_NT) tc = PB_GEMM_NT;
     for (int64_t c0 = 0; c0 < c->n_tok; c0 += tc) {

@@ -348,6 +348,21 @@ static void test_helpers(void) {
                   "pb_kernels_att_exp (%s) n %d cap %s: max %g (ref %g), weights off by %.1e, sum %g (ref %g)",
                   pb_kernels_isa(), n, capped ? "50" : "none", (double)mx, (double)mref, we, (double)sg, sum);
         }
+    /* final-logit soft-cap 30 over a vocabulary-sized row: against tanh in double, relative and near 0 */
+    {
+        const int V = 4099;
+        float *l = malloc(sizeof(float) * V), *l0 = malloc(sizeof(float) * V);
+        for (int i = 0; i < V; i++) l0[i] = l[i] = nrand() * (i % 3 == 0 ? 0.01f : i % 3 == 1 ? 60.0f : 8.0f);
+        pb_kernels_softcap(l, V, 30.0f);
+        double we = 0;
+        for (int i = 0; i < V; i++) {
+            double r = 30.0 * tanh((double)l0[i] / 30.0);
+            we = fmax(we, fabs((double)l[i] - r) / (fabs(r) + 1e-30));
+        }
+        CHECK(we < 2e-6, "pb_kernels_softcap (%s) cap 30, %d logits: worst relative error %.1e", pb_kernels_isa(), V,
+              we);
+        free(l), free(l0);
+    }
     free(a), free(b), free(g1), free(g2);
 }
 

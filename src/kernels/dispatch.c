@@ -35,6 +35,9 @@ static float (*att_exp)(float *, int64_t, float, float *) = att_exp_c;
 
 float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx) { return att_exp(s, n, cap, mx); }
 
+static void (*softcap)(float *, int64_t, float) = pb_softcap;
+void pb_kernels_softcap(float *x, int64_t n, float cap) { softcap(x, n, cap); }
+
 uint64_t pb_kernels_stream_read(const void *p, size_t n) {
     (void)pb_type_get(0); /* make sure the dispatch ran */
     return stream_read(p, n);
@@ -66,7 +69,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             }
         }
         dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
-        geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512;
+        geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512, softcap = pb_softcap_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
         if (!getenv("PB_NO_PACK")) {
@@ -74,7 +77,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_avx2);
         }
         dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
-        geglu = pb_geglu_avx2, att_exp = pb_att_exp_avx2;
+        geglu = pb_geglu_avx2, att_exp = pb_att_exp_avx2, softcap = pb_softcap_avx2;
     }
 #elif defined(__aarch64__)
     if (f & PB_CPU_DOTPROD) {

@@ -69,6 +69,7 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     uint64_t pb_stream_read_##sfx(const void *p, size_t n);                                                            \
     void pb_geglu_##sfx(float *gate, const float *up, int64_t n);                                                      \
     float pb_att_exp_##sfx(float *s, int64_t n, float cap, float *mx);                                                 \
+    void pb_softcap_##sfx(float *s, int64_t n, float cap);                                                             \
     void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                               \
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
@@ -130,6 +131,10 @@ void pb_kernels_geglu(float *gate, const float *up, int64_t n);
  * s = cap * tanh(s / cap) first; then *mx = max(*mx, max s) and s = exp(s - *mx); returns sum s.
  * SIMD exp on x86 (~2 ulp); plain tanhf/expf elsewhere. Deterministic for a given n. */
 float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx);
+
+/* Gemma 2 soft-cap in place, x = cap * tanh(x / cap) (final logits); SIMD tanh on x86 (~2 ulp, the same as
+ * pb_kernels_att_exp's), tensor/ops.c's pb_softcap elsewhere. */
+void pb_kernels_softcap(float *x, int64_t n, float cap);
 
 /* Reads n bytes as fast as this CPU's vectors allow (benches: the bandwidth roofline); returns a checksum. */
 uint64_t pb_kernels_stream_read(const void *p, size_t n);

@@ -20,10 +20,13 @@
 #define FN(name)   CAT(name, X86_SFX)
 #define INLINE     static inline __attribute__((always_inline))
 #define PB_UNROLL  _Pragma("GCC unroll 16")
-/* decode streams weights once: ask for the block ~1 KiB ahead so several misses are in flight */
+/* decode streams weights once: ask for the block a few KiB ahead so several misses are in flight */
+#ifndef PF_ROW_BYTES
+#define PF_ROW_BYTES 4096
+#endif
 #define PREFETCH_AHEAD(p, bytes)                                                                                       \
     do {                                                                                                               \
-        const char *pf_ = (const char *)(p) + 4096;                                                                    \
+        const char *pf_ = (const char *)(p) + PF_ROW_BYTES;                                                                    \
         for (int o_ = 0; o_ < (bytes); o_ += 64) _mm_prefetch(pf_ + o_, _MM_HINT_T0);                                  \
     } while (0)
 
@@ -105,6 +108,47 @@ INLINE __m256i k4_mins16(const uint8_t mn[8]) {
     return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* AVX-512 build: 64 values (sub-blocks 2j and 2j+1) per 512-bit vector: the 32 bytes of chunk j broadcast to
+ * both halves, low nibbles kept in the low half and high nibbles in the high half; scales as 16-bit words
+ * picked by a byte shuffle; two independent int32 chains per block (exact, so the order does not matter). */
+INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
+    __m512 acc[PB_GEMM_NT];
+    PB_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i ctl[4]; /* word = scale byte 2j (low half) or 2j + 1 (high half), zero-extended */
+    PB_UNROLL for (int j = 0; j < 4; j++) ctl[j] =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(0x8000 | (2 * j)))),
+                           _mm256_set1_epi16((short)(0x8000 | (2 * j + 1))), 1);
+    for (int64_t b = 0; b < nb; b++) {
+        PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
+        uint8_t sc[8], mn[8];
+        k4_scales(w[b].scales, sc, mn);
+        const __m512i scb = _mm512_broadcast_i32x4(_mm_loadl_epi64((const __m128i *)(const void *)sc));
+        __m512i q[4], s16[4];
+        PB_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_broadcast_i64x4(loadu(w[b].qs + 32 * j));
+            q[j] = _mm512_and_si512(_mm512_srlv_epi16(v, shr), m4);
+            s16[j] = _mm512_shuffle_epi8(scb, ctl[j]);
+        }
+        const __m256i mins = k4_mins16(mn);
+        const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+        PB_UNROLL for (int t = 0; t < NT; t++) {
+            const pb_block_q8_K *x = Q8K(a, a_row, t, b);
+            __m512i i0 = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(x->qs)), s16[0]);
+            __m512i i1 = _mm512_madd_epi16(_mm512_maddubs_epi16(q[1], _mm512_loadu_si512(x->qs + 64)), s16[1]);
+            i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(x->qs + 128)), s16[2]);
+            i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(x->qs + 192)), s16[3]);
+            const __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_set1_ps(d * x->d), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)), _mm512_set1_ps(dmin * x->d),
+                                      acc[t]);
+        }
+    }
+    PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+#else
 INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_row, float *y, int64_t ldy, int NT) {
     __m256 acc[PB_GEMM_NT];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -133,6 +177,7 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
     }
     for (int t = 0; t < NT; t++) y[t * ldy] = hsum8(acc[t]);
 }
+#endif
 
 #define Q4K_BODY(w, a, y, NT)                                                                                          \
     for (int64_t r = 0; r < nr; r++)                                                                                   \
@@ -959,14 +1004,17 @@ INLINE __m256 tanh256(__m256 u) {
     return _mm256_blendv_ps(big, p, small);
 }
 
+/* Gemma 2 soft-cap in place: s = cap * tanh(s / cap) (attention scores, final logits). */
+void FN(pb_softcap_)(float *s, int64_t n, float cap) {
+    const __m256 cv = _mm256_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(s + i, _mm256_mul_ps(cv, tanh256(_mm256_div_ps(_mm256_loadu_ps(s + i), cv))));
+    for (; i < n; i++) s[i] = tanhf(s[i] / cap) * cap;
+}
+
 float FN(pb_att_exp_)(float *s, int64_t n, float cap, float *mx) {
-    if (cap > 0.0f) {
-        const __m256 cv = _mm256_set1_ps(cap);
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(s + i, _mm256_mul_ps(cv, tanh256(_mm256_div_ps(_mm256_loadu_ps(s + i), cv))));
-        for (; i < n; i++) s[i] = tanhf(s[i] / cap) * cap;
-    }
+    if (cap > 0.0f) FN(pb_softcap_)(s, n, cap);
     float m = *mx;
     for (int64_t i = 0; i < n; i++) m = s[i] > m ? s[i] : m;
     *mx = m;

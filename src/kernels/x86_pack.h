@@ -10,6 +10,13 @@
 #include <string.h>
 
 #define PK_INLINE static inline __attribute__((always_inline))
+/* decode prefetch distance: bytes ahead for Q4_0/Q8_0 groups, blocks ahead for the K-quant ones */
+#ifndef PK_PF_BYTES
+#define PK_PF_BYTES 3072
+#endif
+#ifndef PK_PF_KBLOCKS
+#define PK_PF_KBLOCKS 2
+#endif
 
 PK_INLINE __m512i pk_bcast32(const int8_t *p) {
     int32_t v;
@@ -40,7 +47,7 @@ PK_INLINE void pk_unpack_q8_0(const uint8_t *q, __m512i v[8]) {
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * (BSZ);                                                                \
             if ((NT) <= 2)                                                                                             \
-                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + 3072 + o, _MM_HINT_T0);            \
+                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + PK_PF_BYTES + o, _MM_HINT_T0);            \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             __m512i v[8];                                                                                              \
             UNPACK(bp + 2 * PB_PACK_ROWS, v);                                                                          \
@@ -107,7 +114,7 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
             const uint8_t *bp = gp + (size_t)b * 144 * PB_PACK_ROWS, *sc = bp + 64, *qs = bp + 64 + 192;               \
             if ((NT) <= 2)                                                                                             \
                 for (int o = 0; o < 144 * PB_PACK_ROWS; o += 64)                                                       \
-                    _mm_prefetch((const char *)bp + 4608 + o, _MM_HINT_T0);                                            \
+                    _mm_prefetch((const char *)bp + PK_PF_KBLOCKS * 144 * PB_PACK_ROWS + o, _MM_HINT_T0);                                            \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(bp + 32)));          \
             const __m512i w0 = _mm512_loadu_si512((const void *)sc), w1 = _mm512_loadu_si512((const void *)(sc + 64)), \
@@ -188,7 +195,7 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
             const uint8_t *bp = gp + (size_t)b * 210 * PB_PACK_ROWS, *cols = bp + 32;                                  \
             if ((NT) <= 2)                                                                                             \
                 for (int o = 0; o < 210 * PB_PACK_ROWS; o += 64)                                                       \
-                    _mm_prefetch((const char *)bp + 6720 + o, _MM_HINT_T0);                                            \
+                    _mm_prefetch((const char *)bp + PK_PF_KBLOCKS * 210 * PB_PACK_ROWS + o, _MM_HINT_T0);                                            \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);                                  \
             for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \

@@ -62,6 +62,11 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
         const pb_gguf_tensor *ts[] = {w->wq.t, w->wk.t, w->wv.t, w->wo.t, w->gate.t, w->up.t, w->down.t};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             act = PB_MAX(act, pb_matmul_scratch_size(ts[i]->type, ts[i]->ne[0], B));
+        /* fused groups over the normed rows: q, k, v and gate, up */
+        pb_mm_op qkv[] = {{.type = w->wq.t->type}, {.type = w->wk.t->type}, {.type = w->wv.t->type}};
+        pb_mm_op gu[] = {{.type = w->gate.t->type}, {.type = w->up.t->type}};
+        act = PB_MAX(act, pb_matmul_group_scratch_size(qkv, 3, d, B));
+        act = PB_MAX(act, pb_matmul_group_scratch_size(gu, 2, d, B));
     }
     size_t sizes[] = {fsize(B * d),
                       fsize(B * d),
@@ -168,6 +173,30 @@ static pb_status linear(pb_forward_ctx *fc, pb_pool *pool, const pb_wmat *w, con
 /* Row-wise RMSNorm of n rows of width d. */
 static void norm_rows(float *y, const float *x, const float *w, int n, int64_t d, float eps) {
     for (int t = 0; t < n; t++) pb_rmsnorm(y + t * d, x + t * d, w, d, eps);
+}
+
+/* ys[i] = W_i . RMSNorm(x; norm_w) for matrices over the same normed rows (then ys[0] = pair(ys[0], ys[1])
+ * when pair is set). Fused: one pass norms and quantizes each token, one pool run does every matrix's rows;
+ * fc->xn receives the normed rows either way. Exact mode: the same steps one at a time in float32. */
+static pb_status normed_group(pb_forward_ctx *fc, pb_pool *pool, const float *norm_w, const pb_wmat *const *ws,
+                              float *const *ys, int n_ops, pb_mm_pair_fn pair, int n) {
+    const pb_hparams *hp = &fc->m->hp;
+    int64_t d = hp->n_embd;
+    if (fc->exact) {
+        norm_rows(fc->xn, fc->x, norm_w, n, d, hp->norm_eps);
+        for (int i = 0; i < n_ops; i++) {
+            pb_status s = linear(fc, pool, ws[i], fc->xn, n, ys[i]);
+            if (s) return s;
+        }
+        if (pair) pair(ys[0], ys[1], (int64_t)n * ws[0]->t->ne[1]);
+        return PB_OK;
+    }
+    pb_mm_op ops[PB_MM_MAX_OPS];
+    for (int i = 0; i < n_ops; i++)
+        ops[i] = (pb_mm_op){.w = ws[i]->data, .type = ws[i]->t->type, .N = ws[i]->t->ne[1], .packed = ws[i]->packed,
+                            .y = ys[i]};
+    pb_mm_norm nm = {.w = norm_w, .eps = hp->norm_eps, .out = fc->xn};
+    return pb_matmul_group(ops, n_ops, d, fc->x, n, &nm, pair, fc->act, pool);
 }
 
 static void run_pool(pb_pool *pool, pb_pool_fn fn, void *ctx) {
@@ -370,17 +399,15 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
 static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
     const pb_hparams *hp = &m->hp;
     const pb_layer_w *w = &m->layers[il];
-    int64_t d = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
+    int64_t d = hp->n_embd, hd = hp->head_dim;
     int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
     float eps = hp->norm_eps;
     pb_status s;
 
     /* --- attention: h = RMSNorm(x; attn_norm); q,k,v = Wq h, Wk h, Wv h --- */
-    norm_rows(fc->xn, fc->x, w->attn_norm, n, d, eps);
-    if ((s = linear(fc, pool, &w->wq, fc->xn, n, fc->q)) || /* [n, H*hd]   */
-        (s = linear(fc, pool, &w->wk, fc->xn, n, fc->k)) || /* [n, Hkv*hd] */
-        (s = linear(fc, pool, &w->wv, fc->xn, n, fc->v)))   /* [n, Hkv*hd] */
-        return s;
+    const pb_wmat *qkv[] = {&w->wq, &w->wk, &w->wv};
+    float *qkv_y[] = {fc->q, fc->k, fc->v}; /* [n, H*hd], [n, Hkv*hd], [n, Hkv*hd] */
+    if ((s = normed_group(fc, pool, w->attn_norm, qkv, qkv_y, 3, NULL, n))) return s;
     if (hp->has_qk_norm) { /* Gemma 3: per-head RMSNorm of q and k, before RoPE */
         norm_rows(fc->q, fc->q, w->q_norm, n * hp->n_head, hd, eps);
         norm_rows(fc->k, fc->k, w->k_norm, n * hp->n_head_kv, hd, eps);
@@ -397,11 +424,9 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
     pb_vec_add(fc->x, fc->o, n * d);
 
     /* --- MLP: x += [post-norm] W_down (gelu(W_gate h) * W_up h), h = RMSNorm(x; ffn_norm) --- */
-    norm_rows(fc->xn, fc->x, w->ffn_norm, n, d, eps);
-    if ((s = linear(fc, pool, &w->gate, fc->xn, n, fc->gate)) || /* [n, F] */
-        (s = linear(fc, pool, &w->up, fc->xn, n, fc->up)))
-        return s;
-    pb_kernels_geglu(fc->gate, fc->up, n * F);                          /* SIMD GeGLU (kernels room) */
+    const pb_wmat *gu[] = {&w->gate, &w->up};
+    float *gu_y[] = {fc->gate, fc->up}; /* [n, F]; gate becomes gelu(gate) * up (SIMD, kernels room) */
+    if ((s = normed_group(fc, pool, w->ffn_norm, gu, gu_y, 2, pb_kernels_geglu, n))) return s;
     if ((s = linear(fc, pool, &w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
     if (w->post_ffw_norm) norm_rows(fc->o, fc->o, w->post_ffw_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
@@ -468,6 +493,6 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     int first = all_logits ? 0 : n - 1, rows = n - first;
     pb_status s = linear(fc, pool, &m->output, fc->hidden + first * d, rows, logits);
     if (s) return s;
-    if (hp->final_softcap > 0.0f) pb_softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
+    if (hp->final_softcap > 0.0f) pb_kernels_softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
     return PB_OK;
 }

@@ -90,4 +90,38 @@ void pb_pack_read_row_float(int type, const void *w, int64_t K, int64_t r, float
 pb_status pb_matmul_packed(const void *w, int type, int64_t K, int64_t N, const float *x, int64_t n_tok, float *y,
                            void *act_scratch, pb_pool *pool);
 
+/* ---- groups: several matrices over the same input rows -----------------------------------------------
+ * One matrix of a group: N rows of K elements of `type` (packed: repacked by pb_pack_rows/pb_pack_groups),
+ * results to y (n_tok rows of N floats). */
+#define PB_MM_MAX_OPS 4
+typedef struct pb_mm_op {
+    const void *w;
+    int type;
+    int64_t N;
+    bool packed;
+    float *y;
+} pb_mm_op;
+
+/* Optional RMSNorm of the input rows, fused with their quantization: out = RMSNorm(x; w, eps) per token
+ * (pb_rmsnorm, also written to out, n_tok rows of K floats) and the matrices read out. */
+typedef struct pb_mm_norm {
+    const float *w;
+    float eps;
+    float *out;
+} pb_mm_norm;
+
+/* Combines two results row segment by row segment: a[i] = f(a[i], b[i]) for i < n (GeGLU). */
+typedef void (*pb_mm_pair_fn)(float *a, const float *b, int64_t n);
+
+/* ops[i].y = W_i . x for every matrix of the group (1..PB_MM_MAX_OPS, same K). x is normed (when norm) and
+ * quantized once per activation format the group needs; then one pool run computes all rows, split by
+ * their bytes. With pair (n_ops == 2, same N): ops[0].y = pair(ops[0].y, ops[1].y), applied to each
+ * 16-row segment of each token as soon as both are computed (ops[1].y keeps the second result). Each
+ * output is bit-identical to pb_matmul / pb_matmul_packed of that matrix on the same (normed) rows, so
+ * results do not depend on grouping or thread count. act_scratch: pb_matmul_group_scratch_size bytes,
+ * 4-byte aligned. Errors as pb_matmul's. */
+pb_status pb_matmul_group(const pb_mm_op *ops, int n_ops, int64_t K, const float *x, int64_t n_tok,
+                          const pb_mm_norm *norm, pb_mm_pair_fn pair, void *act_scratch, pb_pool *pool);
+size_t pb_matmul_group_scratch_size(const pb_mm_op *ops, int n_ops, int64_t K, int64_t n_tok);
+
 #endif

@@ -7,7 +7,7 @@
 # Prints run.sh-style PASS/FAIL lines and "N passed, N failed"; exit status 1 on any failure.
 cd "$(dirname "$0")/.." || exit 1
 BUILD=build-arm64
-TESTS=${*:-"test_kernels test_quant test_quant_dot test_gguf test_gguf_malformed test_model test_pack test_pack_model"}
+TESTS=${*:-"test_kernels test_quant test_quant_dot test_gguf test_gguf_malformed test_model test_pack test_pack_model test_matmul_group"}
 if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
   echo "not ok - cross_test needs gcc-aarch64-linux-gnu and qemu-user (scripts/deps.sh)"
   exit 1

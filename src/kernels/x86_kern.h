@@ -133,17 +133,17 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
             s16[j] = _mm512_shuffle_epi8(scb, ctl[j]);
         }
         const __m256i mins = k4_mins16(mn);
-        const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
-        PB_UNROLL for (int t = 0; t < NT; t++) {
+        const __m512 dw = _mm512_set1_ps(h2f(w[b].d)), dmw = _mm512_set1_ps(h2f(w[b].dmin));
+        PB_UNROLL for (int t = 0; t < NT; t++) { /* acc += d_a * (d_w * sum - dmin_w * mins term) */
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);
             __m512i i0 = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(x->qs)), s16[0]);
             __m512i i1 = _mm512_madd_epi16(_mm512_maddubs_epi16(q[1], _mm512_loadu_si512(x->qs + 64)), s16[1]);
             i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(x->qs + 128)), s16[2]);
             i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(x->qs + 192)), s16[3]);
             const __m256i ms = _mm256_madd_epi16(loadu(x->bsums), mins);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_set1_ps(d * x->d), acc[t]);
-            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)), _mm512_set1_ps(dmin * x->d),
-                                      acc[t]);
+            const __m512 v = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), dw,
+                                             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)), dmw));
+            acc[t] = _mm512_fmadd_ps(v, _mm512_set1_ps(x->d), acc[t]);
         }
     }
     PB_UNROLL for (int t = 0; t < NT; t++) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
@@ -923,6 +923,21 @@ void FN(pb_vec_dot_bf16_f32_)(int64_t n, float *s, const void *x, const void *y)
     *s = sum;
 }
 
+#if defined(__AVX512F__)
+/* AVX-512 build: 32 floats per step in two 16-lane accumulators (attention rows of 256: 8 steps) */
+void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) {
+    const float *w = x, *v = y;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(v + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(v + i + 16), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += w[i] * v[i];
+    *s = sum;
+}
+#else
 void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) {
     const float *w = x, *v = y;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -935,6 +950,7 @@ void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) 
     for (; i < n; i++) sum += w[i] * v[i];
     *s = sum;
 }
+#endif
 
 /* attention primitives over float rows (forward.c): dot and y += a*x */
 float FN(pb_dot_f32_)(const float *a, const float *b, int64_t n) {
@@ -946,6 +962,11 @@ float FN(pb_dot_f32_)(const float *a, const float *b, int64_t n) {
 void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
     const __m256 av = _mm256_set1_ps(a);
     int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 av16 = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av16, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#endif
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
@@ -1052,6 +1073,10 @@ uint64_t FN(pb_stream_read_)(const void *p, size_t n) {
 void FN(pb_f16_to_f32_)(const void *src, float *dst, int64_t n) {
     const uint16_t *h = src;
     int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))));
+#endif
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
     for (; i < n; i++) dst[i] = h2f(h[i]);
 }

@@ -55,8 +55,10 @@ PK_INLINE void pk_unpack_q8_0(const uint8_t *q, __m512i v[8]) {
                 const pb_block_q8_0 *x =                                                                               \
                     (const pb_block_q8_0 *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;                 \
                 const pb_pack_ameta *m = &meta[t * nb + b];                                                            \
-                __m512i is = _mm512_set1_epi32(m->bias);                                                               \
-                for (int k = 0; k < 8; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 4 * k));             \
+                __m512i is = _mm512_set1_epi32(m->bias), is2 = _mm512_setzero_si512(); /* two chains: exact */         \
+                for (int k = 0; k < 4; k++) is = _mm512_dpbusd_epi32(is, v[k], pk_bcast32(x->qs + 4 * k));             \
+                for (int k = 4; k < 8; k++) is2 = _mm512_dpbusd_epi32(is2, v[k], pk_bcast32(x->qs + 4 * k));           \
+                is = _mm512_add_epi32(is, is2);                                                                        \
                 const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(m->d));                                             \
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[t]);                                          \
             }                                                                                                          \

@@ -57,7 +57,7 @@ size_t pb_matmul_group_scratch_size(const pb_mm_op *ops, int n_ops, int64_t K, i
  * tokens goes by. */
 #define MM_UNIT PB_PACK_ROWS
 
-/* Token chunks of packed matrices: small enough that their activations stay in L2 while row groups stream. */
+/* Token chunks: small enough that their activations stay in L2 while the rows stream by. */
 #define PK_L2_BYTES (768u * 1024u)
 
 enum { MK_F32, MK_ROWS, MK_AMETA, MK_KMETA }; /* activation formats: floats, quantized rows, + packed meta */
@@ -259,12 +259,10 @@ pb_status pb_matmul_group(const pb_mm_op *ops, int n_ops, int64_t K, const float
         r->u0 = g.n_units;
         r->ucost = (int64_t)r->w_row * MM_UNIT;
         r->c0 = g.cost;
-        /* packed: token chunks whose activations fit L2; plain rows: every token while a unit's rows are hot */
-        r->tc = n_tok;
-        if (op->packed) {
-            int64_t tc = (int64_t)(PK_L2_BYTES / r->f->a_row) / PB_GEMM_NT * PB_GEMM_NT;
-            r->tc = PB_MAX(tc, PB_GEMM_NT);
-        }
+        /* token chunks whose activations stay in L2 while the units' rows go by (each chunk re-reads the rows:
+         * a few times per prefill, against activations streamed from L3 for every unit without chunks) */
+        int64_t tc = (int64_t)(PK_L2_BYTES / r->f->a_row) / PB_GEMM_NT * PB_GEMM_NT;
+        r->tc = PB_MAX(tc, PB_GEMM_NT);
         g.n_units += pair && i == 1 ? 0 : r->nu;
         g.cost += r->nu * r->ucost;
     }

@@ -27,14 +27,20 @@ try {
   await page.waitForFunction(() => /^[1-9]\d* tokens?$/.test(document.querySelector('#token-count').textContent), null, { timeout: 30000 });
   check(true, 'live token count: ' + (await page.textContent('#token-count')));
 
-  // send; watch the answer grow (every change of the answer's text is recorded), with the thinking
-  // placeholder first
+  // send; watch the answer grow, with the thinking placeholder first. Every render of the answer's body is
+  // recorded from the mutation records themselves (the length of the text each render put in): observer
+  // callbacks are batched, and a fast model can deliver many tokens in one network read.
   await page.selectOption('#style', 'precise');
   await page.evaluate(() => {
     window.__lengths = [];
-    new MutationObserver(() => {
-      const b = document.querySelector('.msg.assistant .body');
-      if (b) window.__lengths.push(b.textContent.length);
+    new MutationObserver((muts) => {
+      for (const m of muts) {
+        if (m.type !== 'childList' || !m.target.classList || !m.target.classList.contains('body')) continue;
+        if (!m.target.closest('.msg.assistant') || m.addedNodes.length === 0) continue;
+        let n = 0;
+        for (const a of m.addedNodes) n += a.textContent.length;
+        window.__lengths.push(n);
+      }
     }).observe(document.querySelector('#messages'), { childList: true, subtree: true, characterData: true });
   });
   await page.press('#input', 'Enter');

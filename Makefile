@@ -178,8 +178,7 @@ test: deps all
 	@sh tests/run.sh $(BUILD)
 
 cross-test:
-	@$(MAKE) --no-print-directory CROSS=aarch64-linux-gnu- lib tests-unit-only
-	@sh tests/run.sh build-arm64 --unit-only --qemu
+	@sh scripts/cross_test.sh
 
 tests-unit-only: $(UNIT_BIN)
 

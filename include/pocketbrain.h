@@ -226,7 +226,7 @@ typedef enum pb_ctx_policy { PB_CTX_ERROR = 0, PB_CTX_SHIFT = 1 } pb_ctx_policy;
 typedef struct pb_session_params {
     int n_ctx;                /* context length in tokens; 0 = min(model's, 4096) */
     int n_threads;            /* 0 = the model's default */
-    int n_batch;              /* prefill chunk size (default 512) */
+    int n_batch;              /* prefill chunk size (default 256: scratch ~0.16 MB a token on a 2B) */
     pb_kv_type kv_type;       /* default F16 */
     pb_ctx_policy ctx_policy; /* full context: error (default) or shift (keep system, drop oldest turns) */
     bool warmup;              /* run a one-token decode at creation so the first answer is not cold */

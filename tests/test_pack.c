@@ -130,7 +130,7 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
 }
 
 int main(void) {
-    setenv("PB_PACK_K", "1", 1); /* the packed K-quant tiles are tested too (not dispatched by default) */
+    unsetenv("PB_NO_PACK_K"); /* the packed K-quant tiles are dispatched (AVX-512) and tested */
     pb_pool *pool = NULL;
     CHECK(pb_pool_new(2, &pool) == PB_OK, "pool of 2 threads");
     const int types[] = {PB_TYPE_Q4_0, PB_TYPE_Q8_0};

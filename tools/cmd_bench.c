@@ -70,7 +70,7 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, 
     sp.kv_type = kv;
     int need = PB_MAX(PB_MAX(n_p, n_g + 2), 33);
     sp.n_ctx = (need + 255) / 256 * 256;
-    sp.n_batch = PB_MAX(n_p, 32);
+    sp.n_batch = 0; /* the session default, as users get it (pp512 runs in chunks of it) */
     res->n_ctx = sp.n_ctx;
     double t0 = pb_time_ms();
     pb_model *m;

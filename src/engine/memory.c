@@ -46,7 +46,7 @@ size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) 
 static void resolve(const pb_hparams *hp, const pb_session_params *p, int *n_ctx, int *n_batch) {
     int c = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (c <= 0) c = 4096;
-    int b = p->n_batch > 0 ? p->n_batch : 512;
+    int b = p->n_batch > 0 ? p->n_batch : PB_DEFAULT_N_BATCH;
     if (b > c) b = c;
     *n_ctx = c;
     *n_batch = b;

@@ -10,7 +10,7 @@ pb_session_params pb_session_default_params(void) {
     memset(&p, 0, sizeof p);
     p.n_ctx = 0;
     p.n_threads = 0;
-    p.n_batch = 512;
+    p.n_batch = PB_DEFAULT_N_BATCH;
     p.kv_type = PB_KV_F16;
     p.ctx_policy = PB_CTX_ERROR;
     p.warmup = false;
@@ -43,7 +43,7 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
         return pb_error(PB_ERR_INVALID_ARG, "session: unknown kv_type %d", (int)p.kv_type);
     if (p.ctx_policy != PB_CTX_ERROR && p.ctx_policy != PB_CTX_SHIFT)
         return pb_error(PB_ERR_INVALID_ARG, "session: unknown ctx_policy %d", (int)p.ctx_policy);
-    int n_batch = p.n_batch > 0 ? p.n_batch : 512;
+    int n_batch = p.n_batch > 0 ? p.n_batch : PB_DEFAULT_N_BATCH;
     if (n_batch > n_ctx) n_batch = n_ctx;
 
     pb_session *s = pb_calloc(1, sizeof *s);
@@ -66,7 +66,7 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
 
     pb_status st;
     if ((st = pb_kv_new(m, n_ctx, p.kv_type, &s->kv)) != PB_OK) goto fail;
-    if ((st = pb_forward_ctx_new(m, n_batch, &s->fc)) != PB_OK) goto fail;
+    if ((st = pb_forward_ctx_new_kv(m, n_batch, s->kv, &s->fc)) != PB_OK) goto fail;
     if ((st = pb_pool_new(s->n_threads, &s->pool)) != PB_OK) goto fail;
     if ((st = pb_sampler_new(s->n_vocab, &s->smp)) != PB_OK) goto fail;
     if ((st = pb_detok_stream_new(s->vocab, &s->detok)) != PB_OK) goto fail;

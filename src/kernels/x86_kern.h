@@ -109,6 +109,19 @@ INLINE __m256i k4_mins16(const uint8_t mn[8]) {
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* k4_scales with vector ops: the 12 scale bytes (read as 16: the block goes on) -> scales in bytes 0..7, mins
+ * in bytes 8..15. A gathers (b0-3, b8-11, b4-7, b8-11), B the bytes whose top 2 bits are the high bits
+ * (b0-3 under the scales' high half, b4-7 under the mins'); the mins' high half takes A's high nibbles. */
+INLINE __m128i k4_scmn(const uint8_t *q) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)q);
+    const __m128i A = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i B = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i hi2 = _mm_and_si128(_mm_srli_epi16(B, 2), _mm_set1_epi8(0x30));
+    const __m128i X = _mm_blend_epi32(A, _mm_srli_epi16(A, 4), 0x8);
+    const __m128i mask = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
+    return _mm_or_si128(_mm_and_si128(X, mask), hi2);
+}
+
 /* AVX-512 build: 64 values (sub-blocks 2j and 2j+1) per 512-bit vector: the 32 bytes of chunk j broadcast to
  * both halves, low nibbles kept in the low half and high nibbles in the high half; scales as 16-bit words
  * picked by a byte shuffle; two independent int32 chains per block (exact, so the order does not matter). */
@@ -117,22 +130,24 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
     PB_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    /* mins as 16 words, m_j twice (madd with the 16 bsums), from bytes 8..15 of k4_scmn's vector */
+    const __m256i mins_ctl = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, 12, -1, 12, -1,
+                                              13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
     __m512i ctl[4]; /* word = scale byte 2j (low half) or 2j + 1 (high half), zero-extended */
     PB_UNROLL for (int j = 0; j < 4; j++) ctl[j] =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(0x8000 | (2 * j)))),
                            _mm256_set1_epi16((short)(0x8000 | (2 * j + 1))), 1);
     for (int64_t b = 0; b < nb; b++) {
         PREFETCH_AHEAD(&w[b], (int)sizeof w[b]);
-        uint8_t sc[8], mn[8];
-        k4_scales(w[b].scales, sc, mn);
-        const __m512i scb = _mm512_broadcast_i32x4(_mm_loadl_epi64((const __m128i *)(const void *)sc));
+        const __m128i scmn = k4_scmn(w[b].scales);
+        const __m512i scb = _mm512_broadcast_i32x4(scmn);
         __m512i q[4], s16[4];
         PB_UNROLL for (int j = 0; j < 4; j++) {
             const __m512i v = _mm512_broadcast_i64x4(loadu(w[b].qs + 32 * j));
             q[j] = _mm512_and_si512(_mm512_srlv_epi16(v, shr), m4);
             s16[j] = _mm512_shuffle_epi8(scb, ctl[j]);
         }
-        const __m256i mins = k4_mins16(mn);
+        const __m256i mins = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(scmn), mins_ctl);
         const __m512 dw = _mm512_set1_ps(h2f(w[b].d)), dmw = _mm512_set1_ps(h2f(w[b].dmin));
         PB_UNROLL for (int t = 0; t < NT; t++) { /* acc += d_a * (d_w * sum - dmin_w * mins term) */
             const pb_block_q8_K *x = Q8K(a, a_row, t, b);

@@ -25,11 +25,12 @@ struct pb_forward_ctx {
     float *q;                             /* [n_batch, H*hd]  queries                    */
     float *k, *v;                         /* [n_batch, Hkv*hd] new keys / values         */
     float *att;                           /* [n_batch, H*hd]  attention output per head  */
-    float *o;                             /* [n_batch, d]     block output               */
+    float *o;                             /* [n_batch, d]     block output (shares xn's memory) */
     float *gate, *up;                     /* [n_batch, F]     GeGLU branches             */
     float *hidden;                        /* [n_batch, d]     after the output norm      */
     float *cos_g, *sin_g, *cos_l, *sin_l; /* [n_batch, hd/2] RoPE angles, global / local layers */
-    uint8_t *stash;                       /* [n_swa_layers][2][n_batch] rows (F32-sized) of new K/V for ring layers */
+    uint8_t *stash;                       /* [n_swa_layers][2][n_batch] rows of new K/V for ring layers */
+    size_t stash_row;                     /* bytes a stash row holds (a KV cache's row_bytes must fit) */
     size_t stash_layer;                   /* bytes per ring layer */
     int swa_slot[PB_MAX_LAYERS];          /* index of a ring layer's stash, -1 for full layers */
     float *part; /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
@@ -40,7 +41,19 @@ struct pb_forward_ctx {
 
 static size_t fsize(int64_t n) { return PB_PAD((size_t)n * sizeof(float), 64); }
 
+static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_forward_ctx **out);
+
 pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **out) {
+    if (!m) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or out");
+    return ctx_new(m, n_batch, (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float), out);
+}
+
+pb_status pb_forward_ctx_new_kv(const pb_model *m, int n_batch, const pb_kv_cache *kv, pb_forward_ctx **out) {
+    if (!m || !kv) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or KV cache");
+    return ctx_new(m, n_batch, kv->row_bytes, out);
+}
+
+static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_forward_ctx **out) {
     if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or out");
     *out = NULL;
     if (n_batch < 1 || n_batch > 65536)
@@ -54,7 +67,8 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
     fc->n_batch = n_batch;
     int n_swa = 0;
     for (int il = 0; il < hp->n_layer; il++) fc->swa_slot[il] = hp->swa_layer[il] ? n_swa++ : -1;
-    fc->stash_layer = PB_PAD(2 * (size_t)B * (size_t)kv_dim * sizeof(float), 64);
+    fc->stash_row = stash_row;
+    fc->stash_layer = PB_PAD(2 * (size_t)B * stash_row, 64);
     /* activation scratch: the largest any matrix of the model needs */
     size_t act = pb_matmul_scratch_size(m->output.t->type, m->output.t->ne[0], B);
     for (int il = 0; il < hp->n_layer; il++) {
@@ -74,7 +88,6 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
                       fsize(B * kv_dim),
                       fsize(B * kv_dim),
                       fsize(B * q_dim),
-                      fsize(B * d),
                       fsize(B * F),
                       fsize(B * F),
                       fsize(B * d),
@@ -92,11 +105,12 @@ pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **ou
     }
     fc->bytes = total;
     uint8_t *p = fc->mem;
-    float **bufs[] = {&fc->x, &fc->xn, &fc->q, &fc->k, &fc->v, &fc->att, &fc->o, &fc->gate, &fc->up, &fc->hidden};
+    float **bufs[] = {&fc->x, &fc->xn, &fc->q, &fc->k, &fc->v, &fc->att, &fc->gate, &fc->up, &fc->hidden};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i] = (float *)p;
         p += sizes[i];
     }
+    fc->o = fc->xn; /* never live at once: xn is read by q/k/v and gate/up before o is written */
     size_t rs = fsize(B * hd / 2);
     fc->cos_g = (float *)p;
     fc->sin_g = (float *)(p + rs);
@@ -380,12 +394,14 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
     pb_from_float_fn from_f = pb_type_get(kv->st)->from_float;
     attn_job j = {m, kv, fc, il, n, kv->n_past, NULL, NULL};
     uint8_t *dk, *dv;
-    if (fc->swa_slot[il] >= 0) { /* ring layer: keep new rows aside until the whole call succeeded */
+    if (fc->swa_slot[il] >= 0 && kv->n_past + n > kv->cap[il]) {
+        /* ring layer that wraps in this call: keep new rows aside until the whole call succeeded (they would
+         * overwrite live positions); a ring not yet full takes them in place, in slots nobody reads */
         dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
         dv = dk + (size_t)fc->n_batch * kv->row_bytes;
         j.stash_k = dk;
         j.stash_v = dv;
-    } else { /* full layer: positions >= n_past are free, write in place */
+    } else { /* full layer or ring with room: positions >= n_past are free, write in place */
         dk = kv->k[il] + (size_t)kv->n_past * kv->row_bytes;
         dv = kv->v[il] + (size_t)kv->n_past * kv->row_bytes;
     }
@@ -438,7 +454,7 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
 /* Moves the stashed rows of ring layers into their slots (only the last cap rows matter). */
 static void commit_rings(pb_kv_cache *kv, const pb_forward_ctx *fc, int n) {
     for (int il = 0; il < kv->n_layer; il++) {
-        if (fc->swa_slot[il] < 0) continue;
+        if (fc->swa_slot[il] < 0 || kv->n_past + n <= kv->cap[il]) continue; /* written in place */
         const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
         const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_bytes;
         int cap = kv->cap[il];
@@ -457,6 +473,8 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     const pb_hparams *hp = &m->hp;
     if (kv->n_layer != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
         return pb_error(PB_ERR_INVALID_ARG, "forward: KV cache was made for another model");
+    if (kv->row_bytes > fc->stash_row)
+        return pb_error(PB_ERR_INVALID_ARG, "forward: scratch was sized for a narrower KV type");
     if (n < 1 || n > fc->n_batch)
         return pb_error(PB_ERR_INVALID_ARG, "forward: %d tokens (batch holds 1..%d)", n, fc->n_batch);
     if (kv->n_past + n > kv->n_ctx)

@@ -34,6 +34,8 @@ struct pb_forward_ctx {
     size_t stash_layer;                   /* bytes per ring layer */
     int swa_slot[PB_MAX_LAYERS];          /* index of a ring layer's stash, -1 for full layers */
     float *part; /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
+    float *attkv;  /* prefill: [PB_FWD_MAX_THREADS][2][att_bcap][hd] float K/V rows of one key block */
+    int att_bcap;  /* key block size that scratch holds (0: no tiles, n_batch 1) */
     void *act;   /* pb_matmul activation scratch */
     void *mem;
     size_t bytes;
@@ -41,19 +43,25 @@ struct pb_forward_ctx {
 
 static size_t fsize(int64_t n) { return PB_PAD((size_t)n * sizeof(float), 64); }
 
-static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_forward_ctx **out);
+static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, int att_bcap, pb_forward_ctx **out);
 
 pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **out) {
     if (!m) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or out");
-    return ctx_new(m, n_batch, (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float), out);
+    return ctx_new(m, n_batch, (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim * sizeof(float), 128, out);
 }
 
 pb_status pb_forward_ctx_new_kv(const pb_model *m, int n_batch, const pb_kv_cache *kv, pb_forward_ctx **out) {
     if (!m || !kv) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or KV cache");
-    return ctx_new(m, n_batch, kv->row_bytes, out);
+    return ctx_new(m, n_batch, kv->row_bytes, kv->attn_block, out);
 }
 
-static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_forward_ctx **out) {
+size_t pb_forward_tiles_bytes(const pb_hparams *hp, int n_ctx, int n_batch) {
+    if (n_batch <= 1) return 0;
+    int bcap = PB_MAX(128, (n_ctx + PB_ATT_MAX_BLOCKS - 1) / PB_ATT_MAX_BLOCKS); /* kv_cache.c's attn_block */
+    return (size_t)PB_FWD_MAX_THREADS * 2 * (size_t)bcap * (size_t)hp->head_dim * sizeof(float) + 64;
+}
+
+static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, int att_bcap, pb_forward_ctx **out) {
     if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL model or out");
     *out = NULL;
     if (n_batch < 1 || n_batch > 65536)
@@ -65,6 +73,7 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_fo
     if (!fc) return PB_ERR_NOMEM;
     fc->m = m;
     fc->n_batch = n_batch;
+    if (n_batch == 1) att_bcap = 0; /* decode only: no token tiles */
     int n_swa = 0;
     for (int il = 0; il < hp->n_layer; il++) fc->swa_slot[il] = hp->swa_layer[il] ? n_swa++ : -1;
     fc->stash_row = stash_row;
@@ -95,7 +104,8 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_fo
                       fsize(1) + PB_PAD(act, 64),
                       fsize((int64_t)PB_FWD_MAX_THREADS * PB_MAX(PB_MAX(d, F), q_dim)),
                       fc->stash_layer * (size_t)n_swa,
-                      fsize((int64_t)PB_MAX(2 * B, PB_ATT_MAX_BLOCKS + 1) * hp->n_head * (hd + 2))};
+                      fsize((int64_t)PB_MAX(2 * B, PB_ATT_MAX_BLOCKS + 1) * hp->n_head * (hd + 2)),
+                      fsize((int64_t)PB_FWD_MAX_THREADS * 2 * att_bcap * hd)};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
     fc->mem = pb_aligned_alloc(total);
@@ -124,6 +134,9 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, pb_fo
     fc->stash = p;
     p += fc->stash_layer * (size_t)n_swa;
     fc->part = (float *)p;
+    p += sizes[sizeof sizes / sizeof sizes[0] - 2];
+    fc->attkv = (float *)p; /* pages of parts that never run stay untouched */
+    fc->att_bcap = att_bcap;
     *out = fc;
     return PB_OK;
 }
@@ -249,7 +262,16 @@ static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint
  * each K row is converted to float32 once for the n_rep query heads of the group (GQA), their scores are
  * soft-capped, max-shifted and exponentiated together, then each V row once, accumulated with those
  * weights. Chunks start at k0, so the result depends only on (k0, k1): prefill and decode agree. */
+static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, float *st, const float *kf, const float *vf,
+                           int base);
 static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st) {
+    att_block_rows(j, t, g, k0, k1, st, NULL, NULL, 0);
+}
+
+/* att_block reading keys/values as float rows kf/vf (row k - base, head_dim floats each) when given, instead of
+ * converting them from the cache: the same values, so the same result bit for bit. */
+static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, float *st, const float *kf, const float *vf,
+                           int base) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
     int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
@@ -266,9 +288,13 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
     for (int c0 = k0; c0 <= k1; c0 += ATT_CHUNK) {
         int cn = PB_MIN(ATT_CHUNK, k1 - c0 + 1);
         for (int i = 0; i < cn; i++) {
-            to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
+            const float *kr = kb;
+            if (kf)
+                kr = kf + (size_t)(c0 + i - base) * (size_t)hd;
+            else
+                to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
             for (int r = 0; r < n_rep; r++)
-                sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+                sc[r][i] = pb_kernels_dot_f32(q + r * hd, kr, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
         }
         for (int r = 0; r < n_rep; r++) {
             float *x = st + r * ST(hd), mx = x[0];
@@ -283,8 +309,12 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
             x[1] += sum;
         }
         for (int i = 0; i < cn; i++) {
-            to_f(kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff, vb, hd);
-            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
+            const float *vr = vb;
+            if (vf)
+                vr = vf + (size_t)(c0 + i - base) * (size_t)hd;
+            else
+                to_f(kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff, vb, hd);
+            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vr, sc[r][i], hd);
         }
     }
 }
@@ -348,6 +378,47 @@ static void att_rows_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Prefill with float rows shared: one task per (tile of ATT_QT tokens, kv head). Each key block the tile sees
+ * is converted to float once (into this part's scratch) and read by every token of the tile, instead of once
+ * per token; each token still runs its own blocks in order, so results equal att_rows_worker's. */
+#define ATT_QT 16
+static void att_tiles_worker(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    const pb_hparams *hp = &j->m->hp;
+    const pb_kv_cache *kv = j->kv;
+    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = kv->attn_block;
+    size_t slot = (size_t)n_rep * ST(hd), hoff;
+    pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
+    float *kf = j->fc->attkv + (size_t)ith * 2 * (size_t)j->fc->att_bcap * (size_t)hd;
+    float *vf = kf + (size_t)j->fc->att_bcap * (size_t)hd;
+    int n_tiles = (j->n + ATT_QT - 1) / ATT_QT;
+    int64_t lo, hi;
+    pb_split((int64_t)n_tiles * Hkv, ith, nth, &lo, &hi);
+    for (int64_t task = lo; task < hi; task++) {
+        int g = (int)(task % Hkv), t0 = (int)(task / Hkv) * ATT_QT, t1 = PB_MIN(j->n, t0 + ATT_QT), kmin, kmax, k0, k1;
+        hoff = (size_t)g * kv->head_bytes;
+        key_range(j, t0, &kmin, &k1);
+        key_range(j, t1 - 1, &k0, &kmax);
+        for (int b0 = kmin / B * B; b0 <= kmax; b0 += B) {
+            int r0 = PB_MAX(b0, kmin), r1 = PB_MIN(b0 + B - 1, kmax); /* keys of this block the tile reads */
+            for (int r = r0; r <= r1; r++) {
+                to_f(kv_row(j, kv->k[j->il], j->stash_k, r) + hoff, kf + (size_t)(r - r0) * (size_t)hd, hd);
+                to_f(kv_row(j, kv->v[j->il], j->stash_v, r) + hoff, vf + (size_t)(r - r0) * (size_t)hd, hd);
+            }
+            for (int t = t0; t < t1; t++) {
+                key_range(j, t, &k0, &k1);
+                int a = PB_MAX(k0, b0), b = PB_MIN(k1, b0 + B - 1);
+                if (a > b) continue;
+                int64_t i = (int64_t)t * Hkv + g;
+                float *run = j->fc->part + (size_t)i * 2 * slot, *tmp = run + slot;
+                att_block_rows(j, t, g, a, b, tmp, kf, vf, r0);
+                att_merge(run, tmp, n_rep, hd, a == k0);
+            }
+        }
+        for (int t = t0; t < t1; t++) att_finish(j, t, g, j->fc->part + ((size_t)t * Hkv + g) * 2 * slot);
+    }
+}
+
 /* Decode (one token): one task per (kv head, block), merged afterwards in block order. */
 static void att_blocks_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
@@ -372,6 +443,13 @@ static void attend(attn_job *j, pb_pool *pool) {
     int B = j->kv->attn_block, k0, k1;
     key_range(j, 0, &k0, &k1);
     int nb = k1 / B - k0 / B + 1;
+    if (j->n > 1 && j->kv->attn_block <= j->fc->att_bcap) { /* prefill, float rows shared by token tiles */
+        if (pool)
+            pb_pool_run_n(pool, PB_MIN(pb_pool_size(pool), PB_FWD_MAX_THREADS), att_tiles_worker, j);
+        else
+            att_tiles_worker(j, 0, 1);
+        return;
+    }
     if (j->n > 1 || nb == 1 || hp->n_head_kv >= nth) {
         run_pool(pool, att_rows_worker, j);
         return;

@@ -63,6 +63,9 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len);
 typedef struct pb_forward_ctx pb_forward_ctx;
 
 pb_status pb_forward_ctx_new(const pb_model *m, int n_batch, pb_forward_ctx **out);
+/* Bytes a context reserves for prefill attention tiles (float K/V rows of one key block per thread slot; only
+ * the pool's threads touch theirs): part of the scratch, for memory estimates. */
+size_t pb_forward_tiles_bytes(const pb_hparams *hp, int n_ctx, int n_batch);
 /* The same, with the stash sized for kv's row type (F16: half of the F32-sized one); the context then
  * refuses a KV cache with wider rows. */
 pb_status pb_forward_ctx_new_kv(const pb_model *m, int n_batch, const pb_kv_cache *kv, pb_forward_ctx **out);

@@ -58,8 +58,8 @@ static void test_mixed(pb_pool *p2, pb_pool *p3) {
     pb_mm_op all[6];
     for (int i = 0; i < n_spec; i++) {
         bool pack = spec[i].pack && pb_pack_supported(spec[i].type, K, spec[i].N);
-        all[i] = (pb_mm_op){.w = make_matrix(spec[i].type, K, spec[i].N, pack), .type = spec[i].type,
-                            .N = spec[i].N, .packed = pack};
+        all[i] = (pb_mm_op){
+            .w = make_matrix(spec[i].type, K, spec[i].N, pack), .type = spec[i].type, .N = spec[i].N, .packed = pack};
     }
     const int NT = 40;
     float *x = malloc(sizeof(float) * K * NT), *xn = malloc(sizeof(float) * K * NT),
@@ -119,7 +119,9 @@ static void test_mixed(pb_pool *p2, pb_pool *p3) {
 /* gate/up pair with GeGLU: y0 = gelu(gate) * up, y1 = up, as the separate products then pb_kernels_geglu. */
 static void test_pair(pb_pool *p2, pb_pool *p3) {
     const int64_t K = 256;
-    int types[][2] = {{PB_TYPE_Q4_K, PB_TYPE_Q4_K}, {PB_TYPE_Q4_0, PB_TYPE_Q4_0}, {PB_TYPE_Q6_K, PB_TYPE_Q4_K},
+    int types[][2] = {{PB_TYPE_Q4_K, PB_TYPE_Q4_K},
+                      {PB_TYPE_Q4_0, PB_TYPE_Q4_0},
+                      {PB_TYPE_Q6_K, PB_TYPE_Q4_K},
                       {PB_TYPE_Q8_0, PB_TYPE_F32}};
     int64_t Ns[] = {96, 40};
     int toks[] = {1, 5, 17};
@@ -132,8 +134,8 @@ static void test_pair(pb_pool *p2, pb_pool *p3) {
             pb_mm_op ops[2];
             for (int i = 0; i < 2; i++) {
                 bool pack = pb_pack_supported(types[ty][i], K, N);
-                ops[i] = (pb_mm_op){.w = make_matrix(types[ty][i], K, N, pack), .type = types[ty][i], .N = N,
-                                    .packed = pack};
+                ops[i] = (pb_mm_op){
+                    .w = make_matrix(types[ty][i], K, N, pack), .type = types[ty][i], .N = N, .packed = pack};
             }
             for (int ti = 0; ti < 3; ti++)
                 for (int th = 0; th < 3; th++) {
@@ -145,7 +147,8 @@ static void test_pair(pb_pool *p2, pb_pool *p3) {
                     ops[1].y = u;
                     void *scr = malloc(pb_matmul_group_scratch_size(ops, 2, K, nt));
                     runs_ok &= pb_matmul_group(ops, 2, K, x, nt, NULL, pb_kernels_geglu, scr, pool) == PB_OK;
-                    runs_ok &= single(&ops[0], K, x, nt, rg, NULL) == PB_OK && single(&ops[1], K, x, nt, ru, NULL) == PB_OK;
+                    runs_ok &=
+                        single(&ops[0], K, x, nt, rg, NULL) == PB_OK && single(&ops[1], K, x, nt, ru, NULL) == PB_OK;
                     bool up_same = memcmp(u, ru, sizeof(float) * N * nt) == 0;
                     if (N % 16 == 0) { /* whole SIMD segments: the same operations as one pass over each row */
                         for (int t = 0; t < nt; t++) pb_kernels_geglu(rg + t * N, ru + t * N, N);
@@ -154,8 +157,7 @@ static void test_pair(pb_pool *p2, pb_pool *p3) {
                     } else { /* a partial last segment takes the scalar tail: within float rounding */
                         for (int t = 0; t < nt; t++) pb_geglu(rg + t * N, ru + t * N, N);
                         int ok = up_same;
-                        for (int64_t i = 0; i < N * nt; i++)
-                            ok &= fabsf(g[i] - rg[i]) <= 1e-5f * (1.0f + fabsf(rg[i]));
+                        for (int64_t i = 0; i < N * nt; i++) ok &= fabsf(g[i] - rg[i]) <= 1e-5f * (1.0f + fabsf(rg[i]));
                         ctotal++;
                         close += ok;
                     }

@@ -139,11 +139,11 @@ static void test_matmul(void) {
         size_t ss = pb_matmul_scratch_size(wtypes[ti], K, T);
         CHECK((ss == 0) == (t->vec_dot_type == PB_TYPE_F32) &&
                   (ss == 0 ||
-                   ss == PB_PAD((size_t)T * (pb_row_size(t->vec_dot_type, K) +
-                                             (t->vec_dot_type == PB_TYPE_Q8_0 ? (size_t)(K / 32) * sizeof(pb_pack_ameta)
-                                              : t->vec_dot_type == PB_TYPE_Q8_K
-                                                  ? (size_t)(K / 256) * sizeof(pb_pack_kmeta)
-                                                  : 0)),
+                   ss == PB_PAD((size_t)T *
+                                    (pb_row_size(t->vec_dot_type, K) +
+                                     (t->vec_dot_type == PB_TYPE_Q8_0   ? (size_t)(K / 32) * sizeof(pb_pack_ameta)
+                                      : t->vec_dot_type == PB_TYPE_Q8_K ? (size_t)(K / 256) * sizeof(pb_pack_kmeta)
+                                                                        : 0)),
                                 8)),
               "%s scratch size %zu", t->name, ss);
         void *scratch = ss ? malloc(ss) : NULL;

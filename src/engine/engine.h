@@ -11,9 +11,9 @@
 
 /* ---- stop strings ------------------------------------------------------------------------------ */
 
-#define PB_STOP_MAX_LEN 256  /* bytes of one stop string */
-#define PB_STOP_BUF_CAP 4096 /* held-back text buffer (>= 2 * PB_STOP_MAX_LEN) */
-#define PB_DEFAULT_N_BATCH 256 /* prefill chunk: forward scratch ~0.16 MB a token on a 2B (gate/up, stash...) */
+#define PB_STOP_MAX_LEN    256  /* bytes of one stop string */
+#define PB_STOP_BUF_CAP    4096 /* held-back text buffer (>= 2 * PB_STOP_MAX_LEN) */
+#define PB_DEFAULT_N_BATCH 256  /* prefill chunk: forward scratch ~0.16 MB a token on a 2B (gate/up, stash...) */
 
 /* Streams text to cb while holding back any tail that could be the start of a stop string. The
  * buffer is caller-owned (sized once with the session); nothing is allocated. */

@@ -39,7 +39,7 @@ size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) 
     for (int il = 0; il < hp->n_layer; il++) n_swa += hp->sliding_window > 0 && hp->swa_layer[il];
     size_t stash = (size_t)n_swa * 2 * nb * kv * 4;
     size_t tiles = pb_forward_tiles_bytes(hp, n_ctx, n_batch); /* prefill attention: K/V rows as floats */
-    size_t logits = 2 * (size_t)hp->n_vocab * 4; /* forward's + the session's */
+    size_t logits = 2 * (size_t)hp->n_vocab * 4;               /* forward's + the session's */
     size_t session = pb_sampler_bytes(hp->n_vocab) + (size_t)n_ctx * 8 + PB_STOP_BUF_CAP;
     return act + stash + tiles + logits + session + (4u << 20); /* + thread stacks, tables, slack */
 }

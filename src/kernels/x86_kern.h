@@ -26,7 +26,7 @@
 #endif
 #define PREFETCH_AHEAD(p, bytes)                                                                                       \
     do {                                                                                                               \
-        const char *pf_ = (const char *)(p) + PF_ROW_BYTES;                                                                    \
+        const char *pf_ = (const char *)(p) + PF_ROW_BYTES;                                                            \
         for (int o_ = 0; o_ < (bytes); o_ += 64) _mm_prefetch(pf_ + o_, _MM_HINT_T0);                                  \
     } while (0)
 
@@ -131,8 +131,8 @@ INLINE void q4k_row(int64_t nb, const pb_block_q4_K *w, const void *a, size_t a_
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     /* mins as 16 words, m_j twice (madd with the 16 bsums), from bytes 8..15 of k4_scmn's vector */
-    const __m256i mins_ctl = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, 12, -1, 12, -1,
-                                              13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
+    const __m256i mins_ctl = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, 12, -1, 12,
+                                              -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
     __m512i ctl[4]; /* word = scale byte 2j (low half) or 2j + 1 (high half), zero-extended */
     PB_UNROLL for (int j = 0; j < 4; j++) ctl[j] =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(0x8000 | (2 * j)))),

@@ -54,29 +54,29 @@ PK_INLINE void pk_unpack_q8_0(const uint8_t *q, __m512i v[8]) {
     for (int64_t g = 0; g < ng; g++) {                                                                                 \
         const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
         __m512 acc[NT];                                                                                                \
-        PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
+        PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                         \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * (BSZ);                                                                \
             if ((NT) <= 2)                                                                                             \
-                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + PK_PF_BYTES + o, _MM_HINT_T0);            \
+                for (int o = 0; o < (BSZ); o += 64) _mm_prefetch((const char *)bp + PK_PF_BYTES + o, _MM_HINT_T0);     \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             __m512i v[8];                                                                                              \
             UNPACK(bp + 2 * PB_PACK_ROWS, v);                                                                          \
-            PK_UNROLL for (int t = 0; t < (NT); t++) {                                                                           \
+            PK_UNROLL for (int t = 0; t < (NT); t++) {                                                                 \
                 const pb_block_q8_0 *x =                                                                               \
                     (const pb_block_q8_0 *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;                 \
                 const pb_pack_ameta *m = &meta[t * nb + b];                                                            \
                 __m512i is = _mm512_set1_epi32(m->bias), is2 = _mm512_setzero_si512(); /* two chains: exact */         \
                 __m512i xb[8];                                                                                         \
                 pk_bcast8(x->qs, xb);                                                                                  \
-                PK_UNROLL for (int k = 0; k < 4; k++) is = _mm512_dpbusd_epi32(is, v[k], xb[k]);                                 \
-                PK_UNROLL for (int k = 4; k < 8; k++) is2 = _mm512_dpbusd_epi32(is2, v[k], xb[k]);                               \
+                PK_UNROLL for (int k = 0; k < 4; k++) is = _mm512_dpbusd_epi32(is, v[k], xb[k]);                       \
+                PK_UNROLL for (int k = 4; k < 8; k++) is2 = _mm512_dpbusd_epi32(is2, v[k], xb[k]);                     \
                 is = _mm512_add_epi32(is, is2);                                                                        \
                 const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(m->d));                                             \
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[t]);                                          \
             }                                                                                                          \
         }                                                                                                              \
-        PK_UNROLL for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
+        PK_UNROLL for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);             \
     }
 
 #define PK_SWITCH(TILE, ...)                                                                                           \
@@ -124,12 +124,12 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
 #define PK_TILE_Q4K(NT)                                                                                                \
     for (int64_t g = 0; g < ng; g++) {                                                                                 \
         const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
-        PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
+        PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                         \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * 144 * PB_PACK_ROWS, *sc = bp + 64, *qs = bp + 64 + 192;               \
             if ((NT) <= 2)                                                                                             \
                 for (int o = 0; o < 144 * PB_PACK_ROWS; o += 64)                                                       \
-                    _mm_prefetch((const char *)bp + PK_PF_KBLOCKS * 144 * PB_PACK_ROWS + o, _MM_HINT_T0);                                            \
+                    _mm_prefetch((const char *)bp + PK_PF_KBLOCKS * 144 * PB_PACK_ROWS + o, _MM_HINT_T0);              \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(bp + 32)));          \
             const __m512i w0 = _mm512_loadu_si512((const void *)sc), w1 = _mm512_loadu_si512((const void *)(sc + 64)), \
@@ -143,22 +143,22 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
             const __m512i m_lo = _mm512_and_si512(w1, k3f);                                                            \
             const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k0f),                      \
                                                  _mm512_and_si512(_mm512_srli_epi32(w1, 2), k30));                     \
-            PK_UNROLL for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
-            PK_UNROLL for (int j = 0; j < 8; j++) {                                                                              \
+            PK_UNROLL for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                       \
+            PK_UNROLL for (int j = 0; j < 8; j++) {                                                                    \
                 const __m512i scv = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? s_lo : s_hi, 8 * (j & 3)), kff);        \
                 const __m512 fsc = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(scv));                                         \
                 __m512i v[8];                                                                                          \
-                PK_UNROLL for (int k = 0; k < 8; k++) {                                                                          \
+                PK_UNROLL for (int k = 0; k < 8; k++) {                                                                \
                     __m512i p = _mm512_loadu_si512((const void *)(qs + 64 * (8 * (j / 2) + k)));                       \
                     v[k] = _mm512_and_si512((j & 1) ? _mm512_srli_epi16(p, 4) : p, _mm512_set1_epi8(0x0F));            \
                 }                                                                                                      \
-                PK_UNROLL for (int t = 0; t < (NT); t++) {                                                                       \
+                PK_UNROLL for (int t = 0; t < (NT); t++) {                                                             \
                     const pb_block_q8_K *x =                                                                           \
                         (const pb_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;             \
                     __m512i is = _mm512_setzero_si512(), is2 = _mm512_setzero_si512(), xb[8];                          \
                     pk_bcast8(x->qs + 32 * j, xb);                                                                     \
-                    PK_UNROLL for (int k = 0; k < 4; k++) is = _mm512_dpbusd_epi32(is, v[k], xb[k]);                             \
-                    PK_UNROLL for (int k = 4; k < 8; k++) is2 = _mm512_dpbusd_epi32(is2, v[k], xb[k]);                           \
+                    PK_UNROLL for (int k = 0; k < 4; k++) is = _mm512_dpbusd_epi32(is, v[k], xb[k]);                   \
+                    PK_UNROLL for (int k = 4; k < 8; k++) is2 = _mm512_dpbusd_epi32(is2, v[k], xb[k]);                 \
                     is = _mm512_add_epi32(is, is2);                                                                    \
                     s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), fsc, s[t]);                                         \
                 }                                                                                                      \
@@ -167,7 +167,7 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                           mp1 = _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), k00ff),                                   \
                           mp2 = _mm512_and_si512(m_hi, k00ff),                                                         \
                           mp3 = _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), k00ff);                                   \
-            PK_UNROLL for (int t = 0; t < (NT); t++) {                                                                           \
+            PK_UNROLL for (int t = 0; t < (NT); t++) {                                                                 \
                 const pb_pack_kmeta *m = &meta[t * nb + b];                                                            \
                 __m512i im = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp0, _mm512_set1_epi32((int)m->mp[0]));       \
                 im = _mm512_dpwssd_epi32(im, mp1, _mm512_set1_epi32((int)m->mp[1]));                                   \
@@ -180,7 +180,7 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), nmin, acc[t]);                                        \
             }                                                                                                          \
         }                                                                                                              \
-        PK_UNROLL for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
+        PK_UNROLL for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);             \
     }
 
 PK_INLINE void pk_q4k(PK_KARGS) {
@@ -207,15 +207,15 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
 #define PK_TILE_Q6K(NT)                                                                                                \
     for (int64_t g = 0; g < ng; g++) {                                                                                 \
         const uint8_t *gp = (const uint8_t *)w + (size_t)g * g_size;                                                   \
-        PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                                   \
+        PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_setzero_ps();                                         \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *bp = gp + (size_t)b * 210 * PB_PACK_ROWS, *cols = bp + 32;                                  \
             if ((NT) <= 2)                                                                                             \
                 for (int o = 0; o < 210 * PB_PACK_ROWS; o += 64)                                                       \
-                    _mm_prefetch((const char *)bp + PK_PF_KBLOCKS * 210 * PB_PACK_ROWS + o, _MM_HINT_T0);                                            \
+                    _mm_prefetch((const char *)bp + PK_PF_KBLOCKS * 210 * PB_PACK_ROWS + o, _MM_HINT_T0);              \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);                                  \
-            PK_UNROLL for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                                 \
+            PK_UNROLL for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                       \
             for (int c = 0; c < 8; c++) {                                                                              \
                 const int h = c / 4, gq = c % 4;                                                                       \
                 const __m512i S = _mm512_loadu_si512((const void *)(cols + 64 * (48 + c / 2)));                        \
@@ -225,7 +225,7 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                 const __m512 fsc1 =                                                                                    \
                     _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 16 - 8 * i0), 24)));   \
                 __m512i v[8];                                                                                          \
-                PK_UNROLL for (int k = 0; k < 8; k++) {                                                                          \
+                PK_UNROLL for (int k = 0; k < 8; k++) {                                                                \
                     __m512i L = _mm512_loadu_si512((const void *)(cols + 64 * (16 * h + 8 * (gq & 1) + k)));           \
                     __m512i H = _mm512_loadu_si512((const void *)(cols + 64 * (32 + 8 * h + k)));                      \
                     __m512i lo = _mm512_and_si512((gq >> 1) ? _mm512_srli_epi16(L, 4) : L, m0f);                       \
@@ -235,22 +235,23 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
                                            : _mm512_srli_epi16(H, 2);                                                  \
                     v[k] = _mm512_or_si512(lo, _mm512_and_si512(hi, m30));                                             \
                 }                                                                                                      \
-                PK_UNROLL for (int t = 0; t < (NT); t++) {                                                                       \
+                PK_UNROLL for (int t = 0; t < (NT); t++) {                                                             \
                     const pb_block_q8_K *x =                                                                           \
                         (const pb_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) + b;             \
                     const pb_pack_kmeta *m = &meta[t * nb + b];                                                        \
                     __m512i i0v = _mm512_set1_epi32(m->off[2 * c]), i1v = _mm512_set1_epi32(m->off[2 * c + 1]);        \
                     __m512i xb[8];                                                                                     \
                     pk_bcast8(x->qs + 32 * c, xb);                                                                     \
-                    PK_UNROLL for (int k = 0; k < 4; k++) i0v = _mm512_dpbusd_epi32(i0v, v[k], xb[k]);                           \
-                    PK_UNROLL for (int k = 4; k < 8; k++) i1v = _mm512_dpbusd_epi32(i1v, v[k], xb[k]);                           \
+                    PK_UNROLL for (int k = 0; k < 4; k++) i0v = _mm512_dpbusd_epi32(i0v, v[k], xb[k]);                 \
+                    PK_UNROLL for (int k = 4; k < 8; k++) i1v = _mm512_dpbusd_epi32(i1v, v[k], xb[k]);                 \
                     s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0v), fsc0, s[t]);                                       \
                     s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1v), fsc1, s[t]);                                       \
                 }                                                                                                      \
             }                                                                                                          \
-            PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] = _mm512_fmadd_ps(s[t], _mm512_set1_ps(meta[t * nb + b].d), acc[t]); \
+            PK_UNROLL for (int t = 0; t < (NT); t++) acc[t] =                                                          \
+                _mm512_fmadd_ps(s[t], _mm512_set1_ps(meta[t * nb + b].d), acc[t]);                                     \
         }                                                                                                              \
-        PK_UNROLL for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);                       \
+        PK_UNROLL for (int t = 0; t < (NT); t++) _mm512_storeu_ps(y + t * ldy + g * PB_PACK_ROWS, acc[t]);             \
     }
 
 PK_INLINE void pk_q6k(PK_KARGS) {

@@ -38,11 +38,11 @@ P2_INLINE void p2_bcast8(const int8_t *p, __m256i b[8]) {
             if ((NT) <= 2)                                                                                             \
                 for (int o = 0; o < 18 * PB_PACK_ROWS; o += 64)                                                        \
                     _mm_prefetch((const char *)bp + 3072 + o, _MM_HINT_T0);                                            \
-            P2_UNROLL for (int h = 0; h < 2; h++) {                                                                              \
+            P2_UNROLL for (int h = 0; h < 2; h++) {                                                                    \
                 const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(bp + 16 * h)));      \
                 const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);                                \
                 __m256i v[8];                                                                                          \
-                P2_UNROLL for (int j = 0; j < 4; j++) {                                                                          \
+                P2_UNROLL for (int j = 0; j < 4; j++) {                                                                \
                     __m256i p = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64 * j + 32 * h));              \
                     v[j] = _mm256_and_si256(p, m4);                                                                    \
                     v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);                                          \
@@ -54,7 +54,8 @@ P2_INLINE void p2_bcast8(const int8_t *p, __m256i b[8]) {
                     __m256i xb[8];                                                                                     \
                     p2_bcast8(x->qs, xb);                                                                              \
                     __m256i s16 = _mm256_maddubs_epi16(v[0], xb[0]);                                                   \
-                    P2_UNROLL for (int k = 1; k < 8; k++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[k], xb[k])); \
+                    P2_UNROLL for (int k = 1; k < 8; k++) s16 =                                                        \
+                        _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[k], xb[k]));                                      \
                     __m256i is = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(m->bias));           \
                     const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(m->d));                                         \
                     acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sc, acc[h][t]);                                \
@@ -80,11 +81,11 @@ P2_INLINE void p2_bcast8(const int8_t *p, __m256i b[8]) {
             if ((NT) <= 2)                                                                                             \
                 for (int o = 0; o < 34 * PB_PACK_ROWS; o += 64)                                                        \
                     _mm_prefetch((const char *)bp + 4352 + o, _MM_HINT_T0);                                            \
-            P2_UNROLL for (int h = 0; h < 2; h++) {                                                                              \
+            P2_UNROLL for (int h = 0; h < 2; h++) {                                                                    \
                 const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(bp + 16 * h)));      \
                 const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);                        \
                 __m256i ws[8], wa[8];                                                                                  \
-                P2_UNROLL for (int k = 0; k < 8; k++) {                                                                          \
+                P2_UNROLL for (int k = 0; k < 8; k++) {                                                                \
                     ws[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(q + 64 * k + 32 * h)), \
                                              flip);                                                                    \
                     wa[k] = _mm256_abs_epi8(ws[k]);                                                                    \
@@ -95,8 +96,8 @@ P2_INLINE void p2_bcast8(const int8_t *p, __m256i b[8]) {
                     const pb_pack_ameta *m = &meta[t * nb + b];                                                        \
                     __m256i is = _mm256_setzero_si256(), xb[8];                                                        \
                     p2_bcast8(x->qs, xb);                                                                              \
-                    P2_UNROLL for (int k = 0; k < 8; k++) {                                                                      \
-                        __m256i sa = _mm256_sign_epi8(xb[k], ws[k]);                               \
+                    P2_UNROLL for (int k = 0; k < 8; k++) {                                                            \
+                        __m256i sa = _mm256_sign_epi8(xb[k], ws[k]);                                                   \
                         is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[k], sa), ones));           \
                     }                                                                                                  \
                     const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(m->d));                                         \

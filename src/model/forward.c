@@ -33,10 +33,10 @@ struct pb_forward_ctx {
     size_t stash_row;                     /* bytes a stash row holds (a KV cache's row_bytes must fit) */
     size_t stash_layer;                   /* bytes per ring layer */
     int swa_slot[PB_MAX_LAYERS];          /* index of a ring layer's stash, -1 for full layers */
-    float *part; /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
-    float *attkv;  /* prefill: [PB_FWD_MAX_THREADS][2][att_bcap][hd] float K/V rows of one key block */
-    int att_bcap;  /* key block size that scratch holds (0: no tiles, n_batch 1) */
-    void *act;   /* pb_matmul activation scratch */
+    float *part;  /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
+    float *attkv; /* prefill: [PB_FWD_MAX_THREADS][2][att_bcap][hd] float K/V rows of one key block */
+    int att_bcap; /* key block size that scratch holds (0: no tiles, n_batch 1) */
+    void *act;    /* pb_matmul activation scratch */
     void *mem;
     size_t bytes;
 };
@@ -220,8 +220,8 @@ static pb_status normed_group(pb_forward_ctx *fc, pb_pool *pool, const float *no
     }
     pb_mm_op ops[PB_MM_MAX_OPS];
     for (int i = 0; i < n_ops; i++)
-        ops[i] = (pb_mm_op){.w = ws[i]->data, .type = ws[i]->t->type, .N = ws[i]->t->ne[1], .packed = ws[i]->packed,
-                            .y = ys[i]};
+        ops[i] = (pb_mm_op){
+            .w = ws[i]->data, .type = ws[i]->t->type, .N = ws[i]->t->ne[1], .packed = ws[i]->packed, .y = ys[i]};
     pb_mm_norm nm = {.w = norm_w, .eps = hp->norm_eps, .out = fc->xn};
     return pb_matmul_group(ops, n_ops, d, fc->x, n, &nm, pair, fc->act, pool);
 }

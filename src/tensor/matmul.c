@@ -183,8 +183,7 @@ static void dot_worker(void *arg, int ith, int nth) {
                 run_unit(g, gr, u, c0, c1);
                 run_unit(g, ur, u, c0, c1);
                 int64_t r0 = u * MM_UNIT, nr = PB_MIN(MM_UNIT, N - r0);
-                for (int64_t t = c0; t < c1; t++)
-                    g->pair(gr->op->y + t * N + r0, ur->op->y + t * N + r0, nr);
+                for (int64_t t = c0; t < c1; t++) g->pair(gr->op->y + t * N + r0, ur->op->y + t * N + r0, nr);
             }
         }
         return;
@@ -203,8 +202,8 @@ pb_status pb_matmul_group(const pb_mm_op *ops, int n_ops, int64_t K, const float
                           const pb_mm_norm *norm, pb_mm_pair_fn pair, void *act_scratch, pb_pool *pool) {
     if (!ops || n_ops < 1 || n_ops > PB_MM_MAX_OPS)
         return pb_error(PB_ERR_INVALID_ARG, "matmul: %d matrices in a group (1..%d)", n_ops, PB_MM_MAX_OPS);
-    if (K <= 0 || n_tok < 0) return pb_error(PB_ERR_INVALID_ARG, "matmul: bad shape K=%lld n_tok=%lld", (long long)K,
-                                             (long long)n_tok);
+    if (K <= 0 || n_tok < 0)
+        return pb_error(PB_ERR_INVALID_ARG, "matmul: bad shape K=%lld n_tok=%lld", (long long)K, (long long)n_tok);
     if (pair && (n_ops != 2 || ops[0].N != ops[1].N))
         return pb_error(PB_ERR_INVALID_ARG, "matmul: a pair group is two matrices of the same height");
     if (n_tok == 0) return PB_OK;

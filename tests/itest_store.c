@@ -368,11 +368,18 @@ static void test_crash(void) {
         write_file(rel, body, o);
     }
     const char *db = path_of("crash.sqlite");
+    char ready[1024];
+    snprintf(ready, sizeof ready, "%s.ready", db);
+    unlink(ready);
     const char *paths[] = {dir};
     pid_t pid = fork();
     if (pid == 0) {
         pb_store *st;
         if (pb_store_open(db, &st)) _exit(2);
+        /* the parent reads the database only once it exists with its schema (opening it while this process
+         * creates it could make this open fail, or the parent's) */
+        FILE *rf = fopen(ready, "w");
+        if (rf) fclose(rf);
         events ev = {0};
         ev.sleep_us = 2000;
         pb_ingest_params p = pb_ingest_default_params();
@@ -389,7 +396,7 @@ static void test_crash(void) {
     for (int t = 0; t < 5000 && seen < 50; t++) {
         usleep(2000);
         pb_store *ro;
-        if (access(db, F_OK) == 0 && pb_store_open(db, &ro) == PB_OK) {
+        if (access(ready, F_OK) == 0 && pb_store_open(db, &ro) == PB_OK) {
             pb_store_query_int(ro, "SELECT count(*) FROM documents", &seen);
             pb_store_close(ro);
         }

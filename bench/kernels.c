@@ -104,7 +104,7 @@ static double stream_read(pb_pool *pool, const uint8_t *buf, size_t bytes, int r
     return (double)bytes / (median(t, reps) * 1e6);
 }
 
-// --- matmul with a given family's kernels (mirrors pb_matmul) ----------------------------------------------
+// --- matmul with a given family's kernels (pb_matmul's tiles, without its token chunks) --------------------
 
 typedef struct {
     pb_vec_dot_fn dot;

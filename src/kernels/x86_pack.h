@@ -7,7 +7,6 @@
 #include "tensor/quant.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define PK_INLINE static inline __attribute__((always_inline))
 #define PK_UNROLL _Pragma("GCC unroll 16")

@@ -6,7 +6,6 @@
 #include "tensor/quant.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define P2_INLINE static inline __attribute__((always_inline))
 #define P2_UNROLL _Pragma("GCC unroll 16")

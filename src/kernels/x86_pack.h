@@ -18,20 +18,14 @@
 #define PK_PF_KBLOCKS 2
 #endif
 
-/* The 8 dwords of 32 activation bytes, each broadcast to all 16 lanes: two 128-bit broadcast loads and in-lane
- * shuffles. (A vpbroadcastd from memory per dword measured ~3x slower on Zen 5: 206 vs 540-700 GOP/s in a
- * loop of nothing else.) */
+/* The 8 dwords of 32 activation bytes, each broadcast to all 16 lanes. Written as plain dword broadcasts so
+ * GCC folds each into its vpdpbusd as an embedded {1to16} memory operand: a load, no shuffle. (Zen 5: a
+ * vpdpbusd chain fed this way runs at the register-only peak, ~900 GOP/s per core, where two 128-bit
+ * broadcasts + vpshufd reached ~750; tiles: Q4_0 530 -> 570, Q4_K 463 -> 585 GOP/s. mulps/fmadd share the
+ * vpdpbusd pipes, so the per-block float step, not the broadcasts, now bounds the tiles.) */
+typedef int32_t pk_i32u __attribute__((may_alias, aligned(1)));
 PK_INLINE void pk_bcast8(const int8_t *p, __m512i b[8]) {
-    const __m512i lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)p));
-    const __m512i hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(p + 16)));
-    b[0] = _mm512_shuffle_epi32(lo, _MM_PERM_AAAA);
-    b[1] = _mm512_shuffle_epi32(lo, _MM_PERM_BBBB);
-    b[2] = _mm512_shuffle_epi32(lo, _MM_PERM_CCCC);
-    b[3] = _mm512_shuffle_epi32(lo, _MM_PERM_DDDD);
-    b[4] = _mm512_shuffle_epi32(hi, _MM_PERM_AAAA);
-    b[5] = _mm512_shuffle_epi32(hi, _MM_PERM_BBBB);
-    b[6] = _mm512_shuffle_epi32(hi, _MM_PERM_CCCC);
-    b[7] = _mm512_shuffle_epi32(hi, _MM_PERM_DDDD);
+    PK_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm512_set1_epi32(((const pk_i32u *)(const void *)p)[k]);
 }
 
 /* Q4_0: four 64-byte loads, low and high nibbles -> 8 vectors of unsigned 0..15 */
@@ -104,14 +98,19 @@ void pb_gemm_packed_q8_0_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
     PK_SWITCH(PK_TILE, pk_unpack_q8_0, 34 * PB_PACK_ROWS)
 }
 
-/* K-quant tiles take PK_KNT tokens at a time (two float accumulators per token live across a block). */
-#define PK_KNT 4
+/* K-quant tiles take PK_KNT tokens at a time (two float accumulators per token live across a block; with the
+ * broadcasts folded into vpdpbusd, 8 tokens still fit the 32 registers: Q6_K 364 -> 467 GOP/s over 4). */
+#define PK_KNT 8
 #define PK_KSWITCH(FN, N)                                                                                              \
     switch (N) {                                                                                                       \
     case 1: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 1); break;                                                \
     case 2: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 2); break;                                                \
     case 3: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 3); break;                                                \
-    default: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 4); break;                                               \
+    case 4: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 4); break;                                                \
+    case 5: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 5); break;                                                \
+    case 6: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 6); break;                                                \
+    case 7: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 7); break;                                                \
+    default: FN(nb, w, ng, g_size, a_t, a_row, m_t, y_t, ldy, 8); break;                                               \
     }
 #define PK_KARGS                                                                                                       \
     int64_t nb, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row, const pb_pack_kmeta *meta,      \

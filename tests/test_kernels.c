@@ -167,6 +167,41 @@ static void test_random_bits(const family *f, const pb_gemm_fn *gemm) {
           same_tile, tile_cases);
 }
 
+/* F16 stores (KV cache): the ISA from_float against pb_fp32_to_fp16 bit for bit: every fp16 value and its
+ * neighbours half an ulp away (ties), random bit patterns (NaN, inf, subnormals, overflow), odd lengths */
+static void test_f16_store(const family *f) {
+    const int n = 65536 * 4 + 200003;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    uint32_t s = 12345;
+    for (int i = 0; i < 65536; i++) {
+        float v = pb_fp16_to_fp32((uint16_t)i);
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        uint32_t nb[4] = {b, b + 0x1000u, b - 0x1000u, b + 0xFFFu}; /* value, tie above, tie below, just below */
+        for (int k = 0; k < 4; k++) memcpy(&x[4 * i + k], &nb[k], 4);
+    }
+    for (int i = 65536 * 4; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        uint32_t b = s;
+        if (i % 3 == 0) b = (b & 0x807FFFFFu) | ((uint32_t)(100 + (s >> 27)) << 23); /* near the fp16 range */
+        memcpy(&x[i], &b, 4);
+    }
+    int bad = 0, lens[] = {n, 1, 7, 8, 15, 16, 17, 33};
+    for (int li = 0; li < 8; li++) {
+        int len = lens[li], off = li ? 65536 * 3 + li : 0;
+        memset(h, 0xAB, sizeof(uint16_t) * (size_t)n);
+        isa_tab[PB_TYPE_F16].from_float(x + off, h, len);
+        for (int i = 0; i < len; i++) bad += h[i] != pb_fp32_to_fp16(x[off + i]);
+        bad += len < n && h[len] != 0xABAB; /* nothing written past n */
+    }
+    CHECK(bad == 0,
+          "%s f16 from_float equals pb_fp32_to_fp16 (all fp16 values and ties, random bits, NaN, odd "
+          "lengths): %d differ",
+          f->name, bad);
+    free(x), free(h);
+}
+
 static void test_family(const family *f) {
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
     for (int i = 0; i < PB_TYPE_COUNT; i++) ref_tab[i] = isa_tab[i] = *pb_type_get(i);
@@ -300,6 +335,7 @@ static void test_family(const family *f) {
               bad);
         free(h), free(o);
     }
+    test_f16_store(f);
 }
 
 /* the dispatched attention/FFN helpers against plain C: dot, mad, GeGLU (exp form vs ops.c's tanhf form) */
@@ -318,6 +354,22 @@ static void test_helpers(void) {
     int bad = 0;
     for (int i = 0; i < N; i++) bad += fabsf(g1[i] - (b[i] + 0.37f * a[i])) > 1e-6f * (fabsf(b[i]) + fabsf(a[i]));
     CHECK(bad == 0, "pb_kernels_mad_f32: %d of %d values off", bad, N);
+    /* mad over rows (attention values of a chunk of keys): bit-identical to one mad per row, in order */
+    for (int n = 1, diff = 0; n <= 264; n += (n < 40 ? 1 : 37)) {
+        for (int nk = 1; nk <= 33; nk += 8) {
+            float w[33];
+            for (int k = 0; k < nk; k++) w[k] = nrand();
+            memcpy(g1, b, (size_t)n * 4), memcpy(g2, b, (size_t)n * 4);
+            pb_kernels_mad_f32_rows(g1, a, (size_t)n + 3, w, nk, n);
+            for (int k = 0; k < nk; k++) pb_kernels_mad_f32(g2, a + (size_t)k * (size_t)(n + 3), w[k], n);
+            diff += memcmp(g1, g2, (size_t)n * 4) != 0;
+        }
+        if (n + (n < 40 ? 1 : 37) > 264)
+            CHECK(diff == 0,
+                  "pb_kernels_mad_f32_rows equals a pb_kernels_mad_f32 per row, bit for bit (n 1..264, 1..33 "
+                  "rows): %d cases differ",
+                  diff);
+    }
     memcpy(g1, a, N * 4);
     memcpy(g2, a, N * 4);
     pb_geglu(g1, b, N);

@@ -468,6 +468,11 @@ void pb_mad_f32_neon(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* declared with the family; dispatch.c loops pb_mad_f32_neon for NEON (one y pass per key is cheap there) */
+void pb_mad_f32_rows_neon(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
+    for (int k = 0; k < nk; k++) pb_mad_f32_neon(y, x + k * ldx, a[k], n);
+}
+
 uint64_t pb_stream_read_neon(const void *p, size_t n) {
     const uint8_t *b = p;
     uint64x2_t a0 = vdupq_n_u64(0), a1 = a0, a2 = a0, a3 = a0;
@@ -485,6 +490,22 @@ void pb_f16_to_f32_neon(const void *src, float *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
     for (; i < n; i++) dst[i] = h2f(h[i]);
+}
+
+/* fp32 -> fp16 (KV cache stores): FCVTN rounds to nearest even as pb_fp32_to_fp16 does for every non-NaN
+ * value; a vector holding a NaN goes through the scalar (it returns one fixed quiet NaN). */
+void pb_f32_to_f16_neon(const float *src, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t v = vld1q_f32(src + i);
+        if (vminvq_u32(vceqq_f32(v, v)) == 0) { /* some lane is NaN */
+            for (int k = 0; k < 4; k++) h[i + k] = pb_fp32_to_fp16(src[i + k]);
+            continue;
+        }
+        vst1_u16(h + i, vreinterpret_u16_f16(vcvt_f16_f32(v)));
+    }
+    for (; i < n; i++) h[i] = pb_fp32_to_fp16(src[i]);
 }
 
 // --- activation quantizers (bit-identical to the tensor room's) ------------------------------------------
@@ -561,6 +582,7 @@ void pb_kernels_fill_neon(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
     t[PB_TYPE_F16].vec_dot = pb_vec_dot_f16_f32_neon;
     t[PB_TYPE_BF16].vec_dot = pb_vec_dot_bf16_f32_neon;
     t[PB_TYPE_F16].to_float = pb_f16_to_f32_neon;
+    t[PB_TYPE_F16].from_float = pb_f32_to_f16_neon;
     t[PB_TYPE_Q4_0].vec_dot = pb_vec_dot_q4_0_q8_0_neon;
     t[PB_TYPE_Q8_0].vec_dot = pb_vec_dot_q8_0_q8_0_neon;
     t[PB_TYPE_Q4_K].vec_dot = pb_vec_dot_q4_K_q8_K_neon;

@@ -46,6 +46,14 @@ uint64_t pb_kernels_stream_read(const void *p, size_t n) {
 float pb_kernels_dot_f32(const float *a, const float *b, int64_t n) { return dot_f32(a, b, n); }
 void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n) { mad_f32(y, x, a, n); }
 
+static void mad_f32_rows_c(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
+    for (int k = 0; k < nk; k++) mad_f32(y, x + k * ldx, a[k], n);
+}
+static void (*mad_f32_rows)(float *, const float *, size_t, const float *, int, int64_t) = mad_f32_rows_c;
+void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
+    mad_f32_rows(y, x, ldx, a, nk, n);
+}
+
 void pb_kernels_init(pb_type_traits *table, int n) {
     pb_kernels_fill_ref(table, n);
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
@@ -69,6 +77,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             }
         }
         dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
+        mad_f32_rows = pb_mad_f32_rows_avx512;
         geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512, softcap = pb_softcap_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
@@ -77,6 +86,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_avx2);
         }
         dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
+        mad_f32_rows = pb_mad_f32_rows_avx2;
         geglu = pb_geglu_avx2, att_exp = pb_att_exp_avx2, softcap = pb_softcap_avx2;
     }
 #elif defined(__aarch64__)

@@ -65,12 +65,14 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     void pb_gemm_q3_K_q8_K_##sfx(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row,      \
                                  int nt, float *y, int64_t ldy);                                                       \
     void pb_f16_to_f32_##sfx(const void *src, float *dst, int64_t n);                                                  \
+    void pb_f32_to_f16_##sfx(const float *src, void *dst, int64_t n);                                                  \
     float pb_dot_f32_##sfx(const float *a, const float *b, int64_t n);                                                 \
     uint64_t pb_stream_read_##sfx(const void *p, size_t n);                                                            \
     void pb_geglu_##sfx(float *gate, const float *up, int64_t n);                                                      \
     float pb_att_exp_##sfx(float *s, int64_t n, float cap, float *mx);                                                 \
     void pb_softcap_##sfx(float *s, int64_t n, float cap);                                                             \
     void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                               \
+    void pb_mad_f32_rows_##sfx(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);               \
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
@@ -122,6 +124,9 @@ void pb_kernels_fill_ref(pb_type_traits *table, int n);
  * a fixed order (the same on every call, so results do not depend on batching). mad: y[i] += a * x[i]. */
 float pb_kernels_dot_f32(const float *a, const float *b, int64_t n);
 void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);
+/* y += a[k] * x[k*ldx ..] for k = 0..nk-1 in that order: bit-identical to nk pb_kernels_mad_f32 calls (the
+ * accumulation of attention values over a chunk of keys, y touched once per slice on AVX2/AVX-512). */
+void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);
 
 /* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 (exp-based form of the same
  * function, a few ulps from tensor/ops.c's pb_geglu, which the scalar and NEON builds use). */

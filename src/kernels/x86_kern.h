@@ -987,6 +987,26 @@ void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* y += a[k] * x[k] for rows k = 0..nk-1 (ldx floats apart) in that order: per element the same fused
+ * multiply-adds as nk calls of pb_mad_f32_, bit for bit, with y loaded and stored once per slice. */
+void FN(pb_mad_f32_rows_)(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        __m512 acc = _mm512_loadu_ps(y + i);
+        for (int k = 0; k < nk; k++) acc = _mm512_fmadd_ps(_mm512_set1_ps(a[k]), _mm512_loadu_ps(x + k * ldx + i), acc);
+        _mm512_storeu_ps(y + i, acc);
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int k = 0; k < nk; k++) acc = _mm256_fmadd_ps(_mm256_set1_ps(a[k]), _mm256_loadu_ps(x + k * ldx + i), acc);
+        _mm256_storeu_ps(y + i, acc);
+    }
+    for (; i < n; i++)
+        for (int k = 0; k < nk; k++) y[i] += a[k] * x[k * ldx + i];
+}
+
 /* exp(z) for z clamped to [-87, 88]: Cody-Waite reduction by ln2, degree-6 polynomial on |r| <= ln2/2
  * (relative error ~2 ulp), scaled by 2^n through the exponent bits. */
 INLINE __m256 exp256(__m256 z) {
@@ -1094,6 +1114,33 @@ void FN(pb_f16_to_f32_)(const void *src, float *dst, int64_t n) {
 #endif
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
     for (; i < n; i++) dst[i] = h2f(h[i]);
+}
+
+/* fp32 -> fp16 with round-to-nearest-even (KV cache stores): vcvtps2ph rounds as pb_fp32_to_fp16 does for
+ * every non-NaN value; a vector holding a NaN goes through the scalar (it returns one fixed quiet NaN). */
+void FN(pb_f32_to_f16_)(const float *src, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(src + i);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) {
+            for (int k = 0; k < 16; k++) h[i + k] = pb_fp32_to_fp16(src[i + k]);
+            continue;
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(h + i),
+                            _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(src + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            for (int k = 0; k < 8; k++) h[i + k] = pb_fp32_to_fp16(src[i + k]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) h[i] = pb_fp32_to_fp16(src[i]);
 }
 
 // --- activation quantizers (bit-identical to the reference ones in tensor/, so they can replace them) ---
@@ -1209,6 +1256,7 @@ void FN(pb_kernels_fill_)(pb_type_traits *t, int n, pb_gemm_fn *gemm) {
     t[PB_TYPE_F16].vec_dot = FN(pb_vec_dot_f16_f32_);
     t[PB_TYPE_BF16].vec_dot = FN(pb_vec_dot_bf16_f32_);
     t[PB_TYPE_F16].to_float = FN(pb_f16_to_f32_);
+    t[PB_TYPE_F16].from_float = FN(pb_f32_to_f16_);
     t[PB_TYPE_Q4_0].vec_dot = FN(pb_vec_dot_q4_0_q8_0_);
     t[PB_TYPE_Q8_0].vec_dot = FN(pb_vec_dot_q8_0_q8_0_);
     t[PB_TYPE_Q4_K].vec_dot = FN(pb_vec_dot_q4_K_q8_K_);

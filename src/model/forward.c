@@ -308,14 +308,15 @@ static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, floa
             }
             x[1] += sum;
         }
-        for (int i = 0; i < cn; i++) {
-            const float *vr = vb;
-            if (vf)
-                vr = vf + (size_t)(c0 + i - base) * (size_t)hd;
-            else
+        if (vf) /* float rows at hand: the chunk's keys in one pass over each head's state (same sums) */
+            for (int r = 0; r < n_rep; r++)
+                pb_kernels_mad_f32_rows(st + r * ST(hd) + 2, vf + (size_t)(c0 - base) * (size_t)hd, (size_t)hd, sc[r],
+                                        cn, hd);
+        else
+            for (int i = 0; i < cn; i++) {
                 to_f(kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff, vb, hd);
-            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vr, sc[r][i], hd);
-        }
+                for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
+            }
     }
 }
 

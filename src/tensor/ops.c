@@ -4,15 +4,24 @@
 #include <math.h>
 
 void pb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    /* four partial sums: one chain of dependent double adds took ~2.5 us per 2304-wide row (2% of a prefill) */
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)x[i] * (double)x[i];
+        s1 += (double)x[i + 1] * (double)x[i + 1];
+        s2 += (double)x[i + 2] * (double)x[i + 2];
+        s3 += (double)x[i + 3] * (double)x[i + 3];
+    }
+    for (; i < n; i++) s0 += (double)x[i] * (double)x[i];
+    double ss = (s0 + s1) + (s2 + s3);
     /* HF: x * torch.rsqrt(mean(x^2) + eps), then * weight (Gemma: weight already holds 1 + w in GGUF). */
     float mean = (float)(ss / (double)n);
     float r = 1.0f / sqrtf(mean + eps);
     if (w) {
-        for (int64_t i = 0; i < n; i++) y[i] = (x[i] * r) * w[i];
+        for (i = 0; i < n; i++) y[i] = (x[i] * r) * w[i];
     } else {
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * r;
+        for (i = 0; i < n; i++) y[i] = x[i] * r;
     }
 }
 

@@ -214,7 +214,7 @@ void pb_gemm_packed_q4_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)bp));                  \
             const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);                                  \
             PK_UNROLL for (int t = 0; t < (NT); t++) s[t] = _mm512_setzero_ps();                                       \
-            for (int c = 0; c < 8; c++) {                                                                              \
+            PK_UNROLL for (int c = 0; c < 8; c++) {                                                                    \
                 const int h = c / 4, gq = c % 4;                                                                       \
                 const __m512i S = _mm512_loadu_si512((const void *)(cols + 64 * (48 + c / 2)));                        \
                 const int i0 = (2 * c) % 4;                                                                            \

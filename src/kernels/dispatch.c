@@ -54,6 +54,24 @@ void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *
     mad_f32_rows(y, x, ldx, a, nk, n);
 }
 
+/* without fused fp16 kernels: convert, then the float ones (the same values, so the same results) */
+static float dot_f16_c(const float *a, const uint16_t *h, int64_t n) {
+    float x[PB_KERNELS_F16_ROW_MAX];
+    PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
+    pb_type_get(PB_TYPE_F16)->to_float(h, x, n);
+    return dot_f32(a, x, n);
+}
+static void mad_f16_c(float *y, const uint16_t *h, float a, int64_t n) {
+    float x[PB_KERNELS_F16_ROW_MAX];
+    PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
+    pb_type_get(PB_TYPE_F16)->to_float(h, x, n);
+    mad_f32(y, x, a, n);
+}
+static float (*dot_f16)(const float *, const uint16_t *, int64_t) = dot_f16_c;
+static void (*mad_f16)(float *, const uint16_t *, float, int64_t) = mad_f16_c;
+float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n) { return dot_f16(a, h, n); }
+void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n) { mad_f16(y, h, a, n); }
+
 void pb_kernels_init(pb_type_traits *table, int n) {
     pb_kernels_fill_ref(table, n);
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
@@ -77,7 +95,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             }
         }
         dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
-        mad_f32_rows = pb_mad_f32_rows_avx512;
+        mad_f32_rows = pb_mad_f32_rows_avx512, dot_f16 = pb_dot_f16_avx512, mad_f16 = pb_mad_f16_avx512;
         geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512, softcap = pb_softcap_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
@@ -86,7 +104,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_avx2);
         }
         dot_f32 = pb_dot_f32_avx2, mad_f32 = pb_mad_f32_avx2, stream_read = pb_stream_read_avx2;
-        mad_f32_rows = pb_mad_f32_rows_avx2;
+        mad_f32_rows = pb_mad_f32_rows_avx2, dot_f16 = pb_dot_f16_avx2, mad_f16 = pb_mad_f16_avx2;
         geglu = pb_geglu_avx2, att_exp = pb_att_exp_avx2, softcap = pb_softcap_avx2;
     }
 #elif defined(__aarch64__)

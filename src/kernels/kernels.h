@@ -73,6 +73,8 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     void pb_softcap_##sfx(float *s, int64_t n, float cap);                                                             \
     void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                               \
     void pb_mad_f32_rows_##sfx(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);               \
+    float pb_dot_f16_##sfx(const float *a, const uint16_t *h, int64_t n);                                              \
+    void pb_mad_f16_##sfx(float *y, const uint16_t *h, float a, int64_t n);                                            \
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
@@ -127,6 +129,12 @@ void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);
 /* y += a[k] * x[k*ldx ..] for k = 0..nk-1 in that order: bit-identical to nk pb_kernels_mad_f32 calls (the
  * accumulation of attention values over a chunk of keys, y touched once per slice on AVX2/AVX-512). */
 void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);
+/* dot and mad whose second operand is an fp16 row of n <= PB_KERNELS_F16_ROW_MAX values: bit-identical to
+ * converting the row to float32 and calling pb_kernels_dot_f32 / pb_kernels_mad_f32 (decode attention over an
+ * F16 KV cache, without the conversion buffer's round trip). */
+#define PB_KERNELS_F16_ROW_MAX 1024
+float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n);
+void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n);
 
 /* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 (exp-based form of the same
  * function, a few ulps from tensor/ops.c's pb_geglu, which the scalar and NEON builds use). */

@@ -987,6 +987,50 @@ void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* The same two on an fp16 row (KV cache, decode): the row converted exactly on the fly, so each equals
+ * converting it to float first and calling the float version, bit for bit, without the round trip. */
+float FN(pb_dot_f16_)(const float *a, const uint16_t *h, int64_t n) {
+    int64_t i = 0;
+    float sum;
+#if defined(__AVX512F__)
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i + 16))), acc1);
+    }
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#else
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 =
+            _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8),
+                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8))), acc1);
+    }
+    sum = hsum8(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) sum += a[i] * h2f(h[i]);
+    return sum;
+}
+
+void FN(pb_mad_f16_)(float *y, const uint16_t *h, float a, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 av16 = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(
+            y + i, _mm512_fmadd_ps(av16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))),
+                                   _mm512_loadu_ps(y + i)));
+#endif
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * h2f(h[i]);
+}
+
 /* y += a[k] * x[k] for rows k = 0..nk-1 (ldx floats apart) in that order: per element the same fused
  * multiply-adds as nk calls of pb_mad_f32_, bit for bit, with y loaded and stored once per slice. */
 void FN(pb_mad_f32_rows_)(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {

@@ -279,6 +279,7 @@ static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, floa
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
     size_t hoff = (size_t)g * kv->head_bytes;
     float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA][ATT_CHUNK];
+    const bool f16 = kv->st == PB_TYPE_F16 && hd <= PB_KERNELS_F16_ROW_MAX;
     for (int r = 0; r < n_rep; r++) {
         float *x = st + r * ST(hd);
         x[0] = -INFINITY;
@@ -289,10 +290,16 @@ static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, floa
         int cn = PB_MIN(ATT_CHUNK, k1 - c0 + 1);
         for (int i = 0; i < cn; i++) {
             const float *kr = kb;
-            if (kf)
+            if (kf) {
                 kr = kf + (size_t)(c0 + i - base) * (size_t)hd;
-            else
+            } else if (f16) { /* F16 cache: converted inside the dot, the same values */
+                const uint16_t *kh =
+                    (const uint16_t *)(const void *)(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff);
+                for (int r = 0; r < n_rep; r++) sc[r][i] = pb_kernels_dot_f16(q + r * hd, kh, hd) * hp->query_scale;
+                continue;
+            } else {
                 to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
+            }
             for (int r = 0; r < n_rep; r++)
                 sc[r][i] = pb_kernels_dot_f32(q + r * hd, kr, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
         }
@@ -314,7 +321,13 @@ static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, floa
                                         cn, hd);
         else
             for (int i = 0; i < cn; i++) {
-                to_f(kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff, vb, hd);
+                const uint8_t *row = kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff;
+                if (f16) {
+                    for (int r = 0; r < n_rep; r++)
+                        pb_kernels_mad_f16(st + r * ST(hd) + 2, (const uint16_t *)(const void *)row, sc[r][i], hd);
+                    continue;
+                }
+                to_f(row, vb, hd);
                 for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
             }
     }

@@ -83,9 +83,10 @@ void pb_kernels_init(pb_type_traits *table, int n) {
         avx2 | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ | PB_CPU_AVX512VNNI;
     if ((f & avx512) == avx512) {
         pb_kernels_fill_avx512(table, n, gemm);
-        /* Packed tiles (tensor/matmul.h): Q4_0, Q8_0, Q4_K, Q6_K. Measured on Zen 5 (bench/kernels, CPU time):
-         * prefill 480-490 GOP/s (Q4_0, Q8_0), 370-420 (Q4_K), 360 (Q6_K) against 250-255 for the row tiles;
-         * decode at the read roofline. PB_NO_PACK=1: no packing; PB_NO_PACK_K=1: row tiles for K-quants. */
+        /* Packed tiles (tensor/matmul.h): Q4_0, Q8_0, Q4_K, Q6_K. Measured on Zen 5 (bench/kernels, CPU time,
+         * 1 thread): prefill 400-480 GOP/s (Q4_0, Q8_0), 470-550 (Q4_K), 370-420 (Q6_K) against 250 for the
+         * row tiles; decode at the read roofline. PB_NO_PACK=1: no packing; PB_NO_PACK_K=1: row tiles for
+         * K-quants. */
         if (!getenv("PB_NO_PACK")) {
             pb_matmul_set_packed(PB_TYPE_Q4_0, pb_gemm_packed_q4_0_avx512);
             pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_avx512);

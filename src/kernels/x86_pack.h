@@ -24,7 +24,7 @@
  * GCC folds each into its vpdpbusd as an embedded {1to16} memory operand: a load, no shuffle. (Zen 5: a
  * vpdpbusd chain fed this way runs at the register-only peak, ~900 GOP/s per core, where two 128-bit
  * broadcasts + vpshufd reached ~750; tiles: Q4_0 530 -> 570, Q4_K 463 -> 585 GOP/s. mulps/fmadd share the
- * vpdpbusd pipes, so the per-block float step, not the broadcasts, now bounds the tiles.) */
+ * vpdpbusd pipes and loads run 2 per cycle: the per-block float step and the loads bound the tiles.) */
 typedef int32_t pk_i32u __attribute__((may_alias, aligned(1)));
 PK_INLINE void pk_bcast8(const int8_t *p, __m512i b[8]) {
     PK_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm512_set1_epi32(((const pk_i32u *)(const void *)p)[k]);

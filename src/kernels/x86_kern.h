@@ -938,34 +938,67 @@ void FN(pb_vec_dot_bf16_f32_)(int64_t n, float *s, const void *x, const void *y)
     *s = sum;
 }
 
+/* Rows of floats as they are, or of fp16 converted exactly: the float dot / mad below and their fp16
+ * versions share one body, so both give the same sums bit for bit. */
+INLINE __m256 ld8_f32(const float *p, int64_t i) { return _mm256_loadu_ps(p + i); }
+INLINE __m256 ld8_f16(const uint16_t *p, int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i)));
+}
+INLINE float at_f32(const float *p, int64_t i) { return p[i]; }
+INLINE float at_f16(const uint16_t *p, int64_t i) { return h2f(p[i]); }
 #if defined(__AVX512F__)
-/* AVX-512 build: 32 floats per step in two 16-lane accumulators (attention rows of 256: 8 steps) */
-void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) {
-    const float *w = x, *v = y;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(v + i), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(v + i + 16), acc1);
-    }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += w[i] * v[i];
-    *s = sum;
+INLINE __m512 ld16_f32(const float *p, int64_t i) { return _mm512_loadu_ps(p + i); }
+INLINE __m512 ld16_f16(const uint16_t *p, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)));
 }
+/* AVX-512 build: 32 values per step in two 16-lane accumulators (attention rows of 256: 8 steps) */
+#define ROW_DOT(w, v, K, n, sum)                                                                                       \
+    float sum;                                                                                                         \
+    int64_t i_ = 0;                                                                                                    \
+    {                                                                                                                  \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                                 \
+        for (; i_ + 32 <= (n); i_ += 32) {                                                                             \
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps((w) + i_), ld16_##K((v), i_), acc0);                                \
+            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps((w) + i_ + 16), ld16_##K((v), i_ + 16), acc1);                      \
+        }                                                                                                              \
+        sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                                                         \
+    }                                                                                                                  \
+    for (; i_ < (n); i_++) sum += (w)[i_] * at_##K((v), i_);
 #else
+#define ROW_DOT(w, v, K, n, sum)                                                                                       \
+    float sum;                                                                                                         \
+    int64_t i_ = 0;                                                                                                    \
+    {                                                                                                                  \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                 \
+        for (; i_ + 16 <= (n); i_ += 16) {                                                                             \
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps((w) + i_), ld8_##K((v), i_), acc0);                                 \
+            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps((w) + i_ + 8), ld8_##K((v), i_ + 8), acc1);                         \
+        }                                                                                                              \
+        sum = hsum8(_mm256_add_ps(acc0, acc1));                                                                        \
+    }                                                                                                                  \
+    for (; i_ < (n); i_++) sum += (w)[i_] * at_##K((v), i_);
+#endif
+
+/* y += a * x, x a row of kind K */
+#if defined(__AVX512F__)
+#define ROW_MAD16(y, x, K, a, n, i)                                                                                    \
+    for (const __m512 av16 = _mm512_set1_ps(a); (i) + 16 <= (n); (i) += 16)                                            \
+        _mm512_storeu_ps((y) + (i), _mm512_fmadd_ps(av16, ld16_##K((x), (i)), _mm512_loadu_ps((y) + (i))));
+#else
+#define ROW_MAD16(y, x, K, a, n, i)
+#endif
+#define ROW_MAD(y, x, K, a, n)                                                                                         \
+    int64_t i_ = 0;                                                                                                    \
+    ROW_MAD16(y, x, K, a, n, i_)                                                                                       \
+    for (const __m256 av = _mm256_set1_ps(a); i_ + 8 <= (n); i_ += 8)                                                  \
+        _mm256_storeu_ps((y) + i_, _mm256_fmadd_ps(av, ld8_##K((x), i_), _mm256_loadu_ps((y) + i_)));                  \
+    for (; i_ < (n); i_++) (y)[i_] += (a)*at_##K((x), i_);
+
 void FN(pb_vec_dot_f32_f32_)(int64_t n, float *s, const void *x, const void *y) {
     const float *w = x, *v = y;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(v + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(v + i + 8), acc1);
-    }
-    float sum = hsum8(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += w[i] * v[i];
+    ROW_DOT(w, v, f32, n, sum)
     *s = sum;
 }
-#endif
 
 /* attention primitives over float rows (forward.c): dot and y += a*x */
 float FN(pb_dot_f32_)(const float *a, const float *b, int64_t n) {
@@ -974,62 +1007,16 @@ float FN(pb_dot_f32_)(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) {
-    const __m256 av = _mm256_set1_ps(a);
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512 av16 = _mm512_set1_ps(a);
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av16, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-#endif
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
+void FN(pb_mad_f32_)(float *y, const float *x, float a, int64_t n) { ROW_MAD(y, x, f32, a, n) }
 
 /* The same two on an fp16 row (KV cache, decode): the row converted exactly on the fly, so each equals
  * converting it to float first and calling the float version, bit for bit, without the round trip. */
 float FN(pb_dot_f16_)(const float *a, const uint16_t *h, int64_t n) {
-    int64_t i = 0;
-    float sum;
-#if defined(__AVX512F__)
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i),
-                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16),
-                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i + 16))), acc1);
-    }
-    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-#else
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        acc0 =
-            _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8),
-                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8))), acc1);
-    }
-    sum = hsum8(_mm256_add_ps(acc0, acc1));
-#endif
-    for (; i < n; i++) sum += a[i] * h2f(h[i]);
+    ROW_DOT(a, h, f16, n, sum)
     return sum;
 }
 
-void FN(pb_mad_f16_)(float *y, const uint16_t *h, float a, int64_t n) {
-    const __m256 av = _mm256_set1_ps(a);
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512 av16 = _mm512_set1_ps(a);
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(
-            y + i, _mm512_fmadd_ps(av16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))),
-                                   _mm512_loadu_ps(y + i)));
-#endif
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))),
-                                                _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * h2f(h[i]);
-}
+void FN(pb_mad_f16_)(float *y, const uint16_t *h, float a, int64_t n) { ROW_MAD(y, h, f16, a, n) }
 
 /* y += a[k] * x[k] for rows k = 0..nk-1 (ldx floats apart) in that order: per element the same fused
  * multiply-adds as nk calls of pb_mad_f32_, bit for bit, with y loaded and stored once per slice. */

@@ -468,11 +468,6 @@ void pb_mad_f32_neon(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* declared with the family; dispatch.c loops pb_mad_f32_neon for NEON (one y pass per key is cheap there) */
-void pb_mad_f32_rows_neon(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
-    for (int k = 0; k < nk; k++) pb_mad_f32_neon(y, x + k * ldx, a[k], n);
-}
-
 uint64_t pb_stream_read_neon(const void *p, size_t n) {
     const uint8_t *b = p;
     uint64x2_t a0 = vdupq_n_u64(0), a1 = a0, a2 = a0, a3 = a0;

@@ -72,9 +72,6 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     float pb_att_exp_##sfx(float *s, int64_t n, float cap, float *mx);                                                 \
     void pb_softcap_##sfx(float *s, int64_t n, float cap);                                                             \
     void pb_mad_f32_##sfx(float *y, const float *x, float a, int64_t n);                                               \
-    void pb_mad_f32_rows_##sfx(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);               \
-    float pb_dot_f16_##sfx(const float *a, const uint16_t *h, int64_t n);                                              \
-    void pb_mad_f16_##sfx(float *y, const uint16_t *h, float a, int64_t n);                                            \
     void pb_quant_q8_0_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
@@ -113,6 +110,13 @@ void pb_gemm_packed_q6_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
 #if defined(__x86_64__)
 PB_KERNEL_FAMILY(avx2);
 PB_KERNEL_FAMILY(avx512);
+/* x86 only (NEON uses dispatch.c's loops over pb_mad_f32_neon and convert-then-float fp16 versions) */
+#define PB_X86_ATT(sfx)                                                                                                \
+    void pb_mad_f32_rows_##sfx(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);               \
+    float pb_dot_f16_##sfx(const float *a, const uint16_t *h, int64_t n);                                              \
+    void pb_mad_f16_##sfx(float *y, const uint16_t *h, float a, int64_t n)
+PB_X86_ATT(avx2);
+PB_X86_ATT(avx512);
 #elif defined(__aarch64__)
 PB_KERNEL_FAMILY(neon);
 #endif

@@ -390,6 +390,43 @@ static void test_helpers(void) {
                   "rows): %d cases differ",
                   diff);
     }
+    /* prefill attention tiles: scores of several query rows x keys, values of several states (with the online
+     * softmax's rescale), each bit-identical to the per-row dot / rescale + mad rows (so prefill == decode) */
+    {
+        enum { NQ = 13, NKEY = 7 };
+        const float *qp[NQ], *ap[NQ];
+        float *yp[NQ], s1[NQ * NKEY], cs[NQ], ys1[NQ * 300], ys2[NQ * 300];
+        int diff = 0, cases = 0;
+        for (int n = 1; n <= 300; n += (n < 70 ? 1 : 29)) {
+            for (int nq = 1; nq <= NQ; nq += (nq < 9 ? 1 : 4)) {
+                int nk = 1 + (n + nq) % NKEY;
+                for (int i = 0; i < nq; i++) qp[i] = a + (size_t)i * 311 + (size_t)(n % 5);
+                pb_kernels_dot_f32_tile(qp, nq, b + 17, (size_t)n + 5, nk, n, s1, NKEY);
+                for (int i = 0; i < nq; i++)
+                    for (int k = 0; k < nk; k++) {
+                        float d = pb_kernels_dot_f32(qp[i], b + 17 + (size_t)k * (size_t)(n + 5), n);
+                        diff += memcmp(&d, &s1[i * NKEY + k], 4) != 0;
+                    }
+                for (int i = 0; i < nq; i++) {
+                    ap[i] = b + 1000 + (size_t)i * 40, yp[i] = ys1 + (size_t)i * 300;
+                    cs[i] = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.0f : expf(-nrand() * nrand());
+                    memcpy(yp[i], a + 5000 + (size_t)i * 300, (size_t)n * 4);
+                    memcpy(ys2 + (size_t)i * 300, yp[i], (size_t)n * 4);
+                }
+                pb_kernels_mad_f32_tile(yp, cs, ap, nq, a + 9, (size_t)n + 2, nk, n);
+                for (int i = 0; i < nq; i++) {
+                    pb_vec_scale(ys2 + (size_t)i * 300, n, cs[i]);
+                    pb_kernels_mad_f32_rows(ys2 + (size_t)i * 300, a + 9, (size_t)n + 2, ap[i], nk, n);
+                    diff += memcmp(ys1 + (size_t)i * 300, ys2 + (size_t)i * 300, (size_t)n * 4) != 0;
+                }
+                cases++;
+            }
+        }
+        CHECK(diff == 0,
+              "pb_kernels_dot_f32_tile / mad_f32_tile equal per-row dot_f32 / vec_scale + mad_f32_rows bit for bit "
+              "(%d cases, n 1..300, 1..13 rows, 1..7 keys): %d differ",
+              cases, diff);
+    }
     memcpy(g1, a, N * 4);
     memcpy(g2, a, N * 4);
     pb_geglu(g1, b, N);

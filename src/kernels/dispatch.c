@@ -54,6 +54,31 @@ void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *
     mad_f32_rows(y, x, ldx, a, nk, n);
 }
 
+static void dot_f32_tile_c(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
+                           size_t lds) {
+    for (int a = 0; a < nq; a++)
+        for (int b = 0; b < nk; b++) s[(size_t)a * lds + b] = dot_f32(q[a], k + (size_t)b * ldk, n);
+}
+static void mad_f32_tile_c(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
+                           int64_t n) {
+    for (int j = 0; j < ny; j++) {
+        for (int64_t i = 0; i < n; i++) y[j][i] *= c[j];
+        mad_f32_rows(y[j], x, ldx, a[j], nk, n);
+    }
+}
+static void (*dot_f32_tile)(const float *const *, int, const float *, size_t, int, int64_t, float *,
+                            size_t) = dot_f32_tile_c;
+static void (*mad_f32_tile)(float *const *, const float *, const float *const *, int, const float *, size_t, int,
+                            int64_t) = mad_f32_tile_c;
+void pb_kernels_dot_f32_tile(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
+                             size_t lds) {
+    dot_f32_tile(q, nq, k, ldk, nk, n, s, lds);
+}
+void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
+                             int64_t n) {
+    mad_f32_tile(y, c, a, ny, x, ldx, nk, n);
+}
+
 /* without fused fp16 kernels: convert, then the float ones (the same values, so the same results) */
 static float dot_f16_c(const float *a, const uint16_t *h, int64_t n) {
     float x[PB_KERNELS_F16_ROW_MAX];
@@ -98,6 +123,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
         dot_f32 = pb_dot_f32_avx512, mad_f32 = pb_mad_f32_avx512, stream_read = pb_stream_read_avx512;
         mad_f32_rows = pb_mad_f32_rows_avx512, dot_f16 = pb_dot_f16_avx512, mad_f16 = pb_mad_f16_avx512;
         geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512, softcap = pb_softcap_avx512;
+        dot_f32_tile = pb_dot_f32_tile_avx512, mad_f32_tile = pb_mad_f32_tile_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
         if (!getenv("PB_NO_PACK")) {

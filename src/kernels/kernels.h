@@ -117,6 +117,10 @@ PB_KERNEL_FAMILY(avx512);
     void pb_mad_f16_##sfx(float *y, const uint16_t *h, float a, int64_t n)
 PB_X86_ATT(avx2);
 PB_X86_ATT(avx512);
+void pb_dot_f32_tile_avx512(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
+                            size_t lds);
+void pb_mad_f32_tile_avx512(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
+                            int64_t n);
 #elif defined(__aarch64__)
 PB_KERNEL_FAMILY(neon);
 #endif
@@ -133,6 +137,14 @@ void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);
 /* y += a[k] * x[k*ldx ..] for k = 0..nk-1 in that order: bit-identical to nk pb_kernels_mad_f32 calls (the
  * accumulation of attention values over a chunk of keys, y touched once per slice on AVX2/AVX-512). */
 void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);
+/* Prefill attention over a chunk of keys for several query rows at once. dot tile: s[i*lds + j] =
+ * pb_kernels_dot_f32(q[i], k + j*ldk, n); mad tile: for each j < ny, y[j][i] *= c[j] (the online softmax's
+ * rescale), then pb_kernels_mad_f32_rows(y[j], x, ldx, a[j], nk, n). Both bit-identical to those calls (so prefill still equals decode); on AVX-512 register-blocked, so
+ * a key or value slice loaded once serves several query rows. */
+void pb_kernels_dot_f32_tile(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
+                             size_t lds);
+void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
+                             int64_t n);
 /* dot and mad whose second operand is an fp16 row of n <= PB_KERNELS_F16_ROW_MAX values: bit-identical to
  * converting the row to float32 and calling pb_kernels_dot_f32 / pb_kernels_mad_f32 (decode attention over an
  * F16 KV cache, without the conversion buffer's round trip). */

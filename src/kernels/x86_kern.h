@@ -951,6 +951,16 @@ INLINE __m512 ld16_f32(const float *p, int64_t i) { return _mm512_loadu_ps(p + i
 INLINE __m512 ld16_f16(const uint16_t *p, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)));
 }
+/* Sum of 16 lanes as ((v[8+i] + v[i]) for i < 8, then the upper 4 + lower 4, then lanes 0+2 and 1+3, then
+ * those two): the order GCC's _mm512_reduce_add_ps uses, spelled out so that it does not depend on the
+ * compiler and so that dot_tile_sum8 below can reduce 8 rows at once in the same order. */
+INLINE float hsum16(__m512 v) {
+    const __m256 t3 = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
+                                    _mm512_castps512_ps256(v));
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_permute_ps(t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8));
+}
 /* AVX-512 build: 32 values per step in two 16-lane accumulators (attention rows of 256: 8 steps) */
 #define ROW_DOT(w, v, K, n, sum)                                                                                       \
     float sum;                                                                                                         \
@@ -961,7 +971,7 @@ INLINE __m512 ld16_f16(const uint16_t *p, int64_t i) {
             acc0 = _mm512_fmadd_ps(_mm512_loadu_ps((w) + i_), ld16_##K((v), i_), acc0);                                \
             acc1 = _mm512_fmadd_ps(_mm512_loadu_ps((w) + i_ + 16), ld16_##K((v), i_ + 16), acc1);                      \
         }                                                                                                              \
-        sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                                                         \
+        sum = hsum16(_mm512_add_ps(acc0, acc1));                                                                       \
     }                                                                                                                  \
     for (; i_ < (n); i_++) sum += (w)[i_] * at_##K((v), i_);
 #else
@@ -1037,6 +1047,134 @@ void FN(pb_mad_f32_rows_)(float *y, const float *x, size_t ldx, const float *a, 
     for (; i < n; i++)
         for (int k = 0; k < nk; k++) y[i] += a[k] * x[k * ldx + i];
 }
+
+#if defined(__AVX512F__)
+/* hsum16 of 8 vectors at once, the same additions per vector (v[p] -> out[p]): halves of 256, of 128, lanes
+ * 0+2 / 1+3, then the last pair, each step adding two or four vectors' parts in one instruction. */
+INLINE void dot_tile_sum8(const __m512 v[8], float out[8]) {
+    __m512 z[4], w[2];
+    PB_UNROLL for (int p = 0; p < 4; p++) z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE),
+                                                                _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44));
+    PB_UNROLL for (int p = 0; p < 2; p++) w[p] =
+        _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * p], z[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)),
+                      _mm512_shuffle_f32x4(z[2 * p], z[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 f = _mm512_add_ps(e, _mm512_permute_ps(e, _MM_SHUFFLE(2, 3, 0, 1)));
+    /* lane 4k: vector k, lane 4k + 2: vector 4 + k */
+    const __m512 g = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0), f);
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(g));
+}
+
+/* Scores of a block of NQ query rows x NK key rows: per pair the two 16-lane chains and the reduction of
+ * ROW_DOT (n a multiple of 32), so each equals pb_dot_f32_ of the pair bit for bit; the key and query
+ * slices loaded once serve NQ x NK fused multiply-adds instead of one. */
+INLINE void dot_tile_blk(const float *const *q, const float *k, size_t ldk, int64_t n, float *s, size_t lds,
+                         const int NQ, const int NK) {
+    __m512 acc0[4][2], acc1[4][2];
+    PB_UNROLL for (int a = 0; a < NQ; a++) PB_UNROLL for (int b = 0; b < NK; b++) acc0[a][b] = acc1[a][b] =
+        _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32) {
+        __m512 k0[2], k1[2];
+        PB_UNROLL for (int b = 0; b < NK; b++) {
+            k0[b] = _mm512_loadu_ps(k + (size_t)b * ldk + i);
+            k1[b] = _mm512_loadu_ps(k + (size_t)b * ldk + i + 16);
+        }
+        PB_UNROLL for (int a = 0; a < NQ; a++) {
+            __m512 q0 = _mm512_loadu_ps(q[a] + i), q1 = _mm512_loadu_ps(q[a] + i + 16);
+            __asm__("" : "+v"(q0), "+v"(q1)); /* in registers: GCC would otherwise load them once per key */
+            PB_UNROLL for (int b = 0; b < NK; b++) {
+                acc0[a][b] = _mm512_fmadd_ps(q0, k0[b], acc0[a][b]);
+                acc1[a][b] = _mm512_fmadd_ps(q1, k1[b], acc1[a][b]);
+            }
+        }
+    }
+    if (NQ == 4 && NK == 2) {
+        __m512 v[8];
+        float out[8];
+        PB_UNROLL for (int p = 0; p < 8; p++) v[p] = _mm512_add_ps(acc0[p / 2][p % 2], acc1[p / 2][p % 2]);
+        dot_tile_sum8(v, out);
+        PB_UNROLL for (int p = 0; p < 8; p++) s[(size_t)(p / 2) * lds + p % 2] = out[p];
+        return;
+    }
+    PB_UNROLL for (int a = 0; a < NQ; a++) PB_UNROLL for (int b = 0; b < NK; b++) s[(size_t)a * lds + b] =
+        hsum16(_mm512_add_ps(acc0[a][b], acc1[a][b]));
+}
+
+/* s[i*lds + j] = pb_dot_f32_(q[i], k + j*ldk, n), bit for bit, in blocks of 4 queries x 2 keys. */
+void FN(pb_dot_f32_tile_)(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds) {
+    if (n % 32) {
+        for (int a = 0; a < nq; a++)
+            for (int b = 0; b < nk; b++) s[(size_t)a * lds + b] = FN(pb_dot_f32_)(q[a], k + (size_t)b * ldk, n);
+        return;
+    }
+    for (int a = 0; a < nq; a += 4) {
+        const int na = PB_MIN(4, nq - a);
+        for (int b = 0; b < nk; b += 2) {
+            const float *kb = k + (size_t)b * ldk;
+            float *sb = s + (size_t)a * lds + b;
+            switch ((na - 1) * 2 + PB_MIN(2, nk - b) - 1) {
+            case 0: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 1, 1); break;
+            case 1: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 1, 2); break;
+            case 2: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 2, 1); break;
+            case 3: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 2, 2); break;
+            case 4: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 3, 1); break;
+            case 5: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 3, 2); break;
+            case 6: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 4, 1); break;
+            default: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 4, 2); break;
+            }
+        }
+    }
+}
+
+/* NY states x NV 16-value slices of y[j] = y[j] * c[j] + sum a[j][k] * x[k], keys in order: per element the
+ * multiply of pb_vec_scale and the chain of pb_mad_f32_rows_, bit for bit; a key's slices are loaded once for
+ * NY states. */
+INLINE void mad_tile_blk(float *const *y, const float *c, const float *const *a, const float *x, size_t ldx, int nk,
+                         int64_t i, const int NY, const int NV) {
+    __m512 acc[4][4];
+    PB_UNROLL for (int j = 0; j < NY; j++) PB_UNROLL for (int v = 0; v < NV; v++) acc[j][v] =
+        _mm512_mul_ps(_mm512_loadu_ps(y[j] + i + 16 * v), _mm512_set1_ps(c[j]));
+    for (int k = 0; k < nk; k++) {
+        __m512 xv[4];
+        PB_UNROLL for (int v = 0; v < NV; v++) xv[v] = _mm512_loadu_ps(x + (size_t)k * ldx + i + 16 * v);
+        PB_UNROLL for (int j = 0; j < NY; j++) {
+            const __m512 av = _mm512_set1_ps(a[j][k]);
+            PB_UNROLL for (int v = 0; v < NV; v++) acc[j][v] = _mm512_fmadd_ps(av, xv[v], acc[j][v]);
+        }
+    }
+    PB_UNROLL for (int j = 0; j < NY; j++) PB_UNROLL for (int v = 0; v < NV; v++)
+        _mm512_storeu_ps(y[j] + i + 16 * v, acc[j][v]);
+}
+
+/* y[j] *= c[j], then pb_mad_f32_rows_(y[j], x, ldx, a[j], nk, n), for j < ny, bit for bit, in blocks of 4
+ * states x 64 values. */
+void FN(pb_mad_f32_tile_)(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
+                          int nk, int64_t n) {
+    const int64_t n16 = n / 16 * 16;
+    for (int j = 0; j < ny; j += 4) {
+        const int nj = PB_MIN(4, ny - j);
+        int64_t i = 0;
+        for (; i + 64 <= n16; i += 64) switch (nj) {
+            case 1: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 1, 4); break;
+            case 2: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 2, 4); break;
+            case 3: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 3, 4); break;
+            default: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 4, 4); break;
+            }
+        for (; i < n16; i += 16) switch (nj) {
+            case 1: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 1, 1); break;
+            case 2: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 2, 1); break;
+            case 3: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 3, 1); break;
+            default: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 4, 1); break;
+            }
+        for (int jj = j; jj < j + nj && n16 < n; jj++) {
+            for (int64_t e = n16; e < n; e++) y[jj][e] *= c[jj];
+            FN(pb_mad_f32_rows_)(y[jj] + n16, x + n16, ldx, a[jj], nk, n - n16);
+        }
+    }
+}
+#endif
 
 /* exp(z) for z clamped to [-87, 88]: Cody-Waite reduction by ln2, degree-6 polynomial on |r| <= ln2/2
  * (relative error ~2 ulp), scaled by 2^n through the exponent bits. */

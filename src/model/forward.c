@@ -262,16 +262,7 @@ static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint
  * each K row is converted to float32 once for the n_rep query heads of the group (GQA), their scores are
  * soft-capped, max-shifted and exponentiated together, then each V row once, accumulated with those
  * weights. Chunks start at k0, so the result depends only on (k0, k1): prefill and decode agree. */
-static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, float *st, const float *kf, const float *vf,
-                           int base);
 static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st) {
-    att_block_rows(j, t, g, k0, k1, st, NULL, NULL, 0);
-}
-
-/* att_block reading keys/values as float rows kf/vf (row k - base, head_dim floats each) when given, instead of
- * converting them from the cache: the same values, so the same result bit for bit. */
-static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, float *st, const float *kf, const float *vf,
-                           int base) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
     int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
@@ -289,19 +280,15 @@ static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, floa
     for (int c0 = k0; c0 <= k1; c0 += ATT_CHUNK) {
         int cn = PB_MIN(ATT_CHUNK, k1 - c0 + 1);
         for (int i = 0; i < cn; i++) {
-            const float *kr = kb;
-            if (kf) {
-                kr = kf + (size_t)(c0 + i - base) * (size_t)hd;
-            } else if (f16) { /* F16 cache: converted inside the dot, the same values */
+            if (f16) { /* F16 cache: converted inside the dot, the same values */
                 const uint16_t *kh =
                     (const uint16_t *)(const void *)(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff);
                 for (int r = 0; r < n_rep; r++) sc[r][i] = pb_kernels_dot_f16(q + r * hd, kh, hd) * hp->query_scale;
                 continue;
-            } else {
-                to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
             }
+            to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
             for (int r = 0; r < n_rep; r++)
-                sc[r][i] = pb_kernels_dot_f32(q + r * hd, kr, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+                sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
         }
         for (int r = 0; r < n_rep; r++) {
             float *x = st + r * ST(hd), mx = x[0];
@@ -315,21 +302,16 @@ static void att_block_rows(const attn_job *j, int t, int g, int k0, int k1, floa
             }
             x[1] += sum;
         }
-        if (vf) /* float rows at hand: the chunk's keys in one pass over each head's state (same sums) */
-            for (int r = 0; r < n_rep; r++)
-                pb_kernels_mad_f32_rows(st + r * ST(hd) + 2, vf + (size_t)(c0 - base) * (size_t)hd, (size_t)hd, sc[r],
-                                        cn, hd);
-        else
-            for (int i = 0; i < cn; i++) {
-                const uint8_t *row = kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff;
-                if (f16) {
-                    for (int r = 0; r < n_rep; r++)
-                        pb_kernels_mad_f16(st + r * ST(hd) + 2, (const uint16_t *)(const void *)row, sc[r][i], hd);
-                    continue;
-                }
-                to_f(row, vb, hd);
-                for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
+        for (int i = 0; i < cn; i++) {
+            const uint8_t *row = kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff;
+            if (f16) {
+                for (int r = 0; r < n_rep; r++)
+                    pb_kernels_mad_f16(st + r * ST(hd) + 2, (const uint16_t *)(const void *)row, sc[r][i], hd);
+                continue;
             }
+            to_f(row, vb, hd);
+            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
+        }
     }
 }
 
@@ -395,7 +377,91 @@ static void att_rows_worker(void *ctx, int ith, int nth) {
 /* Prefill with float rows shared: one task per (tile of ATT_QT tokens, kv head). Each key block the tile sees
  * is converted to float once (into this part's scratch) and read by every token of the tile, instead of once
  * per token; each token still runs its own blocks in order, so results equal att_rows_worker's. */
-#define ATT_QT 16
+#define ATT_QT 64
+/* Tokens t0..t1-1 of a tile over their keys in the block at b0 (float rows kf/vf from row base), into their
+ * running states: the steps of att_block_rows + att_merge per token, with the tokens that start at the same
+ * key walked together chunk by chunk, so each K/V slice loaded serves all their query heads (dot / mad
+ * tiles). Per token the same operations in the same order: results equal att_block_rows' bit for bit. */
+#define ATT_ROWS 64 /* query rows (tokens x n_rep) walked together, >= PB_MAX_GQA */
+static void att_tile_block(const attn_job *j, int g, int t0, int t1, int b0, const float *kf, const float *vf,
+                           int base) {
+    const pb_hparams *hp = &j->m->hp;
+    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
+    size_t slot = (size_t)n_rep * ST(hd);
+    int per = ATT_ROWS / n_rep; /* tokens per walk */
+    int ka[ATT_QT], kb[ATT_QT], k0s[ATT_QT];
+    bool done[ATT_QT];
+    float sc[ATT_ROWS][ATT_CHUNK], cr[ATT_ROWS];
+    const float *qr[ATT_ROWS], *ar[ATT_ROWS];
+    float *yr[ATT_ROWS];
+    int tok[ATT_QT];
+    for (int t = t0; t < t1; t++) {
+        int k0, k1;
+        key_range(j, t, &k0, &k1);
+        ka[t - t0] = PB_MAX(k0, b0), kb[t - t0] = PB_MIN(k1, b0 + B - 1), k0s[t - t0] = k0;
+        done[t - t0] = ka[t - t0] > kb[t - t0];
+    }
+    for (int first = 0; first < t1 - t0; first++) {
+        if (done[first]) continue;
+        /* a walk: up to `per` tokens whose keys here start at ka[first] */
+        int nt = 0, a = ka[first], bmax = a;
+        for (int u = first; u < t1 - t0 && nt < per; u++)
+            if (!done[u] && ka[u] == a) {
+                tok[nt++] = u, done[u] = true;
+                bmax = PB_MAX(bmax, kb[u]);
+            }
+        for (int u = 0; u < nt; u++) {
+            float *st = j->fc->part + ((size_t)(t0 + tok[u]) * Hkv + g) * 2 * slot + slot; /* tmp state */
+            for (int r = 0; r < n_rep; r++) {
+                float *x = st + r * ST(hd);
+                x[0] = -INFINITY;
+                x[1] = 0.0f;
+                memset(x + 2, 0, sizeof(float) * (size_t)hd);
+            }
+        }
+        for (int c0 = a; c0 <= bmax; c0 += ATT_CHUNK) {
+            int cmax = PB_MIN(ATT_CHUNK, bmax - c0 + 1), nq = 0;
+            for (int u = 0; u < nt; u++) {
+                if (kb[tok[u]] < c0) continue; /* its keys ended before this chunk */
+                const float *q = j->fc->q + ((int64_t)(t0 + tok[u]) * hp->n_head + (int64_t)g * n_rep) * hd;
+                for (int r = 0; r < n_rep; r++) qr[nq + r] = q + r * hd;
+                nq += n_rep;
+            }
+            const float *krow = kf + (size_t)(c0 - base) * (size_t)hd, *vrow = vf + (size_t)(c0 - base) * (size_t)hd;
+            pb_kernels_dot_f32_tile(qr, nq, krow, (size_t)hd, cmax, hd, &sc[0][0], ATT_CHUNK);
+            int row = 0, nfull = 0;
+            for (int u = 0; u < nt; u++) {
+                if (kb[tok[u]] < c0) continue;
+                int cn = PB_MIN(ATT_CHUNK, kb[tok[u]] - c0 + 1);
+                float *st = j->fc->part + ((size_t)(t0 + tok[u]) * Hkv + g) * 2 * slot + slot;
+                for (int r = 0; r < n_rep; r++, row++) {
+                    float *x = st + r * ST(hd), mx = x[0];
+                    for (int i = 0; i < cn; i++) sc[row][i] *= hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+                    float sum = pb_kernels_att_exp(sc[row], cn, hp->attn_softcap, &mx), c = 1.0f;
+                    if (mx > x[0]) { /* new max: rescale what was summed so far (x 1.0f changes nothing) */
+                        c = expf(x[0] - mx);
+                        x[1] *= c;
+                        x[0] = mx;
+                    }
+                    x[1] += sum;
+                    if (cn == cmax) { /* full chunk: values together, the rescale inside the mad tile */
+                        yr[nfull] = x + 2, ar[nfull] = sc[row], cr[nfull] = c;
+                        nfull++;
+                    } else {
+                        pb_vec_scale(x + 2, hd, c);
+                        pb_kernels_mad_f32_rows(x + 2, vrow, (size_t)hd, sc[row], cn, hd);
+                    }
+                }
+            }
+            pb_kernels_mad_f32_tile(yr, cr, ar, nfull, vrow, (size_t)hd, cmax, hd);
+        }
+        for (int u = 0; u < nt; u++) {
+            float *run = j->fc->part + ((size_t)(t0 + tok[u]) * Hkv + g) * 2 * slot;
+            att_merge(run, run + slot, n_rep, hd, a == k0s[tok[u]]);
+        }
+    }
+}
+
 static void att_tiles_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
     const pb_hparams *hp = &j->m->hp;
@@ -419,15 +485,7 @@ static void att_tiles_worker(void *ctx, int ith, int nth) {
                 to_f(kv_row(j, kv->k[j->il], j->stash_k, r) + hoff, kf + (size_t)(r - r0) * (size_t)hd, hd);
                 to_f(kv_row(j, kv->v[j->il], j->stash_v, r) + hoff, vf + (size_t)(r - r0) * (size_t)hd, hd);
             }
-            for (int t = t0; t < t1; t++) {
-                key_range(j, t, &k0, &k1);
-                int a = PB_MAX(k0, b0), b = PB_MIN(k1, b0 + B - 1);
-                if (a > b) continue;
-                int64_t i = (int64_t)t * Hkv + g;
-                float *run = j->fc->part + (size_t)i * 2 * slot, *tmp = run + slot;
-                att_block_rows(j, t, g, a, b, tmp, kf, vf, r0);
-                att_merge(run, tmp, n_rep, hd, a == k0);
-            }
+            att_tile_block(j, g, t0, t1, b0, kf, vf, r0);
         }
         for (int t = t0; t < t1; t++) att_finish(j, t, g, j->fc->part + ((size_t)t * Hkv + g) * 2 * slot);
     }

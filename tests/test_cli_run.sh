@@ -89,6 +89,10 @@ $BIN bench -m "$M" -t 1 -p 16 -n 4 -r 2 >"$T/bench" 2>&1; rc=$?
 check "bench prints llama-bench style rows pp16 / tg4" '[ $rc = 0 ] && grep -q "| pp16 |" "$T/bench" && grep -q "| tg4 |" "$T/bench" && grep -q "ttft" "$T/bench"'
 $BIN bench -m "$M" -t 1 -p 16 -n 4 -r 2 --json >"$T/benchj" 2>&1; rc=$?
 check "bench --json has runs with median/min/max" '[ $rc = 0 ] && grep -q "\"runs\"" "$T/benchj" && grep -q "\"median\"" "$T/benchj" && grep -q "\"peak_rss_bytes\"" "$T/benchj"'
+$BIN bench -m "$M" -t 1 -p 8 -n 4 -d 24 -r 1 >"$T/benchd" 2>&1; rc=$?
+check "bench --depth runs pp / tg after a 24-token context (rows pp8 @ d24 / tg4 @ d24)" '[ $rc = 0 ] && grep -q "| pp8 @ d24 |" "$T/benchd" && grep -q "| tg4 @ d24 |" "$T/benchd"'
+$BIN bench -m "$M" -t 1 -d -5 >"$T/out" 2>"$T/err"; rc=$?
+check "bench -d -5: exit 2 naming the flag" '[ $rc = 2 ] && grep -q -- "-d" "$T/err"'
 $BIN bench -m "$M" -t 0 >"$T/out" 2>"$T/err"; rc=$?
 check "bench -t 0: exit 2" '[ $rc = 2 ]'
 exit 0

@@ -396,7 +396,7 @@ static void test_helpers(void) {
         enum { NQ = 13, NKEY = 7 };
         const float *qp[NQ], *ap[NQ];
         float *yp[NQ], s1[NQ * NKEY], cs[NQ], ys1[NQ * 300], ys2[NQ * 300];
-        int diff = 0, cases = 0;
+        int diff = 0, diff16 = 0, cases = 0;
         for (int n = 1; n <= 300; n += (n < 70 ? 1 : 29)) {
             for (int nq = 1; nq <= NQ; nq += (nq < 9 ? 1 : 4)) {
                 int nk = 1 + (n + nq) % NKEY;
@@ -419,6 +419,27 @@ static void test_helpers(void) {
                     pb_kernels_mad_f32_rows(ys2 + (size_t)i * 300, a + 9, (size_t)n + 2, ap[i], nk, n);
                     diff += memcmp(ys1 + (size_t)i * 300, ys2 + (size_t)i * 300, (size_t)n * 4) != 0;
                 }
+                /* fp16 rows (decode over an F16 cache): equal to converting them first */
+                enum { LD = 301 };
+                static uint16_t kh[NKEY * LD];
+                static float kc[NKEY * LD];
+                for (int i = 0; i < nk * LD; i++) kh[i] = pb_fp32_to_fp16(nrand() * 2.0f);
+                pb_type_get(PB_TYPE_F16)->to_float(kh, kc, nk * LD);
+                float s2[NQ * NKEY];
+                pb_kernels_dot_f16_tile(qp, nq, kh, LD, nk, n, s1, NKEY);
+                pb_kernels_dot_f32_tile(qp, nq, kc, LD, nk, n, s2, NKEY);
+                for (int i = 0; i < nq; i++) diff16 += memcmp(s1 + i * NKEY, s2 + i * NKEY, (size_t)nk * 4) != 0;
+                for (int i = 0; i < nq; i++) {
+                    memcpy(ys1 + (size_t)i * 300, a + 5000 + (size_t)i * 300, (size_t)n * 4);
+                    memcpy(ys2 + (size_t)i * 300, a + 5000 + (size_t)i * 300, (size_t)n * 4);
+                }
+                pb_kernels_mad_f16_tile(yp, cs, ap, nq, kh, LD, nk, n);
+                for (int i = 0; i < nq; i++) yp[i] = ys2 + (size_t)i * 300;
+                pb_kernels_mad_f32_tile(yp, cs, ap, nq, kc, LD, nk, n);
+                for (int i = 0; i < nq; i++) {
+                    yp[i] = ys1 + (size_t)i * 300;
+                    diff16 += memcmp(ys1 + (size_t)i * 300, ys2 + (size_t)i * 300, (size_t)n * 4) != 0;
+                }
                 cases++;
             }
         }
@@ -426,6 +447,8 @@ static void test_helpers(void) {
               "pb_kernels_dot_f32_tile / mad_f32_tile equal per-row dot_f32 / vec_scale + mad_f32_rows bit for bit "
               "(%d cases, n 1..300, 1..13 rows, 1..7 keys): %d differ",
               cases, diff);
+        CHECK(diff16 == 0, "pb_kernels_dot_f16_tile / mad_f16_tile on fp16 rows equal the float tiles on the converted "
+              "rows, bit for bit (%d cases): %d differ", cases, diff16);
     }
     memcpy(g1, a, N * 4);
     memcpy(g2, a, N * 4);

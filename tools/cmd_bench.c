@@ -10,20 +10,23 @@
 #include <string.h>
 
 static const char *const usage =
-    "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-r 5] [--kv-type T] [--json]";
+    "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
-    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-r 5] [--kv-type T] [--json]\n\n"
+    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
     "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"
     "  -n, --n-gen N      tokens of the decode test tgN (default 128; 0 = skip)\n"
+    "  -d, --depth N      run ppN and tgN after N tokens already in the context (default 0): the speed\n"
+    "                     of a long conversation or document, where attention reads N more keys\n"
     "  -r, --reps N       repetitions; median, min and max are reported (default 5)\n"
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
     "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"
-    "tgN: N decode steps after a one-token prompt (end-of-sequence tokens do not stop it).";
+    "tgN: N decode steps after a one-token prompt, or after the N-token context of --depth (end-of-sequence\n"
+    "tokens do not stop it). With --depth the tests are named \"ppN @ dD\" and \"tgN @ dD\" (llama-bench's -d).";
 
 #define MAX_T 16
 #define MAX_R 100
@@ -62,13 +65,14 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 }
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
-static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, pb_kv_type kv, result *res) {
+static int bench_one(const char *path, int threads, int n_p, int n_g, int depth, int reps, pb_kv_type kv,
+                     result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();
     sp.n_threads = threads;
     sp.kv_type = kv;
-    int need = PB_MAX(PB_MAX(n_p, n_g + 2), 33);
+    int need = depth + PB_MAX(PB_MAX(n_p, n_g + 2), 33);
     sp.n_ctx = (need + 255) / 256 * 256;
     sp.n_batch = 0; /* the session default, as users get it (pp512 runs in chunks of it) */
     res->n_ctx = sp.n_ctx;
@@ -91,7 +95,13 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, 
 
     const pb_vocab *v = pb_model_vocab(m);
     int32_t n_vocab = pb_vocab_size(v), bos = pb_vocab_bos(v);
-    int32_t *ids = malloc((size_t)PB_MAX(n_p, 32) * sizeof *ids);
+    int32_t *ids = malloc((size_t)PB_MAX(n_p, 32) * sizeof *ids), *ctx = malloc((size_t)PB_MAX(depth, 1) * sizeof *ctx);
+    if (!ids || !ctx) {
+        free(ids), free(ctx);
+        pb_session_free(s);
+        pb_model_close(m);
+        return cli_fail("bench", PB_ERR_NOMEM, "out of memory");
+    }
     pb_rng rng;
     pb_rng_seed(&rng, 1234);
     pb_gen_params gp = pb_gen_default_params();
@@ -109,16 +119,21 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, 
         ttft[r] = gs.t_first_token_ms;
         if (n_p > 0 && !rc) {
             pb_session_truncate(s, 0);
-            random_ids(&rng, ids, n_p, bos, n_vocab);
+            if (depth > 0) { /* the context first, not timed */
+                random_ids(&rng, ctx, depth, bos, n_vocab);
+                if ((st = pb_session_prefill(s, ctx, depth)) != PB_OK) rc = 1;
+            }
+            random_ids(&rng, ids, n_p, depth > 0 ? -1 : bos, n_vocab);
             double t = pb_time_ms();
-            if ((st = pb_session_prefill(s, ids, n_p)) != PB_OK) rc = 1;
+            if (!rc && (st = pb_session_prefill(s, ids, n_p)) != PB_OK) rc = 1;
             pp[r] = (double)n_p * 1000.0 / (pb_time_ms() - t);
         }
         if (n_g > 0 && !rc) {
             pb_session_truncate(s, 0);
-            random_ids(&rng, ids, 1, bos, n_vocab);
+            int np = PB_MAX(depth, 1); /* the prompt: one token, or the --depth context (not timed) */
+            random_ids(&rng, ctx, np, bos, n_vocab);
             gp.max_tokens = n_g + 1; /* n_g forwards: the first token comes from the prompt's logits */
-            if ((st = pb_session_generate(s, ids, 1, &gp, NULL, NULL, &gs)) != PB_OK) rc = 1;
+            if ((st = pb_session_generate(s, ctx, np, &gp, NULL, NULL, &gs)) != PB_OK) rc = 1;
             tg[r] = (double)n_g * 1000.0 / gs.t_generate_ms;
         }
     }
@@ -128,6 +143,7 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int reps, 
     if (n_g > 0) res->tg = summarize(tg, reps);
     res->rss = pb_peak_rss();
     free(ids);
+    free(ctx);
     pb_session_free(s);
     pb_model_close(m);
     return rc;
@@ -152,7 +168,7 @@ static bool parse_threads(const char *s, int *t, int *n) {
 PB_CMD(bench) {
     const char *model = NULL;
     int threads[MAX_T], n_threads = 0;
-    long n_p = 512, n_g = 128, reps = 5;
+    long n_p = 512, n_g = 128, depth = 0, reps = 5;
     bool json = false;
     pb_kv_type kv = PB_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -175,6 +191,9 @@ PB_CMD(bench) {
             i++;
         } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
             if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_error("bench", usage, "bad %s", a);
+            i++;
+        } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
+            if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_error("bench", usage, "bad %s", a);
             i++;
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
             if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_error("bench", usage, "bad %s", a);
@@ -213,12 +232,12 @@ PB_CMD(bench) {
     }
     result res[MAX_T];
     for (int k = 0; k < n_threads; k++) {
-        int rc = bench_one(path, threads[k], (int)n_p, (int)n_g, (int)reps, kv, &res[k]);
+        int rc = bench_one(path, threads[k], (int)n_p, (int)n_g, (int)depth, (int)reps, kv, &res[k]);
         if (rc) return rc;
     }
     char pp_name[32], tg_name[32], mname[200];
-    snprintf(pp_name, sizeof pp_name, "pp%ld", n_p);
-    snprintf(tg_name, sizeof tg_name, "tg%ld", n_g);
+    snprintf(pp_name, sizeof pp_name, depth ? "pp%ld @ d%ld" : "pp%ld", n_p, depth);
+    snprintf(tg_name, sizeof tg_name, depth ? "tg%ld @ d%ld" : "tg%ld", n_g, depth);
     snprintf(mname, sizeof mname, "%s %s", info.arch, info.file_type);
 
     if (json) {
@@ -228,6 +247,7 @@ PB_CMD(bench) {
         cJSON_AddNumberToObject(root, "model_bytes", (double)info.weight_bytes);
         cJSON_AddNumberToObject(root, "n_params", (double)info.n_params);
         cJSON_AddNumberToObject(root, "reps", (double)reps);
+        cJSON_AddNumberToObject(root, "depth", (double)depth);
         cJSON_AddStringToObject(root, "kv_type", cli_kv_name(kv));
         cJSON_AddStringToObject(root, "kernels", pb_kernels_isa());
         cJSON_AddNumberToObject(root, "repacked", n_threads ? res[0].n_repacked : 0);

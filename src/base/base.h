@@ -29,6 +29,13 @@ static inline bool pb_add_ok(size_t a, size_t b, size_t *out) { return !__builti
 
 #define PB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define PB_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* A hint to fetch the cache line at p (no effect on results). Note: GCC counts it as no side effect, so a
+ * function doing nothing but prefetches is found "pure" and its calls dropped: keep such helpers inlined. */
+#if defined(__GNUC__)
+#define PB_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PB_PREFETCH(p) ((void)(p))
+#endif
 #define PB_PAD(x, n) (((x) + (n)-1) & ~((size_t)(n)-1))
 
 /* ---- allocation -----------------------------------------------------------------------------  */

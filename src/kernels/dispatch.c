@@ -97,6 +97,40 @@ static void (*mad_f16)(float *, const uint16_t *, float, int64_t) = mad_f16_c;
 float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n) { return dot_f16(a, h, n); }
 void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n) { mad_f16(y, h, a, n); }
 
+/* without fp16 tiles: each row converted once, then the float dot / mad per query row or state */
+static void dot_f16_tile_c(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                           size_t lds) {
+    float x[PB_KERNELS_F16_ROW_MAX];
+    PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
+    for (int b = 0; b < nk; b++) {
+        pb_type_get(PB_TYPE_F16)->to_float(k + (size_t)b * ldk, x, n);
+        for (int a = 0; a < nq; a++) s[(size_t)a * lds + b] = dot_f32(q[a], x, n);
+    }
+}
+static void mad_f16_tile_c(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x,
+                           size_t ldx, int nk, int64_t n) {
+    float v[PB_KERNELS_F16_ROW_MAX];
+    PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
+    for (int j = 0; j < ny; j++)
+        for (int64_t i = 0; i < n; i++) y[j][i] *= c[j];
+    for (int k = 0; k < nk; k++) {
+        pb_type_get(PB_TYPE_F16)->to_float(x + (size_t)k * ldx, v, n);
+        for (int j = 0; j < ny; j++) mad_f32(y[j], v, a[j][k], n);
+    }
+}
+static void (*dot_f16_tile)(const float *const *, int, const uint16_t *, size_t, int, int64_t, float *,
+                            size_t) = dot_f16_tile_c;
+static void (*mad_f16_tile)(float *const *, const float *, const float *const *, int, const uint16_t *, size_t, int,
+                            int64_t) = mad_f16_tile_c;
+void pb_kernels_dot_f16_tile(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                             size_t lds) {
+    dot_f16_tile(q, nq, k, ldk, nk, n, s, lds);
+}
+void pb_kernels_mad_f16_tile(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x,
+                             size_t ldx, int nk, int64_t n) {
+    mad_f16_tile(y, c, a, ny, x, ldx, nk, n);
+}
+
 void pb_kernels_init(pb_type_traits *table, int n) {
     pb_kernels_fill_ref(table, n);
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
@@ -124,6 +158,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
         mad_f32_rows = pb_mad_f32_rows_avx512, dot_f16 = pb_dot_f16_avx512, mad_f16 = pb_mad_f16_avx512;
         geglu = pb_geglu_avx512, att_exp = pb_att_exp_avx512, softcap = pb_softcap_avx512;
         dot_f32_tile = pb_dot_f32_tile_avx512, mad_f32_tile = pb_mad_f32_tile_avx512;
+        dot_f16_tile = pb_dot_f16_tile_avx512, mad_f16_tile = pb_mad_f16_tile_avx512;
     } else if ((f & avx2) == avx2) {
         pb_kernels_fill_avx2(table, n, gemm);
         if (!getenv("PB_NO_PACK")) {

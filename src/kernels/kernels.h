@@ -121,6 +121,10 @@ void pb_dot_f32_tile_avx512(const float *const *q, int nq, const float *k, size_
                             size_t lds);
 void pb_mad_f32_tile_avx512(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
                             int64_t n);
+void pb_dot_f16_tile_avx512(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                            size_t lds);
+void pb_mad_f16_tile_avx512(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x,
+                            size_t ldx, int nk, int64_t n);
 #elif defined(__aarch64__)
 PB_KERNEL_FAMILY(neon);
 #endif
@@ -145,6 +149,12 @@ void pb_kernels_dot_f32_tile(const float *const *q, int nq, const float *k, size
                              size_t lds);
 void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
                              int64_t n);
+/* The same two over fp16 rows (decode over an F16 KV cache; n <= PB_KERNELS_F16_ROW_MAX): bit-identical to
+ * converting the rows to float32 first. */
+void pb_kernels_dot_f16_tile(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                             size_t lds);
+void pb_kernels_mad_f16_tile(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x,
+                             size_t ldx, int nk, int64_t n);
 /* dot and mad whose second operand is an fp16 row of n <= PB_KERNELS_F16_ROW_MAX values: bit-identical to
  * converting the row to float32 and calling pb_kernels_dot_f32 / pb_kernels_mad_f32 (decode attention over an
  * F16 KV cache, without the conversion buffer's round trip). */

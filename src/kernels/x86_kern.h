@@ -1069,16 +1069,17 @@ INLINE void dot_tile_sum8(const __m512 v[8], float out[8]) {
 /* Scores of a block of NQ query rows x NK key rows: per pair the two 16-lane chains and the reduction of
  * ROW_DOT (n a multiple of 32), so each equals pb_dot_f32_ of the pair bit for bit; the key and query
  * slices loaded once serve NQ x NK fused multiply-adds instead of one. */
-INLINE void dot_tile_blk(const float *const *q, const float *k, size_t ldk, int64_t n, float *s, size_t lds,
-                         const int NQ, const int NK) {
+INLINE void dot_tile_blk(const float *const *q, const void *k, size_t ldk, int64_t n, float *s, size_t lds,
+                         const int NQ, const int NK, const int F16) {
     __m512 acc0[4][2], acc1[4][2];
     PB_UNROLL for (int a = 0; a < NQ; a++) PB_UNROLL for (int b = 0; b < NK; b++) acc0[a][b] = acc1[a][b] =
         _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 32) {
         __m512 k0[2], k1[2];
         PB_UNROLL for (int b = 0; b < NK; b++) {
-            k0[b] = _mm512_loadu_ps(k + (size_t)b * ldk + i);
-            k1[b] = _mm512_loadu_ps(k + (size_t)b * ldk + i + 16);
+            k0[b] = F16 ? ld16_f16((const uint16_t *)k + (size_t)b * ldk, i) : ld16_f32((const float *)k + (size_t)b * ldk, i);
+            k1[b] = F16 ? ld16_f16((const uint16_t *)k + (size_t)b * ldk, i + 16)
+                        : ld16_f32((const float *)k + (size_t)b * ldk, i + 16);
         }
         PB_UNROLL for (int a = 0; a < NQ; a++) {
             __m512 q0 = _mm512_loadu_ps(q[a] + i), q1 = _mm512_loadu_ps(q[a] + i + 16);
@@ -1101,44 +1102,59 @@ INLINE void dot_tile_blk(const float *const *q, const float *k, size_t ldk, int6
         hsum16(_mm512_add_ps(acc0[a][b], acc1[a][b]));
 }
 
-/* s[i*lds + j] = pb_dot_f32_(q[i], k + j*ldk, n), bit for bit, in blocks of 4 queries x 2 keys. */
-void FN(pb_dot_f32_tile_)(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
-                          size_t lds) {
+/* s[i*lds + j] = the dot of q[i] and key row j (ldk values apart; fp16 rows when F16), bit for bit as
+ * pb_dot_f32_ / pb_dot_f16_ give it, in blocks of 4 queries x 2 keys. */
+INLINE void dot_tile(const float *const *q, int nq, const void *k, size_t ldk, int nk, int64_t n, float *s, size_t lds,
+                     const int F16) {
     if (n % 32) {
         for (int a = 0; a < nq; a++)
-            for (int b = 0; b < nk; b++) s[(size_t)a * lds + b] = FN(pb_dot_f32_)(q[a], k + (size_t)b * ldk, n);
+            for (int b = 0; b < nk; b++)
+                s[(size_t)a * lds + b] = F16 ? FN(pb_dot_f16_)(q[a], (const uint16_t *)k + (size_t)b * ldk, n)
+                                             : FN(pb_dot_f32_)(q[a], (const float *)k + (size_t)b * ldk, n);
         return;
     }
     for (int a = 0; a < nq; a += 4) {
         const int na = PB_MIN(4, nq - a);
         for (int b = 0; b < nk; b += 2) {
-            const float *kb = k + (size_t)b * ldk;
+            const void *kb = F16 ? (const void *)((const uint16_t *)k + (size_t)b * ldk)
+                                 : (const void *)((const float *)k + (size_t)b * ldk);
             float *sb = s + (size_t)a * lds + b;
             switch ((na - 1) * 2 + PB_MIN(2, nk - b) - 1) {
-            case 0: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 1, 1); break;
-            case 1: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 1, 2); break;
-            case 2: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 2, 1); break;
-            case 3: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 2, 2); break;
-            case 4: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 3, 1); break;
-            case 5: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 3, 2); break;
-            case 6: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 4, 1); break;
-            default: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 4, 2); break;
+            case 0: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 1, 1, F16); break;
+            case 1: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 1, 2, F16); break;
+            case 2: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 2, 1, F16); break;
+            case 3: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 2, 2, F16); break;
+            case 4: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 3, 1, F16); break;
+            case 5: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 3, 2, F16); break;
+            case 6: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 4, 1, F16); break;
+            default: dot_tile_blk(q + a, kb, ldk, n, sb, lds, 4, 2, F16); break;
             }
         }
     }
 }
 
+void FN(pb_dot_f32_tile_)(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds) {
+    dot_tile(q, nq, k, ldk, nk, n, s, lds, 0);
+}
+
+void FN(pb_dot_f16_tile_)(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds) {
+    dot_tile(q, nq, k, ldk, nk, n, s, lds, 1);
+}
+
 /* NY states x NV 16-value slices of y[j] = y[j] * c[j] + sum a[j][k] * x[k], keys in order: per element the
  * multiply of pb_vec_scale and the chain of pb_mad_f32_rows_, bit for bit; a key's slices are loaded once for
  * NY states. */
-INLINE void mad_tile_blk(float *const *y, const float *c, const float *const *a, const float *x, size_t ldx, int nk,
-                         int64_t i, const int NY, const int NV) {
+INLINE void mad_tile_blk(float *const *y, const float *c, const float *const *a, const void *x, size_t ldx, int nk,
+                         int64_t i, const int NY, const int NV, const int F16) {
     __m512 acc[4][4];
     PB_UNROLL for (int j = 0; j < NY; j++) PB_UNROLL for (int v = 0; v < NV; v++) acc[j][v] =
         _mm512_mul_ps(_mm512_loadu_ps(y[j] + i + 16 * v), _mm512_set1_ps(c[j]));
     for (int k = 0; k < nk; k++) {
         __m512 xv[4];
-        PB_UNROLL for (int v = 0; v < NV; v++) xv[v] = _mm512_loadu_ps(x + (size_t)k * ldx + i + 16 * v);
+        PB_UNROLL for (int v = 0; v < NV; v++) xv[v] = F16 ? ld16_f16((const uint16_t *)x + (size_t)k * ldx, i + 16 * v)
+                                                            : ld16_f32((const float *)x + (size_t)k * ldx, i + 16 * v);
         PB_UNROLL for (int j = 0; j < NY; j++) {
             const __m512 av = _mm512_set1_ps(a[j][k]);
             PB_UNROLL for (int v = 0; v < NV; v++) acc[j][v] = _mm512_fmadd_ps(av, xv[v], acc[j][v]);
@@ -1148,31 +1164,45 @@ INLINE void mad_tile_blk(float *const *y, const float *c, const float *const *a,
         _mm512_storeu_ps(y[j] + i + 16 * v, acc[j][v]);
 }
 
-/* y[j] *= c[j], then pb_mad_f32_rows_(y[j], x, ldx, a[j], nk, n), for j < ny, bit for bit, in blocks of 4
- * states x 64 values. */
-void FN(pb_mad_f32_tile_)(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
-                          int nk, int64_t n) {
+/* y[j] *= c[j], then y[j] += a[j][k] * row k for k < nk in order (rows ldx values apart; fp16 when F16), for
+ * j < ny: bit for bit pb_mad_f32_rows_ (or one pb_mad_f16_ per row), in blocks of 4 states x 64 values. */
+INLINE void mad_tile(float *const *y, const float *c, const float *const *a, int ny, const void *x, size_t ldx, int nk,
+                     int64_t n, const int F16) {
     const int64_t n16 = n / 16 * 16;
     for (int j = 0; j < ny; j += 4) {
         const int nj = PB_MIN(4, ny - j);
         int64_t i = 0;
         for (; i + 64 <= n16; i += 64) switch (nj) {
-            case 1: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 1, 4); break;
-            case 2: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 2, 4); break;
-            case 3: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 3, 4); break;
-            default: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 4, 4); break;
+            case 1: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 1, 4, F16); break;
+            case 2: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 2, 4, F16); break;
+            case 3: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 3, 4, F16); break;
+            default: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 4, 4, F16); break;
             }
         for (; i < n16; i += 16) switch (nj) {
-            case 1: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 1, 1); break;
-            case 2: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 2, 1); break;
-            case 3: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 3, 1); break;
-            default: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 4, 1); break;
+            case 1: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 1, 1, F16); break;
+            case 2: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 2, 1, F16); break;
+            case 3: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 3, 1, F16); break;
+            default: mad_tile_blk(y + j, c + j, a + j, x, ldx, nk, i, 4, 1, F16); break;
             }
         for (int jj = j; jj < j + nj && n16 < n; jj++) {
             for (int64_t e = n16; e < n; e++) y[jj][e] *= c[jj];
-            FN(pb_mad_f32_rows_)(y[jj] + n16, x + n16, ldx, a[jj], nk, n - n16);
+            if (F16)
+                for (int k = 0; k < nk; k++)
+                    FN(pb_mad_f16_)(y[jj] + n16, (const uint16_t *)x + (size_t)k * ldx + n16, a[jj][k], n - n16);
+            else
+                FN(pb_mad_f32_rows_)(y[jj] + n16, (const float *)x + n16, ldx, a[jj], nk, n - n16);
         }
     }
+}
+
+void FN(pb_mad_f32_tile_)(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
+                          int nk, int64_t n) {
+    mad_tile(y, c, a, ny, x, ldx, nk, n, 0);
+}
+
+void FN(pb_mad_f16_tile_)(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x, size_t ldx,
+                          int nk, int64_t n) {
+    mad_tile(y, c, a, ny, x, ldx, nk, n, 1);
 }
 #endif
 

@@ -243,12 +243,12 @@ typedef struct {
     const uint8_t *stash_k, *stash_v; /* ring layers: rows of positions n_past.. (else NULL) */
 } attn_job;
 
-/* Storage row of position t (a new position of a ring layer lives in the stash until commit). */
-static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint8_t *stash, int t) {
+/* Row of kv head g at position t (a new position of a ring layer lives in the stash, position-major, until
+ * commit; the cache is head-major, kv_impl.h). */
+static const uint8_t *kv_head(const attn_job *j, uint8_t *cache, const uint8_t *stash, int t, int g) {
     const pb_kv_cache *kv = j->kv;
-    if (stash && t >= j->n_past) return stash + (size_t)(t - j->n_past) * kv->row_bytes;
-    int slot = kv->ring[j->il] ? t % kv->cap[j->il] : t;
-    return cache + (size_t)slot * kv->row_bytes;
+    if (stash && t >= j->n_past) return stash + (size_t)(t - j->n_past) * kv->row_bytes + (size_t)g * kv->head_bytes;
+    return pb_kv_head_row(kv, cache, j->il, g, kv->ring[j->il] ? t % kv->cap[j->il] : t);
 }
 
 /* Attention state of the n_rep query heads sharing one kv head, over some keys: per head
@@ -258,59 +258,103 @@ static const uint8_t *kv_row(const attn_job *j, const uint8_t *cache, const uint
 /* Keys per chunk of att_block: scores of a chunk are soft-capped and exponentiated together (SIMD). */
 #define ATT_CHUNK 32
 
+/* Keys t..end of kv head g that lie at one stride (cache rows up to a ring's wrap or to the stash, or stash rows):
+ * returns how many, *ld = their stride in bytes. */
+static int kv_run(const attn_job *j, int t, int end, size_t *ld) {
+    const pb_kv_cache *kv = j->kv;
+    if (j->stash_k && t >= j->n_past) {
+        *ld = kv->row_bytes;
+        return end - t + 1;
+    }
+    int last = end;
+    if (j->stash_k) last = PB_MIN(last, j->n_past - 1);
+    if (kv->ring[j->il]) last = PB_MIN(last, t + (kv->cap[j->il] - 1 - t % kv->cap[j->il]));
+    *ld = kv->head_bytes;
+    return last - t + 1;
+}
+
+/* Asks for kv head g's rows of keys a..b (a hint; nothing if a > b). Always inlined: see PB_PREFETCH. */
+static inline __attribute__((always_inline)) void prefetch_keys(const attn_job *j, uint8_t *cache,
+                                                                const uint8_t *stash, int a, int b, int g) {
+    for (int t = a, m; t <= b; t += m) {
+        size_t ld;
+        m = kv_run(j, t, b, &ld);
+        const uint8_t *p = kv_head(j, cache, stash, t, g);
+        for (size_t o = 0; o < (size_t)(m - 1) * ld + j->kv->head_bytes; o += 64) PB_PREFETCH(p + o);
+    }
+}
+
 /* Fresh state over keys k0..k1 (online softmax, one pass, no score buffer beyond a chunk). Keys go in chunks:
- * each K row is converted to float32 once for the n_rep query heads of the group (GQA), their scores are
- * soft-capped, max-shifted and exponentiated together, then each V row once, accumulated with those
- * weights. Chunks start at k0, so the result depends only on (k0, k1): prefill and decode agree. */
+ * the n_rep query heads of the group (GQA) get their scores of a chunk together (each K row read once for
+ * all of them), soft-capped, max-shifted and exponentiated together, then the chunk's V rows are added to
+ * their states (each V row read once; the rescale for a new max folded into the same pass on an F16 cache).
+ * Chunks start at k0, so the result depends only on (k0, k1): prefill (att_tile_block, the same operations
+ * per head) and decode agree bit for bit. */
 static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
     int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
     const float *q = j->fc->q + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd; /* [n_rep, hd] */
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
-    size_t hoff = (size_t)g * kv->head_bytes;
-    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA][ATT_CHUNK];
+    float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA][ATT_CHUNK], cr[PB_MAX_GQA], ones[PB_MAX_GQA];
+    const float *qr[PB_MAX_GQA], *ar[PB_MAX_GQA];
+    float *yr[PB_MAX_GQA];
     const bool f16 = kv->st == PB_TYPE_F16 && hd <= PB_KERNELS_F16_ROW_MAX;
     for (int r = 0; r < n_rep; r++) {
         float *x = st + r * ST(hd);
         x[0] = -INFINITY;
         x[1] = 0.0f;
         memset(x + 2, 0, sizeof(float) * (size_t)hd);
+        qr[r] = q + r * hd, yr[r] = x + 2, ones[r] = 1.0f;
     }
     for (int c0 = k0; c0 <= k1; c0 += ATT_CHUNK) {
         int cn = PB_MIN(ATT_CHUNK, k1 - c0 + 1);
-        for (int i = 0; i < cn; i++) {
-            if (f16) { /* F16 cache: converted inside the dot, the same values */
-                const uint16_t *kh =
-                    (const uint16_t *)(const void *)(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff);
-                for (int r = 0; r < n_rep; r++) sc[r][i] = pb_kernels_dot_f16(q + r * hd, kh, hd) * hp->query_scale;
-                continue;
+        if (f16) { /* F16 cache: rows converted inside the dot tile, the same values */
+            /* requested ahead: this chunk's V rows and the next chunk's K rows (the first chunk's K too); the
+             * hardware alone leaves decode waiting on them (2k context, 1 thread: ~12 -> ~14 tok/s) */
+            if (c0 == k0) prefetch_keys(j, kv->k[j->il], j->stash_k, c0, c0 + cn - 1, g);
+            prefetch_keys(j, kv->k[j->il], j->stash_k, c0 + ATT_CHUNK, PB_MIN(k1, c0 + 2 * ATT_CHUNK - 1), g);
+            prefetch_keys(j, kv->v[j->il], j->stash_v, c0, c0 + cn - 1, g);
+            for (int i = 0, m; i < cn; i += m) {
+                size_t ld;
+                m = kv_run(j, c0 + i, c0 + cn - 1, &ld);
+                const uint16_t *kh = (const uint16_t *)(const void *)kv_head(j, kv->k[j->il], j->stash_k, c0 + i, g);
+                pb_kernels_dot_f16_tile(qr, n_rep, kh, ld / 2, m, hd, &sc[0][i], ATT_CHUNK);
             }
-            to_f(kv_row(j, kv->k[j->il], j->stash_k, c0 + i) + hoff, kb, hd);
             for (int r = 0; r < n_rep; r++)
-                sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+                for (int i = 0; i < cn; i++) sc[r][i] *= hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+        } else {
+            for (int i = 0; i < cn; i++) {
+                to_f(kv_head(j, kv->k[j->il], j->stash_k, c0 + i, g), kb, hd);
+                for (int r = 0; r < n_rep; r++) sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale;
+            }
         }
         for (int r = 0; r < n_rep; r++) {
             float *x = st + r * ST(hd), mx = x[0];
             /* Gemma 2 soft-cap (50), chunk max, exp(s - max) */
             float sum = pb_kernels_att_exp(sc[r], cn, hp->attn_softcap, &mx);
+            cr[r] = 1.0f;
             if (mx > x[0]) { /* new max: rescale what was summed so far (factor 0 on the first chunk) */
-                float c = expf(x[0] - mx);
-                x[1] *= c;
-                pb_vec_scale(x + 2, hd, c);
+                cr[r] = expf(x[0] - mx);
+                x[1] *= cr[r];
                 x[0] = mx;
             }
             x[1] += sum;
         }
-        for (int i = 0; i < cn; i++) {
-            const uint8_t *row = kv_row(j, kv->v[j->il], j->stash_v, c0 + i) + hoff;
-            if (f16) {
-                for (int r = 0; r < n_rep; r++)
-                    pb_kernels_mad_f16(st + r * ST(hd) + 2, (const uint16_t *)(const void *)row, sc[r][i], hd);
-                continue;
+        if (f16) {
+            for (int i = 0, m; i < cn; i += m) {
+                size_t ld;
+                m = kv_run(j, c0 + i, c0 + cn - 1, &ld);
+                const uint16_t *vh = (const uint16_t *)(const void *)kv_head(j, kv->v[j->il], j->stash_v, c0 + i, g);
+                for (int r = 0; r < n_rep; r++) ar[r] = sc[r] + i;
+                pb_kernels_mad_f16_tile(yr, i == 0 ? cr : ones, ar, n_rep, vh, ld / 2, m, hd);
             }
-            to_f(row, vb, hd);
-            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(st + r * ST(hd) + 2, vb, sc[r][i], hd);
+            continue;
+        }
+        for (int r = 0; r < n_rep; r++) pb_vec_scale(yr[r], hd, cr[r]);
+        for (int i = 0; i < cn; i++) {
+            to_f(kv_head(j, kv->v[j->il], j->stash_v, c0 + i, g), vb, hd);
+            for (int r = 0; r < n_rep; r++) pb_kernels_mad_f32(yr[r], vb, sc[r][i], hd);
         }
     }
 }
@@ -467,7 +511,7 @@ static void att_tiles_worker(void *ctx, int ith, int nth) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
     int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = kv->attn_block;
-    size_t slot = (size_t)n_rep * ST(hd), hoff;
+    size_t slot = (size_t)n_rep * ST(hd);
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
     float *kf = j->fc->attkv + (size_t)ith * 2 * (size_t)j->fc->att_bcap * (size_t)hd;
     float *vf = kf + (size_t)j->fc->att_bcap * (size_t)hd;
@@ -476,14 +520,13 @@ static void att_tiles_worker(void *ctx, int ith, int nth) {
     pb_split((int64_t)n_tiles * Hkv, ith, nth, &lo, &hi);
     for (int64_t task = lo; task < hi; task++) {
         int g = (int)(task % Hkv), t0 = (int)(task / Hkv) * ATT_QT, t1 = PB_MIN(j->n, t0 + ATT_QT), kmin, kmax, k0, k1;
-        hoff = (size_t)g * kv->head_bytes;
         key_range(j, t0, &kmin, &k1);
         key_range(j, t1 - 1, &k0, &kmax);
         for (int b0 = kmin / B * B; b0 <= kmax; b0 += B) {
             int r0 = PB_MAX(b0, kmin), r1 = PB_MIN(b0 + B - 1, kmax); /* keys of this block the tile reads */
             for (int r = r0; r <= r1; r++) {
-                to_f(kv_row(j, kv->k[j->il], j->stash_k, r) + hoff, kf + (size_t)(r - r0) * (size_t)hd, hd);
-                to_f(kv_row(j, kv->v[j->il], j->stash_v, r) + hoff, vf + (size_t)(r - r0) * (size_t)hd, hd);
+                to_f(kv_head(j, kv->k[j->il], j->stash_k, r, g), kf + (size_t)(r - r0) * (size_t)hd, hd);
+                to_f(kv_head(j, kv->v[j->il], j->stash_v, r, g), vf + (size_t)(r - r0) * (size_t)hd, hd);
             }
             att_tile_block(j, g, t0, t1, b0, kf, vf, r0);
         }
@@ -543,21 +586,25 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
     int64_t kv_dim = kv->kv_dim;
     pb_from_float_fn from_f = pb_type_get(kv->st)->from_float;
     attn_job j = {m, kv, fc, il, n, kv->n_past, NULL, NULL};
-    uint8_t *dk, *dv;
     if (fc->swa_slot[il] >= 0 && kv->n_past + n > kv->cap[il]) {
-        /* ring layer that wraps in this call: keep new rows aside until the whole call succeeded (they would
-         * overwrite live positions); a ring not yet full takes them in place, in slots nobody reads */
-        dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
-        dv = dk + (size_t)fc->n_batch * kv->row_bytes;
+        /* ring layer that wraps in this call: keep new rows aside (position-major) until the whole call
+         * succeeded (they would overwrite live positions); a ring not yet full takes them in place, in slots
+         * nobody reads */
+        uint8_t *dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
+        uint8_t *dv = dk + (size_t)fc->n_batch * kv->row_bytes;
         j.stash_k = dk;
         j.stash_v = dv;
-    } else { /* full layer or ring with room: positions >= n_past are free, write in place */
-        dk = kv->k[il] + (size_t)kv->n_past * kv->row_bytes;
-        dv = kv->v[il] + (size_t)kv->n_past * kv->row_bytes;
-    }
-    for (int t = 0; t < n; t++) {
-        from_f(fc->k + t * kv_dim, dk + (size_t)t * kv->row_bytes, kv_dim);
-        from_f(fc->v + t * kv_dim, dv + (size_t)t * kv->row_bytes, kv_dim);
+        for (int t = 0; t < n; t++) {
+            from_f(fc->k + t * kv_dim, dk + (size_t)t * kv->row_bytes, kv_dim);
+            from_f(fc->v + t * kv_dim, dv + (size_t)t * kv->row_bytes, kv_dim);
+        }
+    } else { /* full layer or ring with room: positions >= n_past are free, write in place, head by head */
+        int hd = kv->head_dim;
+        for (int g = 0; g < kv_dim / hd; g++)
+            for (int t = 0; t < n; t++) {
+                from_f(fc->k + t * kv_dim + g * hd, pb_kv_head_row(kv, kv->k[il], il, g, kv->n_past + t), hd);
+                from_f(fc->v + t * kv_dim + g * hd, pb_kv_head_row(kv, kv->v[il], il, g, kv->n_past + t), hd);
+            }
     }
     attend(&j, pool);
 }
@@ -608,11 +655,12 @@ static void commit_rings(pb_kv_cache *kv, const pb_forward_ctx *fc, int n) {
         const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
         const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_bytes;
         int cap = kv->cap[il];
-        for (int t = PB_MAX(0, n - cap); t < n; t++) {
-            size_t slot = (size_t)((kv->n_past + t) % cap) * kv->row_bytes;
-            memcpy(kv->k[il] + slot, sk + (size_t)t * kv->row_bytes, kv->row_bytes);
-            memcpy(kv->v[il] + slot, sv + (size_t)t * kv->row_bytes, kv->row_bytes);
-        }
+        for (int t = PB_MAX(0, n - cap); t < n; t++)
+            for (int g = 0; g < kv->kv_dim / kv->head_dim; g++) {
+                size_t o = (size_t)t * kv->row_bytes + (size_t)g * kv->head_bytes;
+                memcpy(pb_kv_head_row(kv, kv->k[il], il, g, (kv->n_past + t) % cap), sk + o, kv->head_bytes);
+                memcpy(pb_kv_head_row(kv, kv->v[il], il, g, (kv->n_past + t) % cap), sv + o, kv->head_bytes);
+            }
     }
 }
 

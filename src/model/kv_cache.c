@@ -53,7 +53,7 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
             return pb_error(PB_ERR_NOMEM, "kv: size overflow");
         }
     }
-    kv->mem = pb_aligned_alloc(total ? total : 64);
+    kv->mem = pb_big_alloc(total ? total : 64); /* huge pages where the OS has them: decode walks all of it */
     if (!kv->mem) {
         free(kv);
         return pb_error(PB_ERR_NOMEM, "kv: cannot allocate %zu MiB for the K/V cache", total >> 20);
@@ -72,7 +72,7 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
 
 void pb_kv_free(pb_kv_cache *kv) {
     if (!kv) return;
-    pb_aligned_free(kv->mem);
+    pb_big_free(kv->mem, kv->bytes ? kv->bytes : 64);
     free(kv);
 }
 
@@ -144,10 +144,11 @@ pb_status pb_kv_state_write(const pb_kv_cache *kv, void *buf, size_t cap, size_t
         p += 8;
         for (int w = 0; w < 2; w++) {
             const uint8_t *base = w ? kv->v[il] : kv->k[il];
-            for (int t = p0; t < p0 + r; t++) {
-                memcpy(p, base + (size_t)(t % kv->cap[il]) * kv->row_bytes, kv->row_bytes);
-                p += kv->row_bytes;
-            }
+            for (int t = p0; t < p0 + r; t++) /* a position's row: its kv heads in order */
+                for (int g = 0; g < kv->kv_dim / kv->head_dim; g++) {
+                    memcpy(p, pb_kv_head_row(kv, (uint8_t *)base, il, g, t % kv->cap[il]), kv->head_bytes);
+                    p += kv->head_bytes;
+                }
         }
     }
     return PB_OK;
@@ -191,7 +192,9 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
             for (uint32_t t = p0; t < p0 + r; t++) {
                 /* rows older than this cache's ring keeps are skipped (they are not needed) */
                 if ((int)t >= (int)np - kv->cap[il])
-                    memcpy(base + (size_t)(t % (uint32_t)kv->cap[il]) * kv->row_bytes, p, kv->row_bytes);
+                    for (int g = 0; g < kv->kv_dim / kv->head_dim; g++)
+                        memcpy(pb_kv_head_row(kv, base, il, g, (int)(t % (uint32_t)kv->cap[il])),
+                               p + (size_t)g * kv->head_bytes, kv->head_bytes);
                 p += kv->row_bytes;
             }
         }

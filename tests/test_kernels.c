@@ -447,8 +447,10 @@ static void test_helpers(void) {
               "pb_kernels_dot_f32_tile / mad_f32_tile equal per-row dot_f32 / vec_scale + mad_f32_rows bit for bit "
               "(%d cases, n 1..300, 1..13 rows, 1..7 keys): %d differ",
               cases, diff);
-        CHECK(diff16 == 0, "pb_kernels_dot_f16_tile / mad_f16_tile on fp16 rows equal the float tiles on the converted "
-              "rows, bit for bit (%d cases): %d differ", cases, diff16);
+        CHECK(diff16 == 0,
+              "pb_kernels_dot_f16_tile / mad_f16_tile on fp16 rows equal the float tiles on the converted "
+              "rows, bit for bit (%d cases): %d differ",
+              cases, diff16);
     }
     memcpy(g1, a, N * 4);
     memcpy(g2, a, N * 4);

@@ -65,8 +65,7 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 }
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
-static int bench_one(const char *path, int threads, int n_p, int n_g, int depth, int reps, pb_kv_type kv,
-                     result *res) {
+static int bench_one(const char *path, int threads, int n_p, int n_g, int depth, int reps, pb_kv_type kv, result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();

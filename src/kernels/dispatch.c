@@ -59,8 +59,8 @@ static void dot_f32_tile_c(const float *const *q, int nq, const float *k, size_t
     for (int a = 0; a < nq; a++)
         for (int b = 0; b < nk; b++) s[(size_t)a * lds + b] = dot_f32(q[a], k + (size_t)b * ldk, n);
 }
-static void mad_f32_tile_c(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
-                           int64_t n) {
+static void mad_f32_tile_c(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
+                           int nk, int64_t n) {
     for (int j = 0; j < ny; j++) {
         for (int64_t i = 0; i < n; i++) y[j][i] *= c[j];
         mad_f32_rows(y[j], x, ldx, a[j], nk, n);
@@ -74,8 +74,8 @@ void pb_kernels_dot_f32_tile(const float *const *q, int nq, const float *k, size
                              size_t lds) {
     dot_f32_tile(q, nq, k, ldk, nk, n, s, lds);
 }
-void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
-                             int64_t n) {
+void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
+                             int nk, int64_t n) {
     mad_f32_tile(y, c, a, ny, x, ldx, nk, n);
 }
 

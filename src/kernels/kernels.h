@@ -119,8 +119,8 @@ PB_X86_ATT(avx2);
 PB_X86_ATT(avx512);
 void pb_dot_f32_tile_avx512(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
                             size_t lds);
-void pb_mad_f32_tile_avx512(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
-                            int64_t n);
+void pb_mad_f32_tile_avx512(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
+                            int nk, int64_t n);
 void pb_dot_f16_tile_avx512(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
                             size_t lds);
 void pb_mad_f16_tile_avx512(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x,
@@ -143,12 +143,12 @@ void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);
 void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);
 /* Prefill attention over a chunk of keys for several query rows at once. dot tile: s[i*lds + j] =
  * pb_kernels_dot_f32(q[i], k + j*ldk, n); mad tile: for each j < ny, y[j][i] *= c[j] (the online softmax's
- * rescale), then pb_kernels_mad_f32_rows(y[j], x, ldx, a[j], nk, n). Both bit-identical to those calls (so prefill still equals decode); on AVX-512 register-blocked, so
- * a key or value slice loaded once serves several query rows. */
+ * rescale), then pb_kernels_mad_f32_rows(y[j], x, ldx, a[j], nk, n). Both bit-identical to those calls (so prefill
+ * still equals decode); on AVX-512 register-blocked, so a key or value slice loaded once serves several query rows. */
 void pb_kernels_dot_f32_tile(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
                              size_t lds);
-void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx, int nk,
-                             int64_t n);
+void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
+                             int nk, int64_t n);
 /* The same two over fp16 rows (decode over an F16 KV cache; n <= PB_KERNELS_F16_ROW_MAX): bit-identical to
  * converting the rows to float32 first. */
 void pb_kernels_dot_f16_tile(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,

@@ -955,8 +955,8 @@ INLINE __m512 ld16_f16(const uint16_t *p, int64_t i) {
  * those two): the order GCC's _mm512_reduce_add_ps uses, spelled out so that it does not depend on the
  * compiler and so that dot_tile_sum8 below can reduce 8 rows at once in the same order. */
 INLINE float hsum16(__m512 v) {
-    const __m256 t3 = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
-                                    _mm512_castps512_ps256(v));
+    const __m256 t3 =
+        _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(v));
     const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
     const __m128 t8 = _mm_add_ps(t6, _mm_permute_ps(t6, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8));
@@ -1054,7 +1054,7 @@ void FN(pb_mad_f32_rows_)(float *y, const float *x, size_t ldx, const float *a, 
 INLINE void dot_tile_sum8(const __m512 v[8], float out[8]) {
     __m512 z[4], w[2];
     PB_UNROLL for (int p = 0; p < 4; p++) z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE),
-                                                                _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44));
+                                                               _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44));
     PB_UNROLL for (int p = 0; p < 2; p++) w[p] =
         _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * p], z[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)),
                       _mm512_shuffle_f32x4(z[2 * p], z[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)));
@@ -1077,7 +1077,8 @@ INLINE void dot_tile_blk(const float *const *q, const void *k, size_t ldk, int64
     for (int64_t i = 0; i < n; i += 32) {
         __m512 k0[2], k1[2];
         PB_UNROLL for (int b = 0; b < NK; b++) {
-            k0[b] = F16 ? ld16_f16((const uint16_t *)k + (size_t)b * ldk, i) : ld16_f32((const float *)k + (size_t)b * ldk, i);
+            k0[b] = F16 ? ld16_f16((const uint16_t *)k + (size_t)b * ldk, i)
+                        : ld16_f32((const float *)k + (size_t)b * ldk, i);
             k1[b] = F16 ? ld16_f16((const uint16_t *)k + (size_t)b * ldk, i + 16)
                         : ld16_f32((const float *)k + (size_t)b * ldk, i + 16);
         }
@@ -1154,7 +1155,7 @@ INLINE void mad_tile_blk(float *const *y, const float *c, const float *const *a,
     for (int k = 0; k < nk; k++) {
         __m512 xv[4];
         PB_UNROLL for (int v = 0; v < NV; v++) xv[v] = F16 ? ld16_f16((const uint16_t *)x + (size_t)k * ldx, i + 16 * v)
-                                                            : ld16_f32((const float *)x + (size_t)k * ldx, i + 16 * v);
+                                                           : ld16_f32((const float *)x + (size_t)k * ldx, i + 16 * v);
         PB_UNROLL for (int j = 0; j < NY; j++) {
             const __m512 av = _mm512_set1_ps(a[j][k]);
             PB_UNROLL for (int v = 0; v < NV; v++) acc[j][v] = _mm512_fmadd_ps(av, xv[v], acc[j][v]);

@@ -274,8 +274,8 @@ static int kv_run(const attn_job *j, int t, int end, size_t *ld) {
 }
 
 /* Asks for kv head g's rows of keys a..b (a hint; nothing if a > b). Always inlined: see PB_PREFETCH. */
-static inline __attribute__((always_inline)) void prefetch_keys(const attn_job *j, uint8_t *cache,
-                                                                const uint8_t *stash, int a, int b, int g) {
+static inline __attribute__((always_inline)) void prefetch_keys(const attn_job *j, uint8_t *cache, const uint8_t *stash,
+                                                                int a, int b, int g) {
     for (int t = a, m; t <= b; t += m) {
         size_t ld;
         m = kv_run(j, t, b, &ld);

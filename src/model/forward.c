@@ -258,6 +258,32 @@ static const uint8_t *kv_head(const attn_job *j, uint8_t *cache, const uint8_t *
 /* Keys per chunk of att_block: scores of a chunk are soft-capped and exponentiated together (SIMD). */
 #define ATT_CHUNK 32
 
+/* Fresh states of n_rep heads: max -inf, sum 0, accumulated values 0. */
+static void att_state_init(float *st, int n_rep, int hd) {
+    for (int r = 0; r < n_rep; r++) {
+        float *x = st + r * ST(hd);
+        x[0] = -INFINITY;
+        x[1] = 0.0f;
+        memset(x + 2, 0, sizeof(float) * (size_t)hd);
+    }
+}
+
+/* One head's chunk of cn raw scores s (q . k) into softmax weights: scaled, Gemma 2 soft-capped (50),
+ * exp(s - max) against the state x's running max; updates x's max and sum and returns the factor its
+ * accumulated values must be scaled by first (1.0f when the max did not grow; 0 on the first chunk).
+ * Shared by decode (att_block) and prefill (att_tile_block), which must agree bit for bit. */
+static float att_chunk_weights(const pb_hparams *hp, float *x, float *s, int cn) {
+    for (int i = 0; i < cn; i++) s[i] *= hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
+    float mx = x[0], sum = pb_kernels_att_exp(s, cn, hp->attn_softcap, &mx), c = 1.0f;
+    if (mx > x[0]) {
+        c = expf(x[0] - mx);
+        x[1] *= c;
+        x[0] = mx;
+    }
+    x[1] += sum;
+    return c;
+}
+
 /* Keys t..end of kv head g that lie at one stride (cache rows up to a ring's wrap or to the stash, or stash rows):
  * returns how many, *ld = their stride in bytes. */
 static int kv_run(const attn_job *j, int t, int end, size_t *ld) {
@@ -300,13 +326,8 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
     const float *qr[PB_MAX_GQA], *ar[PB_MAX_GQA];
     float *yr[PB_MAX_GQA];
     const bool f16 = kv->st == PB_TYPE_F16 && hd <= PB_KERNELS_F16_ROW_MAX;
-    for (int r = 0; r < n_rep; r++) {
-        float *x = st + r * ST(hd);
-        x[0] = -INFINITY;
-        x[1] = 0.0f;
-        memset(x + 2, 0, sizeof(float) * (size_t)hd);
-        qr[r] = q + r * hd, yr[r] = x + 2, ones[r] = 1.0f;
-    }
+    att_state_init(st, n_rep, hd);
+    for (int r = 0; r < n_rep; r++) qr[r] = q + r * hd, yr[r] = st + r * ST(hd) + 2, ones[r] = 1.0f;
     for (int c0 = k0; c0 <= k1; c0 += ATT_CHUNK) {
         int cn = PB_MIN(ATT_CHUNK, k1 - c0 + 1);
         if (f16) { /* F16 cache: rows converted inside the dot tile, the same values */
@@ -321,26 +342,13 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
                 const uint16_t *kh = (const uint16_t *)(const void *)kv_head(j, kv->k[j->il], j->stash_k, c0 + i, g);
                 pb_kernels_dot_f16_tile(qr, n_rep, kh, ld / 2, m, hd, &sc[0][i], ATT_CHUNK);
             }
-            for (int r = 0; r < n_rep; r++)
-                for (int i = 0; i < cn; i++) sc[r][i] *= hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
         } else {
             for (int i = 0; i < cn; i++) {
                 to_f(kv_head(j, kv->k[j->il], j->stash_k, c0 + i, g), kb, hd);
-                for (int r = 0; r < n_rep; r++) sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd) * hp->query_scale;
+                for (int r = 0; r < n_rep; r++) sc[r][i] = pb_kernels_dot_f32(q + r * hd, kb, hd);
             }
         }
-        for (int r = 0; r < n_rep; r++) {
-            float *x = st + r * ST(hd), mx = x[0];
-            /* Gemma 2 soft-cap (50), chunk max, exp(s - max) */
-            float sum = pb_kernels_att_exp(sc[r], cn, hp->attn_softcap, &mx);
-            cr[r] = 1.0f;
-            if (mx > x[0]) { /* new max: rescale what was summed so far (factor 0 on the first chunk) */
-                cr[r] = expf(x[0] - mx);
-                x[1] *= cr[r];
-                x[0] = mx;
-            }
-            x[1] += sum;
-        }
+        for (int r = 0; r < n_rep; r++) cr[r] = att_chunk_weights(hp, st + r * ST(hd), sc[r], cn);
         if (f16) {
             for (int i = 0, m; i < cn; i += m) {
                 size_t ld;
@@ -423,9 +431,9 @@ static void att_rows_worker(void *ctx, int ith, int nth) {
  * per token; each token still runs its own blocks in order, so results equal att_rows_worker's. */
 #define ATT_QT 64
 /* Tokens t0..t1-1 of a tile over their keys in the block at b0 (float rows kf/vf from row base), into their
- * running states: the steps of att_block_rows + att_merge per token, with the tokens that start at the same
- * key walked together chunk by chunk, so each K/V slice loaded serves all their query heads (dot / mad
- * tiles). Per token the same operations in the same order: results equal att_block_rows' bit for bit. */
+ * running states: the steps of att_block + att_merge per token, with the tokens that start at the same key
+ * walked together chunk by chunk, so each K/V slice loaded serves all their query heads (dot / mad tiles).
+ * Per token the same operations in the same order: results equal att_block's bit for bit. */
 #define ATT_ROWS 64 /* query rows (tokens x n_rep) walked together, >= PB_MAX_GQA */
 static void att_tile_block(const attn_job *j, int g, int t0, int t1, int b0, const float *kf, const float *vf,
                            int base) {
@@ -454,15 +462,8 @@ static void att_tile_block(const attn_job *j, int g, int t0, int t1, int b0, con
                 tok[nt++] = u, done[u] = true;
                 bmax = PB_MAX(bmax, kb[u]);
             }
-        for (int u = 0; u < nt; u++) {
-            float *st = j->fc->part + ((size_t)(t0 + tok[u]) * Hkv + g) * 2 * slot + slot; /* tmp state */
-            for (int r = 0; r < n_rep; r++) {
-                float *x = st + r * ST(hd);
-                x[0] = -INFINITY;
-                x[1] = 0.0f;
-                memset(x + 2, 0, sizeof(float) * (size_t)hd);
-            }
-        }
+        for (int u = 0; u < nt; u++) /* their tmp states */
+            att_state_init(j->fc->part + ((size_t)(t0 + tok[u]) * Hkv + g) * 2 * slot + slot, n_rep, hd);
         for (int c0 = a; c0 <= bmax; c0 += ATT_CHUNK) {
             int cmax = PB_MIN(ATT_CHUNK, bmax - c0 + 1), nq = 0;
             for (int u = 0; u < nt; u++) {
@@ -479,15 +480,7 @@ static void att_tile_block(const attn_job *j, int g, int t0, int t1, int b0, con
                 int cn = PB_MIN(ATT_CHUNK, kb[tok[u]] - c0 + 1);
                 float *st = j->fc->part + ((size_t)(t0 + tok[u]) * Hkv + g) * 2 * slot + slot;
                 for (int r = 0; r < n_rep; r++, row++) {
-                    float *x = st + r * ST(hd), mx = x[0];
-                    for (int i = 0; i < cn; i++) sc[row][i] *= hp->query_scale; /* HF: (q @ k^T) * qpas^-0.5 */
-                    float sum = pb_kernels_att_exp(sc[row], cn, hp->attn_softcap, &mx), c = 1.0f;
-                    if (mx > x[0]) { /* new max: rescale what was summed so far (x 1.0f changes nothing) */
-                        c = expf(x[0] - mx);
-                        x[1] *= c;
-                        x[0] = mx;
-                    }
-                    x[1] += sum;
+                    float *x = st + r * ST(hd), c = att_chunk_weights(hp, x, sc[row], cn);
                     if (cn == cmax) { /* full chunk: values together, the rescale inside the mad tile */
                         yr[nfull] = x + 2, ar[nfull] = sc[row], cr[nfull] = c;
                         nfull++;

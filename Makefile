@@ -169,13 +169,21 @@ fuzz:
 	done
 
 deps:
-	@sh scripts/deps.sh
+	@sh $(DEPS_SCRIPT)
 
-run: deps all
+# run / test install the packages first and build in a sub-make: the sub-make parses this file again, so
+# flags taken from pkg-config (poppler-glib) see the packages deps just installed on a fresh machine.
+# DEPS_SCRIPT, BUILD_GOALS and TEST_RUNNER exist for tests/test_make_fresh.sh.
+DEPS_SCRIPT ?= scripts/deps.sh
+BUILD_GOALS ?= all
+TEST_RUNNER ?= sh tests/run.sh
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD_GOALS)
 	@sh scripts/run_default.sh $(BIN)
 
-test: deps all
-	@sh tests/run.sh $(BUILD)
+test: deps
+	@$(MAKE) --no-print-directory $(BUILD_GOALS)
+	@$(TEST_RUNNER) $(BUILD)
 
 cross-test:
 	@sh scripts/cross_test.sh

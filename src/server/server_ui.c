@@ -28,7 +28,7 @@ enum MHD_Result pb_server_route_static(pb_server *srv, struct MHD_Connection *c,
             MHD_add_response_header(r, "Content-Type", mime_of(a->name));
             MHD_add_response_header(r, "Content-Security-Policy",
                                     "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:");
-            MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+            pb_server_guard_headers(srv, c, r);
             enum MHD_Result ret = MHD_queue_response(c, 200, r);
             MHD_destroy_response(r);
             pb_server_count_response(srv, 200);

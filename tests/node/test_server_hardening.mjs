@@ -4,6 +4,7 @@
 // deadline, request validation with the engine's rules, HEAD / Allow / the request log, shutdown errors.
 import http from 'node:http';
 import net from 'node:net';
+import { readFileSync } from 'node:fs';
 import { check, note, startServer, stopServer, done, peerModel, waitFor } from './server_lib.mjs';
 
 // raw request: resolves { status, headers, body } (no client-side rewriting of Host / Origin)
@@ -45,7 +46,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     await sleep(500);
     for (const r of reqs) r.destroy();
     const idle = await waitFor(async () => (await raw(srv.port, { path: '/metrics' })).body,
-      (t) => /^pocketbrain_slots_busy 0$/m.test(t) && /^pocketbrain_queue_depth 0$/m.test(t), 8000);
+      (t) => /^pocketbrain_slots_busy 0$/m.test(t) && /^pocketbrain_queue_depth 0$/m.test(t), 3000);
     check(/^pocketbrain_slots_busy 0$/m.test(idle) && /^pocketbrain_queue_depth 0$/m.test(idle),
       'abandoned non-streaming requests free their slot and queue place at once: ' + (idle.match(/^pocketbrain_(slots_busy|queue_depth) \d+$/gm) || []).join(', '));
     const t0 = Date.now();
@@ -191,6 +192,24 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     await running;
     check(q.status === 503 && /shutting down/.test(q.body), `queued non-streaming request at shutdown -> ${q.status} ${q.body.slice(0, 100)}`);
     check(code === 0, 'server exited 0');
+  } catch (e) { check(false, 'unexpected error: ' + e.stack); srv.proc.kill('SIGKILL'); }
+}
+
+// ---- 9: prompts are built and tokenized only after a queue place: a burst of 1 MB prompts is refused cheaply ----
+{
+  const srv = await startServer(['--quiet', '--parallel', '1', '--queue', '0', '--max-body', '2M', '--max-tokens', '4096'], {}, peerModel());
+  try {
+    const hwm = () => Number(readFileSync(`/proc/${srv.proc.pid}/status`, 'utf8').match(/VmHWM:\s+(\d+)/)[1]) * 1024;
+    const running = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 1900 }) });
+    await waitFor(() => metric(srv.port, 'pocketbrain_slots_busy'), (v) => v === 1, 10000);
+    const before = hwm();
+    const big = JSON.stringify({ messages: [{ role: 'user', content: 'word '.repeat(200000) }], max_tokens: 4 });
+    const codes = await Promise.all(Array.from({ length: 24 }, () => raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: big }).then((r) => r.status)));
+    const grew = hwm() - before;
+    // tokenizing one such prompt takes ~20 MB; 24 of them at once took ~500 MB before the fix
+    check(codes.every((c) => c === 429) && grew < 200e6, `24 concurrent 1 MB prompts with no queue place: ${[...new Set(codes)]}, peak memory +${(grew / 1e6).toFixed(0)} MB`);
+    await stopServer(srv);
+    await running;
   } catch (e) { check(false, 'unexpected error: ' + e.stack); srv.proc.kill('SIGKILL'); }
 }
 

@@ -26,6 +26,8 @@ start() { # args...
 stop() { kill -TERM $PID; wait $PID; }
 
 start --db "$OUT/kb.sqlite" --faq "$OUT/faq.sqlite"
+curl -s "$URL/health" | grep -q '"knowledge_base":true' && echo "ok - /health tells the web UI there is a knowledge base" \
+  || echo "not ok - /health: $(curl -s "$URL/health")"
 curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"Which lighthouse did the Ptolemaic Kingdom build?"}],"use_documents":true,"max_tokens":8}' >"$OUT/r1"
 node -e '
@@ -51,8 +53,6 @@ curl -sN "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"reset password please"}],"stream":true,"max_tokens":8}' >"$OUT/r4"
 grep -q 'FAQ fallback' "$OUT/r4" && grep -q 'data: \[DONE\]' "$OUT/r4" && echo "ok - streamed FAQ fallback ends cleanly" \
   || echo "not ok - streamed fallback: $(cat "$OUT/r4")"
-curl -s "$URL/health" | grep -q '"knowledge_base":true' && echo "ok - /health tells the web UI there is a knowledge base" \
-  || echo "not ok - /health: $(curl -s "$URL/health")"
 curl -s "$URL/metrics" | grep -q '^pocketbrain_fallbacks_total [2-9]' && echo "ok - fallbacks counted in /metrics" || echo "not ok - fallback metric"
 curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"zebra quantum"}],"max_tokens":3}' >"$OUT/r5"

@@ -93,6 +93,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
     pthread_cond_init(&srv->cv, NULL);
     pthread_mutex_init(&srv->m.mu, NULL);
     pthread_mutex_init(&srv->conn_mu, NULL);
+    pthread_mutex_init(&srv->tok_mu, NULL);
     srv->n_slots = srv->p.n_parallel;
     srv->slots = calloc((size_t)srv->n_slots, sizeof(slot));
     pb_status s = srv->slots ? PB_OK : pb_error(PB_ERR_NOMEM, "server: out of memory");
@@ -141,6 +142,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         pb_server_watchdog_stop(srv);
         pb_server_guard_deinit(srv);
         pthread_mutex_destroy(&srv->conn_mu);
+        pthread_mutex_destroy(&srv->tok_mu);
         free(srv->slots);
         free(srv->host);
         free(srv->api_key);
@@ -203,6 +205,7 @@ void pb_server_stop(pb_server *srv) {
     pb_server_watchdog_stop(srv);
     pb_server_guard_deinit(srv);
     pthread_mutex_destroy(&srv->conn_mu);
+    pthread_mutex_destroy(&srv->tok_mu);
     for (int i = 0; i < srv->n_slots; i++) pb_session_free(srv->slots[i].session);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);

@@ -113,7 +113,8 @@ struct pb_server {
     pthread_cond_t cv;  /* slots wait here */
     job *queue_head, *queue_tail;
     int n_queued;
-    int n_reserved; /* queue places held by requests still building their prompt */
+    int n_reserved;         /* queue places held by requests still building their prompt */
+    pthread_mutex_t tok_mu; /* /tokenize counts one text at a time */
     bool stopping;
     metrics m;
     atomic_ullong id_counter;

@@ -445,7 +445,16 @@ enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *
     }
     int64_t n = 0;
     const char *t = content->valuestring;
+    if (!pb_utf8_valid((const uint8_t *)t, strlen(t))) {
+        cJSON_Delete(root);
+        return pb_server_send_error(srv, c, 400, "invalid_request_error", "content", "invalid_utf8",
+                                    "'content' is not valid UTF-8 text");
+    }
+    /* one count at a time: tokenizing a large text takes memory, and this route has no queue place to bound how many
+     * run at once (generation prompts are tokenized only after admission) */
+    pthread_mutex_lock(&srv->tok_mu);
     pb_status s = pb_tokenize(srv->vocab, t, strlen(t), 0, NULL, 0, &n);
+    pthread_mutex_unlock(&srv->tok_mu);
     cJSON_Delete(root);
     if (s != PB_OK && s != PB_ERR_INVALID_ARG)
         return pb_server_send_error(srv, c, 500, "server_error", NULL, NULL, "tokenize failed: %s", pb_last_error());

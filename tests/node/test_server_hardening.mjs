@@ -208,6 +208,14 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     const grew = hwm() - before;
     // tokenizing one such prompt takes ~20 MB; 24 of them at once took ~500 MB before the fix
     check(codes.every((c) => c === 429) && grew < 200e6, `24 concurrent 1 MB prompts with no queue place: ${[...new Set(codes)]}, peak memory +${(grew / 1e6).toFixed(0)} MB`);
+    // the same class: /tokenize (the UI's live counter) counts one text at a time
+    const before2 = hwm();
+    const bigTok = JSON.stringify({ content: 'word '.repeat(200000) });
+    const tcodes = await Promise.all(Array.from({ length: 24 }, () => raw(srv.port, { method: 'POST', path: '/tokenize', headers: J, body: bigTok }).then((r) => r.status)));
+    const grew2 = hwm() - before2;
+    check(tcodes.every((c) => c === 200) && grew2 < 200e6, `24 concurrent 1 MB /tokenize requests: ${[...new Set(tcodes)]}, peak memory +${(grew2 / 1e6).toFixed(0)} MB`);
+    const bt = await raw(srv.port, { method: 'POST', path: '/tokenize', headers: J, body: Buffer.concat([Buffer.from('{"content":"a'), Buffer.from([0xff]), Buffer.from('"}')]) });
+    check(bt.status === 400 && /content/.test(bt.body), '/tokenize: invalid UTF-8 -> ' + bt.status + ' ' + bt.body.slice(0, 100));
     await stopServer(srv);
     await running;
   } catch (e) { check(false, 'unexpected error: ' + e.stack); srv.proc.kill('SIGKILL'); }

@@ -67,7 +67,12 @@ try {
   const answer1 = await page.textContent('.msg.assistant .body');
   check(answer1.length > 0 && answer1 !== 'thinking…', 'answer text shown');
 
-  // stop mid-answer
+  // stop mid-answer: this answer is asked for 2048 tokens (the UI leaves max_tokens to the server's 256, which a fast
+  // machine can finish before the click lands)
+  await page.route('**/v1/chat/completions', (route) => {
+    const body = JSON.parse(route.request().postData());
+    route.continue({ postData: JSON.stringify({ ...body, max_tokens: 2048 }) });
+  });
   await page.fill('#input', 'Please write a very long story about a harbor.');
   await page.press('#input', 'Enter');
   await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 2 &&
@@ -75,6 +80,7 @@ try {
     document.querySelectorAll('.msg.assistant')[1].querySelector('.body').textContent.length > 3, null, { timeout: 180000 });
   await page.click('#stop');
   await page.waitForFunction(() => document.querySelector('#status').textContent === 'stopped', null, { timeout: 30000 });
+  await page.unroute('**/v1/chat/completions');
   check(true, 'stop button stops the answer');
   await page.screenshot({ path: art + '/ui-stopped.png' });
 

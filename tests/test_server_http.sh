@@ -14,6 +14,14 @@ PORT=$(sed -n 's/^listening //p' "$OUT/stdout")
 [ -n "$PORT" ] || { echo "not ok - server did not start: $(cat "$OUT/stderr")"; exit 1; }
 URL=http://127.0.0.1:$PORT
 
+# serve --help: every option of the synopsis is described, each with its default
+"$BIN" serve --help >"$OUT/help"
+missing=""
+for o in $(sed -n '1,/^$/p' "$OUT/help" | grep -o -- '--[a-z-]*' | sort -u); do
+  grep -q "^  .*$o.*default" "$OUT/help" || grep -A2 "^  .*$o" "$OUT/help" | grep -q default || missing="$missing $o"
+done
+[ -z "$missing" ] && echo "ok - serve --help describes every option with its default" || echo "not ok - serve --help lacks a description or default for:$missing"
+
 req() { # expected_status description curl-args...
   want=$1; what=$2; shift 2
   code=$(curl -s -o "$OUT/body" -w '%{http_code}' "$@")

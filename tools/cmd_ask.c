@@ -164,10 +164,8 @@ static void json_print(cJSON *o) {
 static int fallback(const char *faq_db, pb_store *kb, const char *question, const char *reason, bool json,
                     const pb_store_prompt *pr) {
     pb_store *faq = kb;
-    if (faq_db && pb_store_open(faq_db, &faq)) {
-        cli_fail("ask", PB_ERR_IO, "FAQ database");
-        faq = NULL;
-    }
+    if (faq_db && !(faq = cli_store_open_existing("ask", faq_db, "pocketbrain faq --db FILE add|import")))
+        faq = NULL; /* the message is printed; the answer below says there was nothing to fall back on */
     char *text = NULL;
     pb_status s = faq ? pb_store_faq_fallback(faq, question, reason, &text) : PB_ERR_NOT_FOUND;
     if (faq && faq != kb) pb_store_close(faq);

@@ -50,6 +50,11 @@ int64_t pb_store_counter_fn(void *user /* pb_store_counter* */, const char *text
  * on, synchronous=NORMAL. An older schema is migrated in place (one transaction per step); a newer one
  * or a file that is not a pocketbrain database gives PB_ERR_UNSUPPORTED / PB_ERR_FORMAT. */
 pb_status pb_store_open(const char *path, pb_store **out);
+/* Opens an existing knowledge base for reading only (search, ask, serve): never creates, migrates or
+ * writes it, so it works in a read-only folder or file system (a WAL file whose folder allows no -shm
+ * index is read as immutable). PB_ERR_UNSUPPORTED when its schema is older than this build's (an upgrade
+ * needs write access) or it is empty; open errors are SQLite's own message (permission, I/O, corrupt). */
+pb_status pb_store_open_readonly(const char *path, pb_store **out);
 /* Test hook: creates (or opens without migrating) a database at an older schema version 1..current. */
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out);
 /* Migrates an open store up to PB_STORE_SCHEMA_VERSION (pb_store_open does this itself). */

@@ -11,6 +11,7 @@ struct pb_store {
     sqlite3 *db;
     char *path;
     int version;           /* PRAGMA user_version as last read or migrated */
+    bool readonly;         /* opened by pb_store_open_readonly */
     sqlite3_stmt *put_doc; /* cached: hot in ingest */
     sqlite3_stmt *put_chunk;
     bool vocab_ready;        /* temp fts5vocab tables for query-term statistics exist */

@@ -523,6 +523,74 @@ static void run_on(const char *dbpath, const char *label) {
     pb_store_close(st);
 }
 
+/* A document truncated while ingest reads it (an editor saving in place, log rotation): the file is skipped
+ * with a message or ingested whole from what was read, never a SIGBUS, and the files after it are ingested.
+ * The parent truncates b_big.txt as soon as the child reports a.txt done, i.e. while b_big.txt is read. */
+typedef struct {
+    int fd;
+} shrink_ctx;
+
+static void shrink_event(void *user, pb_ingest_event ev, const char *path, const char *detail, size_t done,
+                         size_t total) {
+    (void)detail, (void)done, (void)total;
+    shrink_ctx *c = user;
+    if (ev == PB_INGEST_SKIPPED) printf("# skipped %s: %s\n", path, detail ? detail : "");
+    if (ev == PB_INGEST_PROGRESS && strstr(path, "/a.txt") && c->fd >= 0) {
+        char b = 1;
+        if (write(c->fd, &b, 1) != 1) c->fd = -1;
+    }
+}
+
+static void test_shrinking_file(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/shrink", tmpdir);
+    mkdir(dir, 0755);
+    write_str("shrink/a.txt", "The first file is small and ordinary.\n");
+    write_str("shrink/c.txt", "The last file mentions a zebra so it can be found.\n");
+    size_t big = (size_t)96 << 20; /* large enough that hashing and checking it takes a while */
+    char *text = malloc(big);
+    if (!text) return;
+    for (size_t i = 0; i < big; i++) text[i] = "lorem ipsum dolor sit amet\n"[i % 27];
+    text[big - 1] = 0; /* a NUL at the very end: checked in full, then skipped fast as binary */
+    write_file("shrink/b_big.txt", text, big);
+    free(text);
+    int pfd[2];
+    if (pipe(pfd) != 0) return;
+    char db[600];
+    snprintf(db, sizeof db, "%s/shrink.sqlite", tmpdir);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        pb_store *st = NULL;
+        if (pb_store_open(db, &st)) _exit(3);
+        pb_ingest_params p = pb_ingest_default_params();
+        shrink_ctx c = {pfd[1]};
+        p.on_event = shrink_event;
+        p.user = &c;
+        pb_ingest_stats s;
+        const char *paths[] = {dir};
+        pb_status rc = pb_store_ingest(st, paths, 1, &p, &s);
+        pb_store_close(st);
+        _exit(rc == PB_OK && s.added >= 2 ? 0 : 4);
+    }
+    close(pfd[1]);
+    char b;
+    if (read(pfd[0], &b, 1) == 1) {
+        usleep(10000); /* the child has opened b_big.txt and is reading it */
+        char big_path[600];
+        snprintf(big_path, sizeof big_path, "%s/b_big.txt", dir);
+        if (truncate(big_path, 100) != 0) NOTE("truncate: %s", strerror(errno));
+    }
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(!WIFSIGNALED(st), "shrinking file: ingest is not killed by a signal (%s)",
+          WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "exited");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shrinking file: ingest goes on and adds the other files (status %d)",
+          st);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pb_itest_store.%d", (int)getpid());
     mkdir(tmpdir, 0755);
@@ -535,6 +603,7 @@ int main(void) {
     run_on(":memory:", "memory");
     run_on(path_of("kb.sqlite"), "disk");
     test_crash();
+    test_shrinking_file();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (!getenv("KEEP") && pbt_failures == 0 && system(cmd) != 0) NOTE("could not remove %s", tmpdir);

@@ -54,7 +54,10 @@ typedef struct pb_map {
     bool mapped; /* true: munmap on close; false: heap copy */
 } pb_map;
 
-/* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false). */
+/* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false).
+ * A mapping reflects the file: if another program truncates it while mapped, reading a page past the new
+ * end raises SIGBUS in the reader (POSIX). Inputs that may change under us (documents) are read with
+ * use_mmap false: a file that shrinks during the read gives PB_ERR_IO "changed while being read". */
 pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out);
 void pb_map_close(pb_map *m);
 /* Drops the whole pages inside [p, p+n) of a mapped file from this process's memory (the next access

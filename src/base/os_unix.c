@@ -47,9 +47,13 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
         ssize_t r = read(fd, buf + got, size - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
+            int err = errno;
             pb_aligned_free(buf);
             close(fd);
-            return pb_error(PB_ERR_IO, "cannot read '%s': %s", path, r < 0 ? strerror(errno) : "short read");
+            if (r == 0) /* the file shrank since fstat: a writer truncated it (editor, log rotation) */
+                return pb_error(PB_ERR_IO, "'%s' changed while being read (it shrank to %zu of %zu bytes)", path, got,
+                                size);
+            return pb_error(PB_ERR_IO, "cannot read '%s': %s", path, strerror(err));
         }
         got += (size_t)r;
     }

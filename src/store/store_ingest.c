@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_DOC_BYTES ((size_t)256 << 20) /* larger files are skipped, not mapped */
+#define MAX_DOC_BYTES ((size_t)256 << 20) /* larger files are skipped, not read */
 
 pb_ingest_params pb_ingest_default_params(void) {
     pb_ingest_params p;
@@ -151,8 +151,10 @@ static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_pa
         event(p, PB_INGEST_SKIPPED, f->path, "empty file", 0, 0);
         return PB_OK;
     }
+    /* read(), not mmap: a document truncated while we read it (an editor saving in place, log rotation)
+     * must be a skipped file with a message, not a SIGBUS that kills the whole ingest */
     pb_map m;
-    if (pb_map_open(f->path, true, &m)) {
+    if (pb_map_open(f->path, false, &m)) {
         stats->skipped++;
         event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
         return PB_OK;

@@ -4,9 +4,11 @@
 #include "store/store.h"
 #include "store/store_embed.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -115,6 +117,18 @@ PB_CMD(ingest) {
     if (p.chunk.overlap_tokens >= p.chunk.target_tokens) {
         free(paths);
         return cli_usage_error("ingest", usage, "--overlap must be smaller than --chunk-tokens");
+    }
+    /* A typo must not leave an empty knowledge base behind: with no database yet and not one named path
+     * there, stop before creating anything. */
+    struct stat dsb;
+    if (lstat(db, &dsb) != 0 && errno == ENOENT) {
+        int n_there = 0;
+        for (int i = 0; i < n_paths; i++) n_there += access(paths[i], F_OK) == 0;
+        if (n_there == 0) {
+            cli_err("ingest", "%s: %s; nothing to ingest, no database created", paths[0], strerror(ENOENT));
+            free(paths);
+            return 1;
+        }
     }
     pb_vocab *vocab = NULL;
     pb_store_counter counter;

@@ -109,6 +109,10 @@ char *pb_store_col_dup(sqlite3_stmt *q, int col) {
     return pb_strdup(t ? (const char *)t : "");
 }
 
+char *pb_store_col_dup_utf8(sqlite3_stmt *q, int col) {
+    return pb_store_utf8_dup((const char *)sqlite3_column_text(q, col));
+}
+
 /* ---- open / migrate ---------------------------------------------------------------------------- */
 
 /* "file:" URI of path for SQLite (percent-escapes what a URI gives meaning to), with ?immutable=1: the

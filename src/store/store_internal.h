@@ -36,6 +36,8 @@ pb_status pb_store_sql_error(pb_store *st, const char *what);
 pb_status pb_store_prepare(pb_store *st, const char *sql, sqlite3_stmt **out);
 /* Copy of a text column ("" for NULL); NULL only when out of memory. */
 char *pb_store_col_dup(sqlite3_stmt *q, int col);
+/* The same, made valid UTF-8 (pb_store_utf8_dup): for paths, titles and headings that reach output. */
+char *pb_store_col_dup_utf8(sqlite3_stmt *q, int col);
 
 uint16_t pb_store_f32_to_f16(float f);
 float pb_store_f16_to_f32(uint16_t h);

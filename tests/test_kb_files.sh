@@ -86,3 +86,6 @@ for j in j1 j2 j3 j4 j5; do
   jparse "$T/$j" 2>/dev/null; chk $? "JSON output $j parses as UTF-8 ($(head -c 160 "$T/$j" | tr -c '[:print:]' '?'))"
 done
 grep -q 'na\\\?u\?f\?ve\|na.ve-' "$T/j1"; chk $? "the non-UTF-8 name is still shown (bad bytes replaced)"
+"$PB" faq --db "$T/nofaq.sqlite" list >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && [ ! -e "$T/nofaq.sqlite" ] && grep -q "no knowledge base" "$T/err" && echo 0)" \
+  "faq list on a missing database: error, none created ($(cat "$T/err"))"

@@ -17,9 +17,9 @@ static const char usage[] =
     "  Adds text (.txt .md .rst), HTML and PDF files (folders are walked) to KB.sqlite; files without an\n"
     "  extension (README, NEWS) when they are text; FILE.gz decompressed. Text in another charset is\n"
     "  converted to UTF-8 (HTML: the declared charset; else Windows-1252). A missing PATH with no database\n"
-    "  yet is an error and creates none. Unchanged files\n"
-    "  are skipped by SHA-256, changed ones replaced; --prune removes documents under PATH whose files\n"
-    "  are gone. Token counts use MODEL's tokenizer when given, else ceil(words * 1.3). --embed-model\n"
+    "  yet is an error and creates none. Unchanged files are skipped by SHA-256, changed ones replaced;\n"
+    "  --prune removes documents under PATH whose files are gone. Token counts use MODEL's tokenizer\n"
+    "  when given, else ceil(words * 1.3). --embed-model\n"
     "  also stores a vector per chunk (mean-pooled hidden states of M) for `search --embed-model M`.\n"
     "  Exit status: 0 all done, 3 done but some files were skipped (see messages), 1 error, 2 usage.";
 

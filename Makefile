@@ -75,7 +75,7 @@ SVC_OBJ    := $(SVC_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC   := $(wildcard tools/*.c)
 TOOL_OBJ   := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 BIN        := $(BUILD)/pocketbrain
-SYS_LIBS   := -lsqlite3 -lmicrohttpd -lcjson -lcurl -lcrypto -ledit
+SYS_LIBS   := -lsqlite3 -lmicrohttpd -lcjson -lcurl -lcrypto -ledit -lz
 ifneq ($(wildcard src/store/*.c),)
 SYS_LIBS   += $(shell pkg-config --libs poppler-glib 2>/dev/null)
 $(BUILD)/src/store/%.o: EXTRA_INC := $(shell pkg-config --cflags poppler-glib 2>/dev/null)

@@ -83,7 +83,12 @@ typedef struct pb_model_params {
 pb_model_params pb_model_default_params(void);
 
 /* Opens a GGUF model (architectures gemma, gemma2, gemma3). The file is untrusted: any malformed
- * field gives PB_ERR_FORMAT, an unknown architecture or tensor type PB_ERR_UNSUPPORTED. */
+ * field gives PB_ERR_FORMAT, an unknown architecture or tensor type PB_ERR_UNSUPPORTED.
+ * With use_mmap (the default) the file stays mapped while the model is open. Replacing it by rename
+ * (how pocketbrain writes files) is safe: the open model keeps the old file. Truncating or rewriting it
+ * IN PLACE while open is not: the next read of a dropped page raises SIGBUS and the process ends (never
+ * a silently wrong answer; the CLI prints why). use_mmap false reads the whole file at open and is
+ * immune. tests/test_model_truncate.c checks all three. */
 pb_status pb_model_open(const char *path, const pb_model_params *params, pb_model **out);
 void pb_model_close(pb_model *m);
 

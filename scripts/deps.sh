@@ -2,7 +2,7 @@
 # deps.sh -- installs the Debian and npm packages that the build and the tests need, only if missing.
 set -e
 PKGS="gcc make pkg-config libsqlite3-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libssl-dev
-libedit-dev libpoppler-glib-dev clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux
+libedit-dev libpoppler-glib-dev zlib1g-dev clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux
 chromium valgrind curl"
 missing=""
 for p in $PKGS; do

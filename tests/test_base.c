@@ -2,6 +2,9 @@
 #include "base/base.h"
 #include "pb_test.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -154,6 +157,97 @@ static void test_pool_stress(void) {
 #endif
 }
 
+// --- atomic output: what is at the target, planted temp names --------------------------------------
+
+static int file_is(const char *path, const char *want) {
+    char buf[64] = {0};
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    return n >= 0 && strcmp(buf, want) == 0;
+}
+
+static int leftover_temps(const char *dir) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strstr(e->d_name, ".tmp.")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static pb_status write_text(const char *path, const char *text) {
+    pb_atomic_file f;
+    pb_status s = pb_atomic_open(path, &f);
+    if (s) return s;
+    if ((s = pb_atomic_write(&f, text, strlen(text)))) {
+        pb_atomic_abort(&f);
+        return s;
+    }
+    return pb_atomic_commit(&f);
+}
+
+static void test_atomic_targets(void) {
+    char dir[] = "/tmp/pb-atomic-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    char victim[128], out[128], planted[160], fifo[128], link[128], sub[128];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    CHECK(write_text(victim, "precious") == PB_OK, "atomic write of a new file");
+
+    /* A symlink planted at the temp name an old writer used ("<path>.tmp.<pid>") must not redirect the write. */
+    snprintf(planted, sizeof planted, "%s.tmp.%ld", out, (long)getpid());
+    CHECK(symlink(victim, planted) == 0, "plant a symlink at the predictable temp name");
+    CHECK(write_text(out, "new") == PB_OK && file_is(out, "new"), "write beside a planted temp-name symlink");
+    CHECK(file_is(victim, "precious"), "the planted link's target is untouched (temp file not followed)");
+    unlink(planted);
+
+    /* Two writers of one path at once get different temp files (the second never truncates the first's). */
+    pb_atomic_file a, b;
+    CHECK(pb_atomic_open(out, &a) == PB_OK && pb_atomic_open(out, &b) == PB_OK, "two writers open one target");
+    CHECK(a.tmp_path && b.tmp_path && strcmp(a.tmp_path, b.tmp_path) != 0, "distinct temp names: %s %s",
+          a.tmp_path ? a.tmp_path : "-", b.tmp_path ? b.tmp_path : "-");
+    pb_atomic_write(&a, "first", 5);
+    pb_atomic_abort(&b);
+    CHECK(pb_atomic_commit(&a) == PB_OK && file_is(out, "first"),
+          "the first writer's bytes survive the second's abort");
+
+    /* A replaced file keeps its permission bits. */
+    chmod(out, 0600);
+    struct stat st;
+    CHECK(write_text(out, "again") == PB_OK && stat(out, &st) == 0 && (st.st_mode & 0777) == 0600,
+          "a replaced file keeps mode 0600 (got %o)", (unsigned)(st.st_mode & 0777));
+
+    /* Targets that are not regular files are refused, named, and left as they are. */
+    CHECK(symlink(victim, link) == 0, "make a symlink target");
+    pb_status s = write_text(link, "through");
+    CHECK(s == PB_ERR_IO && strstr(pb_last_error(), "symbolic link"), "symlink target refused: %s", pb_last_error());
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode) && file_is(victim, "precious"),
+          "the link is still a link and its target unchanged");
+    CHECK(mkfifo(fifo, 0600) == 0, "make a FIFO target");
+    s = write_text(fifo, "x");
+    CHECK(s == PB_ERR_IO && strstr(pb_last_error(), "FIFO"), "FIFO target refused: %s", pb_last_error());
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is still a FIFO");
+    CHECK(mkdir(sub, 0700) == 0 && write_text(sub, "x") == PB_ERR_IO && strstr(pb_last_error(), "directory"),
+          "directory target refused: %s", pb_last_error());
+    CHECK(pb_output_check("/dev/null") == PB_ERR_IO && strstr(pb_last_error(), "device"),
+          "a device target is refused before anything is created: %s", pb_last_error());
+    CHECK(leftover_temps(dir) == 0, "no temp file left in the directory");
+    unlink(victim);
+    unlink(out);
+    unlink(link);
+    unlink(fifo);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 int main(void) {
     pb_status s = pb_error(PB_ERR_FORMAT, "gguf: field %s at offset %d", "x", 12);
     CHECK(s == PB_ERR_FORMAT && strcmp(pb_last_error(), "gguf: field x at offset 12") == 0, "pb_error sets text");
@@ -173,6 +267,7 @@ int main(void) {
     CHECK(stat(path, &st) == 0 && st.st_size == 5, "committed file has the bytes");
     unlink(path);
     CHECK(pb_atomic_open("/nonexistent-dir/x", &f) == PB_ERR_IO, "atomic open in missing dir fails cleanly");
+    test_atomic_targets();
 
     pb_pool *pool;
     CHECK(pb_pool_new(4, &pool) == PB_OK, "pool new");

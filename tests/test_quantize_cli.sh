@@ -33,6 +33,18 @@ run "$PB" quantize "$SRC" "$T/no/such/dir/x.gguf" q8_0
 if [ $rc = 1 ] && has "no/such/dir" "$T/err"; then ok "bad output dir: exit 1, named"
 else nok "bad output dir: rc=$rc $(cat "$T/err")"; fi
 
+# Output paths that are not regular files are refused, never replaced (the writer is shared by every command).
+mkfifo "$O/fifo"; ln -s "$T/victim" "$O/link"; echo precious > "$T/victim"
+run timeout 60 "$PB" quantize "$SRC" "$O/fifo" q8_0
+if [ $rc = 1 ] && has "FIFO" "$T/err" && [ -p "$O/fifo" ]; then ok "FIFO output refused, still a FIFO"
+else nok "FIFO output: rc=$rc $(cat "$T/err")"; fi
+run "$PB" quantize "$SRC" "$O/link" q8_0
+if [ $rc = 1 ] && has "symbolic link" "$T/err" && [ -L "$O/link" ] && [ "$(cat "$T/victim")" = precious ]; then
+  ok "symlink output refused, link and its target unchanged"
+else nok "symlink output: rc=$rc $(cat "$T/err")"; fi
+if [ "$(ls -A "$O" | grep -c tmp)" = 0 ]; then ok "no temp file left after refused outputs"; else nok "temp files left: $(ls -A "$O")"; fi
+rm -f "$O/fifo" "$O/link"
+
 run "$PB" quantize "$SRC" "$O/x.gguf" q8_0 --threads zero
 if [ $rc = 2 ] && clean_dir "$O"; then ok "bad --threads value: exit 2"; else nok "bad --threads: rc=$rc $(cat "$T/err")"; fi
 

@@ -2,15 +2,21 @@
 #include "cli_store.h"
 #include "cli.h"
 
-#include <unistd.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
 
 pb_store *cli_store_open_existing(const char *cmd, const char *path, const char *create_hint) {
-    if (access(path, F_OK) != 0) {
-        cli_err(cmd, "no knowledge base at '%s' (create it with %s)", path, create_hint);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        if (errno == ENOENT)
+            cli_err(cmd, "no knowledge base at '%s' (create it with %s)", path, create_hint);
+        else /* e.g. a folder we may not enter: say so, it is not "missing" */
+            cli_err(cmd, "cannot open knowledge base '%s': %s", path, strerror(errno));
         return NULL;
     }
     pb_store *st = NULL;
-    pb_status s = pb_store_open(path, &st);
+    pb_status s = pb_store_open_readonly(path, &st);
     if (s != PB_OK) {
         cli_fail(cmd, s, path);
         return NULL;

@@ -4,8 +4,10 @@
 
 #include "store/store.h"
 
-/* Opens an existing knowledge base (or FAQ) database. A missing file is an error naming the path and how
- * to create it, never a silently created empty database. Prints the message; returns NULL on failure. */
+/* Opens an existing knowledge base (or FAQ) database read-only (pb_store_open_readonly: works in a read-only
+ * place; search, ask and serve never write it). A missing file is an error naming the path and how to create
+ * it, never a silently created empty database; any other failure (permission, I/O, a corrupt or foreign
+ * file) is reported as what it is. Prints the message; returns NULL on failure. */
 pb_store *cli_store_open_existing(const char *cmd, const char *path, const char *create_hint);
 
 #endif

@@ -3,8 +3,10 @@
  * fails or is too slow. Retrieval, prompt and citation logic live in src/store; this file wires the model. */
 #include "cli.h"
 #include "cli_store.h"
+#include "gguf/gguf.h"
 #include "store/store.h"
 #include "store/store_embed.h"
+#include "tokenizer/vocab.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -18,9 +20,40 @@ static const char usage[] =
     "                       [--json] [--dry-run] [--faq FAQ.sqlite] [--fallback-after SECONDS]\n"
     "                       [--preset precise|balanced|creative|code] [--seed N] [--embed-model M.gguf]\n"
     "  Answers from the k best chunks (default 6) with citations [n] mapped to files and lines. Without -m\n"
-    "  the default model is used. When generation fails, or no token arrives within --fallback-after\n"
-    "  seconds (default 60, 0 = never), the best FAQ match (from --faq, else from KB itself) is printed,\n"
-    "  marked as a fallback. --dry-run prints the prompt and the citation table without a model.";
+    "  the default model is used. The context is --ctx (default 4096) or the model's trained context when\n"
+    "  smaller; the answer gets --max-tokens (default: a quarter of the context, at most 512), the chat\n"
+    "  markers what they take, and the sources all the rest (as many of the k as fit; the last may be cut).\n"
+    "  When generation fails, or no token arrives within --fallback-after seconds (default 60, 0 = never),\n"
+    "  the best FAQ match (from --faq, else from KB itself) is printed, marked as a fallback.\n"
+    "  --dry-run prints the prompt and the citation table without generating: tokens are counted with the\n"
+    "  model's tokenizer (its vocabulary only is read) and the budget is the one a real run would use.";
+
+/* ---- context budget ------------------------------------------------------------------------------ */
+
+/* The trained context of a GGUF model read from its metadata (no weights loaded); 0 when unknown. */
+static int gguf_ctx_train(const char *path) {
+    pb_gguf *g = NULL;
+    if (pb_gguf_open(path, &g)) return 0;
+    pb_gguf_str arch;
+    uint32_t v = 0;
+    char key[96];
+    if (pb_gguf_get_str(g, "general.architecture", &arch) == PB_OK && arch.len < 64) {
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        if (pb_gguf_get_u32(g, key, &v)) v = 0;
+    }
+    pb_gguf_close(g);
+    return v > (uint32_t)INT32_MAX ? 0 : (int)v;
+}
+
+/* Exact tokens of the prompt as the session will see it: the user turn with its chat markers and the
+ * opening of the model's turn (what pb_session_chat feeds). -1 when it cannot be counted. */
+static int64_t chat_tokens(const pb_vocab *v, const char *user_text) {
+    if (!v) return -1;
+    pb_chat_msg msg = {"user", user_text};
+    int64_t n = 0;
+    pb_status s = pb_chat_tokenize_vocab(v, &msg, 1, true, NULL, 0, &n); /* cap 0: counts only */
+    return s == PB_OK || (s == PB_ERR_INVALID_ARG && n > 0) ? n : -1;
+}
 
 /* ---- generation with a first-token watchdog ---------------------------------------------------- */
 
@@ -131,10 +164,8 @@ static void json_print(cJSON *o) {
 static int fallback(const char *faq_db, pb_store *kb, const char *question, const char *reason, bool json,
                     const pb_store_prompt *pr) {
     pb_store *faq = kb;
-    if (faq_db && pb_store_open(faq_db, &faq)) {
-        cli_fail("ask", PB_ERR_IO, "FAQ database");
-        faq = NULL;
-    }
+    if (faq_db && !(faq = cli_store_open_existing("ask", faq_db, "pocketbrain faq --db FILE add|import")))
+        faq = NULL; /* the message is printed; the answer below says there was nothing to fall back on */
     char *text = NULL;
     pb_status s = faq ? pb_store_faq_fallback(faq, question, reason, &text) : PB_ERR_NOT_FOUND;
     if (faq && faq != kb) pb_store_close(faq);
@@ -164,7 +195,7 @@ PB_CMD(ask) {
     const char *db = NULL, *model_path = NULL, *question = NULL, *faq_db = NULL, *preset = NULL, *embed = NULL;
     long k = 6, n_ctx = 4096, max_tokens = 512, seed = -1;
     double fallback_after = 60;
-    bool json = false, dry = false;
+    bool json = false, dry = false, max_tokens_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -186,6 +217,7 @@ PB_CMD(ask) {
             if (!cli_parse_int("ask", a, argv[++i], 256, 1 << 20, &n_ctx)) return 2;
         } else if (!strcmp(a, "--max-tokens") && i + 1 < argc) {
             if (!cli_parse_int("ask", a, argv[++i], 16, 1 << 16, &max_tokens)) return 2;
+            max_tokens_given = true;
         } else if (!strcmp(a, "--seed") && i + 1 < argc) {
             if (!cli_parse_int("ask", a, argv[++i], 0, 0x7fffffffL, &seed)) return 2;
         } else if (!strcmp(a, "--fallback-after") && i + 1 < argc) {
@@ -203,7 +235,6 @@ PB_CMD(ask) {
     }
     if (!db) return cli_usage_error("ask", usage, "--db KB.sqlite is required");
     if (!question) return cli_usage_error("ask", usage, "no question");
-    if (max_tokens + 256 > n_ctx) return cli_usage_error("ask", usage, "--max-tokens must leave room in --ctx");
     pb_sampler_params sp = pb_sampler_preset(PB_PRESET_PRECISE);
     if (preset) {
         pb_preset pr;
@@ -234,36 +265,70 @@ PB_CMD(ask) {
         return cli_fail("ask", s, "search");
     }
 
-    /* 2. the model (its tokenizer counts the budget) */
+    /* 2. the model (its tokenizer counts the budget; a dry run reads only its vocabulary and metadata) */
     pb_model *model = NULL;
+    pb_vocab *dry_vocab = NULL;
     char reason[1200] = "";
-    int64_t budget = n_ctx - max_tokens - 64; /* 64: chat turn markers and slack */
-    if (!dry) {
-        if (!model_path) model_path = cli_default_model();
-        if (!model_path)
-            snprintf(reason, sizeof reason, "no model (give -m MODEL.gguf or set PB_MODEL)");
+    if (!model_path) model_path = cli_default_model();
+    int ctx_train = 0;
+    if (!model_path) {
+        if (!dry) snprintf(reason, sizeof reason, "no model (give -m MODEL.gguf or set PB_MODEL)");
+    } else if (dry) {
+        if (pb_vocab_open(model_path, &dry_vocab) == PB_OK)
+            ctx_train = gguf_ctx_train(model_path);
+        else
+            cli_err("ask", "note: no tokenizer from '%s' (%s): counting with the estimate", model_path,
+                    pb_last_error());
+    } else {
+        pb_model_params mp = pb_model_default_params();
+        if ((s = pb_model_open(model_path, &mp, &model)))
+            snprintf(reason, sizeof reason, "model '%s' failed to load: %s", model_path, pb_last_error());
         else {
-            pb_model_params mp = pb_model_default_params();
-            if ((s = pb_model_open(model_path, &mp, &model)))
-                snprintf(reason, sizeof reason, "model '%s' failed to load: %s", model_path, pb_last_error());
-            else {
-                pb_model_info info;
-                if (pb_model_get_info(model, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < n_ctx) {
-                    n_ctx = info.n_ctx_train;
-                    budget = n_ctx - max_tokens - 64;
-                }
-            }
+            pb_model_info info;
+            if (pb_model_get_info(model, &info) == PB_OK) ctx_train = info.n_ctx_train;
         }
     }
+    const pb_vocab *vocab = model ? pb_model_vocab(model) : dry_vocab;
+    if (ctx_train > 0 && ctx_train < n_ctx) n_ctx = ctx_train;
+    /* The answer's share: as asked, else a quarter of the context (at most 512, at least 16). */
+    if (!max_tokens_given) max_tokens = PB_MAX(16, PB_MIN(512, n_ctx / 4));
+    int64_t overhead = chat_tokens(vocab, "");
+    if (overhead < 0) overhead = 64; /* no tokenizer: markers and slack, estimated */
+    int64_t budget = n_ctx - max_tokens - overhead;
+    if (budget < 64 && !reason[0]) {
+        pb_store_hits_free(hits, n_hits);
+        pb_vocab_free(dry_vocab);
+        pb_model_close(model);
+        pb_store_close(st);
+        return cli_usage_error("ask", usage,
+                               "--max-tokens %ld leaves %lld tokens for the question and sources in a context of %ld"
+                               " (%lld go to chat markers); lower --max-tokens or raise --ctx",
+                               max_tokens, (long long)PB_MAX(budget, 0), n_ctx, (long long)overhead);
+    }
     pb_store_counter counter;
-    pb_store_counter_init(&counter, model ? pb_model_vocab(model) : NULL);
+    pb_store_counter_init(&counter, vocab);
     pb_store_prompt pr;
     memset(&pr, 0, sizeof pr);
-    if (budget < 64 ||
-        (s = pb_store_prompt_build(question, hits, n_hits, budget, pb_store_counter_fn, &counter, &pr))) {
-        if (!reason[0])
-            snprintf(reason, sizeof reason, "the question does not fit the context: %s",
-                     budget < 64 ? "--ctx too small" : pb_last_error());
+    int64_t prompt_tokens = -1;
+    /* Pieces are counted one by one; the whole prompt can tokenize a little differently, so check the
+     * exact total and shrink the budget by any excess (a couple of rounds at most). */
+    for (int round = 0; round < 4 && !reason[0]; round++) {
+        pb_store_prompt_free(&pr);
+        memset(&pr, 0, sizeof pr);
+        if (budget < 64 ||
+            (s = pb_store_prompt_build(question, hits, n_hits, budget, pb_store_counter_fn, &counter, &pr))) {
+            snprintf(reason, sizeof reason, "the question does not fit the context of %ld tokens: %s", n_ctx,
+                     budget < 64 ? "no room left" : pb_last_error());
+            break;
+        }
+        prompt_tokens = chat_tokens(vocab, pr.text);
+        if (prompt_tokens < 0) {
+            prompt_tokens = pr.n_tokens + overhead;
+            break;
+        }
+        int64_t excess = prompt_tokens + max_tokens - n_ctx;
+        if (excess <= 0) break;
+        budget -= excess + 8;
     }
     pb_store_hits_free(hits, n_hits);
     hits = NULL;
@@ -273,12 +338,19 @@ PB_CMD(ask) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "question", question);
             cJSON_AddStringToObject(o, "prompt", pr.text ? pr.text : "");
-            cJSON_AddNumberToObject(o, "prompt_tokens", (double)pr.n_tokens);
+            cJSON_AddNumberToObject(o, "prompt_tokens", (double)prompt_tokens);
+            cJSON_AddStringToObject(o, "counted_by", vocab ? "tokenizer" : "estimate");
+            cJSON_AddNumberToObject(o, "n_ctx", (double)n_ctx);
+            cJSON_AddNumberToObject(o, "max_tokens", (double)max_tokens);
+            cJSON_AddNumberToObject(o, "sources", pr.n_cites);
             cJSON_AddItemToObject(o, "citations", json_cites(&pr, NULL));
             json_print(o);
         } else {
-            printf("%s\n(%lld tokens by %s, budget %lld)", pr.text ? pr.text : "", (long long)pr.n_tokens,
-                   "ceil(words*1.3)", (long long)budget);
+            printf("%s\n(%lld prompt tokens by %s, with chat markers; context %ld = prompt budget %lld + "
+                   "markers %lld + answer %ld; %d source(s))",
+                   pr.text ? pr.text : "", (long long)prompt_tokens,
+                   vocab ? "the model's tokenizer" : "the estimate ceil(words*1.3)", n_ctx, (long long)budget,
+                   (long long)overhead, max_tokens, pr.n_cites);
             print_sources(&pr, NULL, 0);
         }
         rc = reason[0] ? 1 : 0;
@@ -366,6 +438,7 @@ PB_CMD(ask) {
 done:
     pb_store_prompt_free(&pr);
     pb_store_counter_deinit(&counter);
+    pb_vocab_free(dry_vocab);
     pb_model_close(model);
     pb_store_close(st);
     return rc;

@@ -1,5 +1,6 @@
 /* cmd_faq.c -- `pocketbrain faq`: manage the FAQ fallback pairs (add, import, list) and test matching. */
 #include "cli.h"
+#include "cli_store.h"
 #include "store/store.h"
 
 #include <cjson/cJSON.h>
@@ -63,9 +64,12 @@ PB_CMD(faq) {
                                                                  : 0;
     if (!need) return cli_usage_error("faq", usage, "unknown action '%s'", act);
     if (n_pos != need) return cli_usage_error("faq", usage, "'%s' takes %d argument(s)", act, need - 1);
-    pb_store *st;
-    pb_status s = pb_store_open(db, &st);
-    if (s) return cli_fail("faq", s, "open");
+    pb_store *st = NULL;
+    pb_status s = PB_OK;
+    if (!strcmp(act, "list") || !strcmp(act, "match")) { /* reading: never create (or write) the database */
+        if (!(st = cli_store_open_existing("faq", db, "pocketbrain faq --db FILE add|import"))) return 1;
+    } else if ((s = pb_store_open(db, &st)))
+        return cli_fail("faq", s, "open");
     int rc = 0;
     if (!strcmp(act, "add")) {
         int64_t id;

@@ -4,17 +4,22 @@
 #include "store/store.h"
 #include "store/store_embed.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage[] =
     "pocketbrain ingest --db KB.sqlite PATH... [--prune] [--vocab MODEL.gguf | -m MODEL.gguf]\n"
     "                          [--chunk-tokens N] [--overlap N] [--embed-model M.gguf] [-v] [-q]\n"
-    "  Adds text (.txt .md .rst), HTML and PDF files (folders are walked) to KB.sqlite. Unchanged files\n"
-    "  are skipped by SHA-256, changed ones replaced; --prune removes documents under PATH whose files\n"
-    "  are gone. Token counts use MODEL's tokenizer when given, else ceil(words * 1.3). --embed-model\n"
+    "  Adds text (.txt .md .rst), HTML and PDF files (folders are walked) to KB.sqlite; files without an\n"
+    "  extension (README, NEWS) when they are text; FILE.gz decompressed. Text in another charset is\n"
+    "  converted to UTF-8 (HTML: the declared charset; else Windows-1252). A missing PATH with no database\n"
+    "  yet is an error and creates none. Unchanged files are skipped by SHA-256, changed ones replaced;\n"
+    "  --prune removes documents under PATH whose files are gone. Token counts use MODEL's tokenizer\n"
+    "  when given, else ceil(words * 1.3). --embed-model\n"
     "  also stores a vector per chunk (mean-pooled hidden states of M) for `search --embed-model M`.\n"
     "  Exit status: 0 all done, 3 done but some files were skipped (see messages), 1 error, 2 usage.";
 
@@ -115,6 +120,18 @@ PB_CMD(ingest) {
     if (p.chunk.overlap_tokens >= p.chunk.target_tokens) {
         free(paths);
         return cli_usage_error("ingest", usage, "--overlap must be smaller than --chunk-tokens");
+    }
+    /* A typo must not leave an empty knowledge base behind: with no database yet and not one named path
+     * there, stop before creating anything. */
+    struct stat dsb;
+    if (lstat(db, &dsb) != 0 && errno == ENOENT) {
+        int n_there = 0;
+        for (int i = 0; i < n_paths; i++) n_there += access(paths[i], F_OK) == 0;
+        if (n_there == 0) {
+            cli_err("ingest", "%s: %s; nothing to ingest, no database created", paths[0], strerror(ENOENT));
+            free(paths);
+            return 1;
+        }
     }
     pb_vocab *vocab = NULL;
     pb_store_counter counter;

@@ -51,7 +51,22 @@ static void print_help(FILE *f) {
         if (commands[i].fn) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
 
+/* A mapped input (a model, a GGUF being quantized) that shrinks under us faults on the next read of a
+ * dropped page. Say so plainly instead of dying with a bare "Bus error", remove our temp files, then
+ * end by the same signal (exit status 128 + 7) so callers still see what happened. */
+static void on_sigbus(int sig) {
+    static const char msg[] =
+        "pocketbrain: a file mapped in memory (the model or another input) was truncated or rewritten in place "
+        "while in use (SIGBUS); stopping. Replace such files by writing a new one and renaming it over the old.\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    pb_atomic_cleanup_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv) {
+    signal(SIGBUS, on_sigbus);
     if (argc < 2) {
         print_help(stderr);
         return 2;

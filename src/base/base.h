@@ -54,7 +54,10 @@ typedef struct pb_map {
     bool mapped; /* true: munmap on close; false: heap copy */
 } pb_map;
 
-/* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false). */
+/* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false).
+ * A mapping reflects the file: if another program truncates it while mapped, reading a page past the new
+ * end raises SIGBUS in the reader (POSIX). Inputs that may change under us (documents) are read with
+ * use_mmap false: a file that shrinks during the read gives PB_ERR_IO "changed while being read". */
 pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out);
 void pb_map_close(pb_map *m);
 /* Drops the whole pages inside [p, p+n) of a mapped file from this process's memory (the next access
@@ -70,8 +73,13 @@ bool pb_huge_pages_available(void);
 /* Reads a whole file into a NUL-terminated heap buffer (free with free()). */
 pb_status pb_read_file(const char *path, char **out, size_t *len);
 
-/* Atomic file output: writes go to "<path>.tmp.<pid>" and pb_atomic_commit renames it over path
- * (after fsync). pb_atomic_abort removes the temp file. A crashed writer never leaves a partial path. */
+/* Atomic file output, the one way any part of pocketbrain writes a file. pb_atomic_open refuses a
+ * target that exists and is not a regular file (a symbolic link, device, FIFO, directory, socket: the
+ * message says which) and creates "<path>.tmp.<16 random hex>" beside it with O_EXCL | O_NOFOLLOW (an
+ * existing or planted name is never reused or followed); a replaced file keeps its permission bits,
+ * a new one gets 0666 & ~umask. pb_atomic_commit fsyncs the file, checks the target again, renames
+ * the temp file over it and fsyncs the directory. pb_atomic_abort removes the temp file. A crashed or
+ * failed writer never leaves a partial file at path. */
 typedef struct pb_atomic_file {
     int fd;
     char *path;
@@ -79,6 +87,9 @@ typedef struct pb_atomic_file {
 } pb_atomic_file;
 
 pb_status pb_atomic_open(const char *path, pb_atomic_file *out);
+/* PB_OK when path does not exist or is a regular file (not followed: a symlink fails); otherwise
+ * PB_ERR_IO naming what is there. For outputs not written through pb_atomic_* (a database). */
+pb_status pb_output_check(const char *path);
 pb_status pb_atomic_write(pb_atomic_file *f, const void *data, size_t n);
 pb_status pb_atomic_commit(pb_atomic_file *f);
 void pb_atomic_abort(pb_atomic_file *f);

@@ -47,9 +47,13 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
         ssize_t r = read(fd, buf + got, size - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
+            int err = errno;
             pb_aligned_free(buf);
             close(fd);
-            return pb_error(PB_ERR_IO, "cannot read '%s': %s", path, r < 0 ? strerror(errno) : "short read");
+            if (r == 0) /* the file shrank since fstat: a writer truncated it (editor, log rotation) */
+                return pb_error(PB_ERR_IO, "'%s' changed while being read (it shrank to %zu of %zu bytes)", path, got,
+                                size);
+            return pb_error(PB_ERR_IO, "cannot read '%s': %s", path, strerror(err));
         }
         got += (size_t)r;
     }
@@ -173,28 +177,96 @@ void pb_atomic_cleanup_all(void) {
         if (open_tmp_used[i]) unlink(open_tmp[i]);
 }
 
+/* 16 hex digits from the OS's random source: the temp name cannot be guessed ahead (O_EXCL makes a
+ * guessed one fail anyway; the randomness keeps a planted name from blocking every attempt). */
+static void random_hex(char out[17]) {
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = 0;
+        close(fd);
+    }
+    static uint64_t counter;
+    v ^= pb_time_ns() * 0x9E3779B97F4A7C15ull ^ ((uint64_t)getpid() << 32) ^
+         __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0xBF58476D1CE4E5B9ull;
+    for (int i = 0; i < 16; i++) out[i] = "0123456789abcdef"[(v >> (i * 4)) & 15];
+    out[16] = 0;
+}
+
+/* The directory part of path ("." when it has none), for the directory fsync after the rename. */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return pb_strdup(".");
+    if (slash == path) return pb_strdup("/");
+    size_t n = (size_t)(slash - path);
+    char *d = pb_malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* What an existing target is, in words, when it is not a plain file (NULL for a regular file). */
+static const char *non_regular_kind(mode_t m) {
+    if (S_ISREG(m)) return NULL;
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+pb_status pb_output_check(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return PB_OK;
+        return pb_error(PB_ERR_IO, "cannot check output '%s': %s", path, strerror(errno));
+    }
+    const char *kind = non_regular_kind(st.st_mode);
+    if (kind)
+        return pb_error(PB_ERR_IO, "output '%s' is %s: refusing to replace it (name a regular file%s)", path, kind,
+                        S_ISLNK(st.st_mode) ? ", e.g. the file the link points to" : "");
+    return PB_OK;
+}
+
 pb_status pb_atomic_open(const char *path, pb_atomic_file *out) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
+    if (!path || !*path) return pb_error(PB_ERR_INVALID_ARG, "empty output path");
+    pb_status s = pb_output_check(path);
+    if (s) return s;
+    struct stat old;
+    bool keep_mode = lstat(path, &old) == 0; /* a replaced file keeps its permission bits */
     size_t n = strlen(path) + 64;
     out->path = pb_strdup(path);
     out->tmp_path = pb_malloc(n);
     if (!out->path || !out->tmp_path) {
         free(out->path);
         free(out->tmp_path);
+        out->path = out->tmp_path = NULL;
         return PB_ERR_NOMEM;
     }
-    snprintf(out->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    tmp_register(out->tmp_path); /* before open(): a signal right after it still finds the file to remove */
-    out->fd = open(out->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int err = EEXIST;
+    for (int attempt = 0; attempt < 16 && out->fd < 0 && err == EEXIST; attempt++) {
+        char rnd[17];
+        random_hex(rnd);
+        snprintf(out->tmp_path, n, "%s.tmp.%s", path, rnd);
+        tmp_register(out->tmp_path); /* before open(): a signal right after it still finds the file to remove */
+        /* O_EXCL: never reuse or follow anything already at the name (a planted file or symlink). */
+        out->fd = open(out->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        err = errno;
+        if (out->fd < 0) tmp_unregister(out->tmp_path);
+    }
     if (out->fd < 0) {
-        pb_status s = pb_error(PB_ERR_IO, "cannot create '%s': %s", out->tmp_path, strerror(errno));
-        tmp_unregister(out->tmp_path);
+        s = pb_error(PB_ERR_IO, "cannot create a temporary file beside '%s': %s", path, strerror(err));
         free(out->path);
         free(out->tmp_path);
         out->path = out->tmp_path = NULL;
         return s;
     }
+    if (keep_mode) (void)fchmod(out->fd, old.st_mode & 07777);
     return PB_OK;
 }
 
@@ -215,9 +287,21 @@ pb_status pb_atomic_commit(pb_atomic_file *f) {
     if (fsync(f->fd) != 0) s = pb_error(PB_ERR_IO, "cannot sync '%s': %s", f->tmp_path, strerror(errno));
     if (close(f->fd) != 0 && s == PB_OK) s = pb_error(PB_ERR_IO, "cannot close '%s': %s", f->tmp_path, strerror(errno));
     f->fd = -1;
+    /* The target may have changed kind since open (a FIFO or link put there meanwhile): check again. */
+    if (s == PB_OK) s = pb_output_check(f->path);
     if (s == PB_OK && rename(f->tmp_path, f->path) != 0)
         s = pb_error(PB_ERR_IO, "cannot rename '%s' to '%s': %s", f->tmp_path, f->path, strerror(errno));
     if (s != PB_OK) unlink(f->tmp_path);
+    if (s == PB_OK) { /* make the rename itself durable: sync the directory entry */
+        char *dir = dir_of(f->path);
+        int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (dfd >= 0) {
+            if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
+                s = pb_error(PB_ERR_IO, "cannot sync directory '%s': %s", dir, strerror(errno));
+            close(dfd);
+        }
+        free(dir);
+    }
     tmp_unregister(f->tmp_path);
     free(f->path);
     free(f->tmp_path);

@@ -50,6 +50,11 @@ int64_t pb_store_counter_fn(void *user /* pb_store_counter* */, const char *text
  * on, synchronous=NORMAL. An older schema is migrated in place (one transaction per step); a newer one
  * or a file that is not a pocketbrain database gives PB_ERR_UNSUPPORTED / PB_ERR_FORMAT. */
 pb_status pb_store_open(const char *path, pb_store **out);
+/* Opens an existing knowledge base for reading only (search, ask, serve): never creates, migrates or
+ * writes it, so it works in a read-only folder or file system (a WAL file whose folder allows no -shm
+ * index is read as immutable). PB_ERR_UNSUPPORTED when its schema is older than this build's (an upgrade
+ * needs write access) or it is empty; open errors are SQLite's own message (permission, I/O, corrupt). */
+pb_status pb_store_open_readonly(const char *path, pb_store **out);
 /* Test hook: creates (or opens without migrating) a database at an older schema version 1..current. */
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out);
 /* Migrates an open store up to PB_STORE_SCHEMA_VERSION (pb_store_open does this itself). */
@@ -130,6 +135,10 @@ pb_status pb_store_sha256_hex(const void *data, size_t len, char hex[65]);
 
 /* ---- extraction (store_extract.c) --------------------------------------------------------------- */
 
+/* A heap copy of s (NULL = "") that is valid UTF-8: each byte that is not part of a valid sequence
+ * becomes U+FFFD. For text shown or sent as JSON that may hold raw file-name bytes. NULL on no memory. */
+char *pb_store_utf8_dup(const char *s);
+
 typedef enum pb_doc_kind { PB_DOC_TEXT = 0, PB_DOC_MARKDOWN = 1, PB_DOC_HTML = 2, PB_DOC_PDF = 3 } pb_doc_kind;
 
 typedef struct pb_extracted {
@@ -142,11 +151,17 @@ typedef struct pb_extracted {
     int n_pages;
     const char *src; /* borrowed: the source bytes positions refer to (line numbers); NULL for PDF */
     size_t src_len;
+    char *converted;  /* owned: the UTF-8 conversion src points to when the file was in another charset */
+    char charset[40]; /* the charset converted from ("" when the file was UTF-8) */
 } pb_extracted;
 
 /* Kind from the file name's extension (.md .markdown -> MARKDOWN, .html .htm .xhtml -> HTML, .pdf -> PDF,
  * .txt .text .rst and anything else -> TEXT). known is false when the extension is not a document one. */
 pb_doc_kind pb_store_kind_from_path(const char *path, bool *known);
+/* True when the file name has no extension (README, NEWS, copyright; also NEWS.gz): ingest sniffs such
+ * files found in folders and takes them when their bytes are text. A ".gz" suffix is looked through by
+ * both functions ("notes.md.gz" is Markdown, gunzipped by ingest). */
+bool pb_store_path_has_no_extension(const char *path);
 /* Extracts text from file bytes. A file that is not a document (NUL bytes, invalid UTF-8, a PDF poppler
  * cannot read, no text at all) gives PB_ERR_FORMAT with a reason naming the offset or the parser's words. */
 pb_status pb_store_extract(const char *path, pb_doc_kind kind, const uint8_t *data, size_t size, pb_extracted *out);

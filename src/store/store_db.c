@@ -109,11 +109,37 @@ char *pb_store_col_dup(sqlite3_stmt *q, int col) {
     return pb_strdup(t ? (const char *)t : "");
 }
 
+char *pb_store_col_dup_utf8(sqlite3_stmt *q, int col) {
+    return pb_store_utf8_dup((const char *)sqlite3_column_text(q, col));
+}
+
 /* ---- open / migrate ---------------------------------------------------------------------------- */
 
-static pb_status open_db(const char *path, pb_store **out) {
+/* "file:" URI of path for SQLite (percent-escapes what a URI gives meaning to), with ?immutable=1: the
+ * read-only fallback for a WAL database whose folder allows no -shm file. Heap string or NULL. */
+static char *immutable_uri(const char *path) {
+    size_t n = strlen(path), cap = n * 3 + 32;
+    char *u = pb_malloc(cap), *o = u;
+    if (!u) return NULL;
+    o += sprintf(o, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x21 || *p >= 0x7f)
+            o += sprintf(o, "%%%02X", *p);
+        else
+            *o++ = (char)*p;
+    }
+    strcpy(o, "?immutable=1");
+    return u;
+}
+
+static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     *out = NULL;
     if (!path || !*path) return pb_error(PB_ERR_INVALID_ARG, "store: empty database path");
+    if (!readonly && strcmp(path, ":memory:") != 0) {
+        /* the database is an output too: never turn a device, FIFO or symlink into a database */
+        pb_status s = pb_output_check(path);
+        if (s) return pb_error_prefix(s, "store: ");
+    }
     pb_store *st = pb_calloc(1, sizeof *st);
     if (!st) return PB_ERR_NOMEM;
     st->path = pb_strdup(path);
@@ -121,7 +147,9 @@ static pb_status open_db(const char *path, pb_store **out) {
         free(st);
         return PB_ERR_NOMEM;
     }
-    int rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    st->readonly = readonly;
+    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int rc = sqlite3_open_v2(path, &st->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         pb_status s = pb_error(PB_ERR_IO, "store '%s': cannot open: %s", path,
                                st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
@@ -133,8 +161,28 @@ static pb_status open_db(const char *path, pb_store **out) {
     /* Reading the application id is the first real access: a non-SQLite file fails here. */
     int64_t app = 0;
     pb_status s = pb_store_query_int(st, "PRAGMA application_id", &app);
+    int first_rc = s ? sqlite3_errcode(st->db) : SQLITE_OK;
+    if (s && readonly && (first_rc == SQLITE_CANTOPEN || first_rc == SQLITE_READONLY)) {
+        /* A WAL database in a folder we cannot write: SQLite cannot create the -shm index. Read the
+         * file as immutable (no locking; fine for a knowledge base nobody is writing meanwhile). */
+        char *uri = immutable_uri(path);
+        sqlite3_close_v2(st->db);
+        st->db = NULL;
+        rc = uri ? sqlite3_open_v2(uri, &st->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL)
+                 : SQLITE_NOMEM;
+        free(uri);
+        if (rc != SQLITE_OK) {
+            s = pb_error(PB_ERR_IO, "store '%s': cannot open read-only: %s", path,
+                         st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+            pb_store_close(st);
+            return s;
+        }
+        sqlite3_extended_result_codes(st->db, 0);
+        s = pb_store_query_int(st, "PRAGMA application_id", &app);
+    }
     if (s) {
-        pb_error_prefix(s, "not a knowledge base: ");
+        int code = sqlite3_errcode(st->db);
+        if (code == SQLITE_NOTADB) pb_error_prefix(s, "not a knowledge base (not an SQLite database): ");
         pb_store_close(st);
         return s;
     }
@@ -160,6 +208,22 @@ static pb_status open_db(const char *path, pb_store **out) {
     }
     st->version = (int)ver;
     st->n_chunks_cached = -1;
+    if (readonly) {
+        if (ver < PB_STORE_SCHEMA_VERSION) {
+            pb_store_close(st);
+            return pb_error(PB_ERR_UNSUPPORTED,
+                            ver == 0 ? "store '%s': an empty database, not a knowledge base yet (fill it with ingest)"
+                                     : "store '%s': schema version %lld needs an upgrade to %d, which needs write "
+                                       "access: run `pocketbrain ingest --db` on it once where it is writable",
+                            path, (long long)ver, PB_STORE_SCHEMA_VERSION);
+        }
+        if ((s = pb_store_exec(st, "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;"))) {
+            pb_store_close(st);
+            return s;
+        }
+        *out = st;
+        return PB_OK;
+    }
     /* WAL: readers never block the writer, and a killed writer leaves the last committed state. */
     if ((s = pb_store_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
                                " PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;"))) {
@@ -204,7 +268,7 @@ static pb_status migrate_to(pb_store *st, int target) {
 pb_status pb_store_migrate(pb_store *st) { return migrate_to(st, PB_STORE_SCHEMA_VERSION); }
 
 pb_status pb_store_open(const char *path, pb_store **out) {
-    pb_status s = open_db(path, out);
+    pb_status s = open_db(path, false, out);
     if (s) return s;
     if ((s = pb_store_migrate(*out))) {
         pb_store_close(*out);
@@ -213,10 +277,12 @@ pb_status pb_store_open(const char *path, pb_store **out) {
     return s;
 }
 
+pb_status pb_store_open_readonly(const char *path, pb_store **out) { return open_db(path, true, out); }
+
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out) {
     if (version < 1 || version > PB_STORE_SCHEMA_VERSION)
         return pb_error(PB_ERR_INVALID_ARG, "store: no schema version %d", version);
-    pb_status s = open_db(path, out);
+    pb_status s = open_db(path, false, out);
     if (s) return s;
     if ((*out)->version > version) {
         pb_store_close(*out);

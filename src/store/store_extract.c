@@ -2,10 +2,13 @@
  * stripper (with a map back to source offsets), PDF through poppler-glib. No database code here. */
 #include "store/store.h"
 
+#include <errno.h>
+#include <iconv.h>
 #include <poppler.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <strings.h>
 
 void pb_store_extracted_free(pb_extracted *e) {
@@ -14,12 +17,21 @@ void pb_store_extracted_free(pb_extracted *e) {
     free(e->title);
     free(e->src_off);
     free(e->page_off);
+    free(e->converted);
     memset(e, 0, sizeof *e);
 }
 
 pb_doc_kind pb_store_kind_from_path(const char *path, bool *known) {
     const char *slash = strrchr(path, '/');
-    const char *dot = strrchr(slash ? slash + 1 : path, '.');
+    const char *base = slash ? slash + 1 : path;
+    char inner[256];
+    size_t bl = strlen(base);
+    if (bl > 3 && bl - 3 < sizeof inner && !strcasecmp(base + bl - 3, ".gz")) { /* "notes.md.gz": kind of "notes.md" */
+        memcpy(inner, base, bl - 3);
+        inner[bl - 3] = 0;
+        base = inner;
+    }
+    const char *dot = strrchr(base, '.');
     *known = true;
     if (dot) {
         const char *x = dot + 1;
@@ -31,6 +43,14 @@ pb_doc_kind pb_store_kind_from_path(const char *path, bool *known) {
     }
     *known = false;
     return PB_DOC_TEXT;
+}
+
+bool pb_store_path_has_no_extension(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t bl = strlen(base);
+    const char *dot = strchr(base, '.');
+    return !dot || (bl > 3 && !strcasecmp(base + bl - 3, ".gz") && dot == base + bl - 3);
 }
 
 /* ---- text checks ------------------------------------------------------------------------------- */
@@ -71,6 +91,27 @@ pb_status pb_store_check_text(const uint8_t *data, size_t size) {
     if (n_ctrl > 16 && n_ctrl * 100 > size)
         return pb_error(PB_ERR_FORMAT, "binary file (%zu control characters in %zu bytes)", n_ctrl, size);
     return PB_OK;
+}
+
+char *pb_store_utf8_dup(const char *s) {
+    if (!s) s = "";
+    size_t n = strlen(s);
+    char *o = pb_malloc(n * 3 + 1), *w = o; /* each bad byte becomes U+FFFD (3 bytes) */
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        int l = utf8_len((const uint8_t *)s + i, n - i);
+        if (l) {
+            memcpy(w, s + i, (size_t)l);
+            w += l;
+            i += (size_t)l;
+        } else {
+            memcpy(w, "\xef\xbf\xbd", 3);
+            w += 3;
+            i++;
+        }
+    }
+    *w = 0;
+    return o;
 }
 
 /* ---- growable output with a source map -------------------------------------------------------- */
@@ -530,6 +571,63 @@ static pb_status extract_pdf(const char *path, const uint8_t *data, size_t size,
     return out->title ? PB_OK : PB_ERR_NOMEM;
 }
 
+/* ---- other charsets ------------------------------------------------------------------------------ */
+
+static bool is_utf8(const uint8_t *d, size_t n) {
+    for (size_t i = 0; i < n;) {
+        int l = utf8_len(d + i, n - i);
+        if (!l) return false;
+        i += (size_t)l;
+    }
+    return true;
+}
+
+/* The charset an HTML file declares in its first 4 KiB (<meta charset=X> or content="...; charset=X"). */
+static bool html_charset(const uint8_t *d, size_t n, char *out, size_t cap) {
+    size_t lim = n < 4096 ? n : 4096;
+    for (size_t i = 0; i + 8 <= lim; i++) {
+        if (strncasecmp((const char *)d + i, "charset=", 8) != 0) continue;
+        size_t j = i + 8, k = 0;
+        while (j < lim && (d[j] == '"' || d[j] == '\'' || d[j] == ' ')) j++;
+        while (j < lim && k + 1 < cap && (isalnum(d[j]) || d[j] == '-' || d[j] == '_' || d[j] == ':' || d[j] == '.'))
+            out[k++] = (char)d[j++];
+        out[k] = 0;
+        return k > 0;
+    }
+    return false;
+}
+
+/* Converts n bytes from charset to UTF-8 with iconv (glibc). Heap string (NUL-terminated) or NULL with
+ * pb_error set: an unknown charset, or bytes that are not valid in it. */
+static char *to_utf8(const uint8_t *d, size_t n, const char *charset, size_t *out_len) {
+    iconv_t cd = iconv_open("UTF-8", charset);
+    if (cd == (iconv_t)-1) {
+        pb_error(PB_ERR_FORMAT, "not UTF-8, and the declared charset '%s' is unknown", charset);
+        return NULL;
+    }
+    size_t cap = n * 4 + 16;
+    char *out = malloc(cap);
+    if (!out) {
+        iconv_close(cd);
+        pb_error(PB_ERR_NOMEM, "extract: out of memory converting %zu bytes", n);
+        return NULL;
+    }
+    char *in = (char *)d, *w = out;
+    size_t in_left = n, out_left = cap - 1;
+    size_t r = iconv(cd, &in, &in_left, &w, &out_left);
+    int err = errno;
+    iconv_close(cd);
+    if (r == (size_t)-1) {
+        free(out);
+        pb_error(PB_ERR_FORMAT, "not valid %s text (byte 0x%02x at offset %zu: %s)", charset, (unsigned)*(uint8_t *)in,
+                 (size_t)(in - (char *)d), strerror(err));
+        return NULL;
+    }
+    *w = 0;
+    *out_len = (size_t)(w - out);
+    return out;
+}
+
 /* ---- entry ------------------------------------------------------------------------------------- */
 
 pb_status pb_store_extract(const char *path, pb_doc_kind kind, const uint8_t *data, size_t size, pb_extracted *out) {
@@ -540,6 +638,32 @@ pb_status pb_store_extract(const char *path, pb_doc_kind kind, const uint8_t *da
         s = extract_pdf(path, data, size, out);
         if (s) pb_store_extracted_free(out);
         return s;
+    }
+    /* Not UTF-8 (and not binary): convert from the charset HTML declares, else from Windows-1252 (which
+     * covers ISO-8859-1's text); Latin-1 as the last resort maps every byte. Line numbers stay those of the
+     * file; byte offsets are then offsets in the UTF-8 conversion. */
+    if (!memchr(data, 0, size) && !is_utf8(data, size)) {
+        char cs[40] = "";
+        size_t clen = 0;
+        char *conv = NULL;
+        if (kind == PB_DOC_HTML && html_charset(data, size, cs, sizeof cs) && strcasecmp(cs, "utf-8") &&
+            strcasecmp(cs, "utf8")) {
+            if (!(conv = to_utf8(data, size, cs, &clen))) return pb_error_prefix(PB_ERR_FORMAT, "HTML: ");
+        } else {
+            snprintf(cs, sizeof cs, "WINDOWS-1252");
+            if (!(conv = to_utf8(data, size, cs, &clen))) {
+                snprintf(cs, sizeof cs, "ISO-8859-1");
+                if (!(conv = to_utf8(data, size, cs, &clen))) return PB_ERR_FORMAT;
+            }
+        }
+        s = pb_store_extract(path, kind, (const uint8_t *)conv, clen, out);
+        if (s) {
+            free(conv);
+            return pb_error_prefix(s, "(converted from %s) ", cs);
+        }
+        out->converted = conv; /* src may point into it */
+        snprintf(out->charset, sizeof out->charset, "%s", cs);
+        return PB_OK;
     }
     if ((s = pb_store_check_text(data, size))) return s;
     if (kind == PB_DOC_HTML) {

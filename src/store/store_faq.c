@@ -184,8 +184,8 @@ pb_status pb_store_faq_match(pb_store *st, const char *question, pb_store_faq_hi
     if (rc == SQLITE_ROW) {
         out->id = sqlite3_column_int64(q, 0);
         out->score = sqlite3_column_double(q, 1);
-        out->question = pb_store_col_dup(q, 2);
-        out->answer = pb_store_col_dup(q, 3);
+        out->question = pb_store_col_dup_utf8(q, 2);
+        out->answer = pb_store_col_dup_utf8(q, 3);
         if (!out->question || !out->answer) {
             pb_store_faq_hit_free(out);
             s = PB_ERR_NOMEM;

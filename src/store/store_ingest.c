@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <strings.h>
 #include <unistd.h>
+#include <zlib.h>
 
-#define MAX_DOC_BYTES ((size_t)256 << 20) /* larger files are skipped, not mapped */
+#define MAX_DOC_BYTES ((size_t)256 << 20) /* larger files are skipped, not read */
 
 pb_ingest_params pb_ingest_default_params(void) {
     pb_ingest_params p;
@@ -96,7 +98,7 @@ static void walk(file_list *l, const char *dir, int depth) {
                 } else if (S_ISREG(sb.st_mode)) {
                     bool known;
                     pb_store_kind_from_path(path, &known);
-                    if (known) list_add(l, path, &sb, false);
+                    if (known || pb_store_path_has_no_extension(path)) list_add(l, path, &sb, false);
                 }
             }
         }
@@ -130,6 +132,54 @@ static void on_pruned(void *user, const char *path) {
     event(p, PB_INGEST_REMOVED, path, "file is gone", 0, 0);
 }
 
+/* Decompresses a gzip file (zlib) into a heap buffer of at most MAX_DOC_BYTES. PB_ERR_FORMAT naming the
+ * problem for a damaged or oversized stream. */
+static pb_status gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_len) {
+    *out = NULL;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return pb_error(PB_ERR_NOMEM, "gzip: cannot start zlib");
+    size_t cap = n * 4 + 4096, len = 0;
+    uint8_t *buf = NULL;
+    int rc = Z_OK;
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)(n > UINT32_MAX ? UINT32_MAX : n);
+    while (rc != Z_STREAM_END) {
+        if (len == cap || !buf) {
+            if (buf) cap *= 2;
+            if (cap > MAX_DOC_BYTES + 1) cap = MAX_DOC_BYTES + 1;
+            if (len >= cap) {
+                inflateEnd(&z);
+                free(buf);
+                return pb_error(PB_ERR_FORMAT, "gzip: more than %zu bytes when decompressed (the limit)",
+                                MAX_DOC_BYTES);
+            }
+            uint8_t *nb = realloc(buf, cap);
+            if (!nb) {
+                inflateEnd(&z);
+                free(buf);
+                return pb_error(PB_ERR_NOMEM, "gzip: out of memory");
+            }
+            buf = nb;
+        }
+        z.next_out = buf + len;
+        z.avail_out = (uInt)(cap - len);
+        rc = inflate(&z, Z_NO_FLUSH);
+        len = cap - z.avail_out;
+        if (rc == Z_STREAM_END) break;
+        if (rc != Z_OK || (z.avail_in == 0 && z.avail_out != 0)) {
+            const char *why = rc == Z_DATA_ERROR ? (z.msg ? z.msg : "damaged data") : "truncated stream";
+            inflateEnd(&z);
+            free(buf);
+            return pb_error(PB_ERR_FORMAT, "gzip: %s", why);
+        }
+    }
+    inflateEnd(&z);
+    *out = buf;
+    *out_len = len;
+    return PB_OK;
+}
+
 /* Brings one file up to date. Returns PB_OK for every per-file outcome (reported as events); an error
  * status only when the database fails. *changed is set when the database was written. */
 static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_params *p, pb_ingest_stats *stats,
@@ -151,8 +201,10 @@ static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_pa
         event(p, PB_INGEST_SKIPPED, f->path, "empty file", 0, 0);
         return PB_OK;
     }
+    /* read(), not mmap: a document truncated while we read it (an editor saving in place, log rotation)
+     * must be a skipped file with a message, not a SIGBUS that kills the whole ingest */
     pb_map m;
-    if (pb_map_open(f->path, true, &m)) {
+    if (pb_map_open(f->path, false, &m)) {
         stats->skipped++;
         event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
         return PB_OK;
@@ -180,7 +232,24 @@ static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_pa
     bool known;
     pb_doc_kind kind = pb_store_kind_from_path(f->path, &known);
     pb_extracted ex;
-    if (pb_store_extract(f->path, kind, m.data, m.size, &ex)) {
+    const uint8_t *data = m.data;
+    size_t size = m.size;
+    uint8_t *plain = NULL;
+    size_t nl = strlen(f->path);
+    if (nl > 3 && !strcasecmp(f->path + nl - 3, ".gz")) {
+        if (gunzip(m.data, m.size, &plain, &size)) {
+            pb_map_close(&m);
+            stats->skipped++;
+            event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
+            return PB_OK;
+        }
+        data = plain;
+    }
+    pb_status es = pb_store_extract(f->path, kind, data, size, &ex);
+    if (es && !known && !f->named && pb_store_path_has_no_extension(f->path))
+        pb_error_prefix(es, "no extension, sniffed as not text: ");
+    if (es) {
+        free(plain);
         pb_map_close(&m);
         stats->skipped++;
         event(p, PB_INGEST_SKIPPED, f->path, pb_last_error(), 0, 0);
@@ -210,6 +279,7 @@ static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_pa
     }
     pb_store_chunks_free(chunks, n_chunks);
     pb_store_extracted_free(&ex);
+    free(plain);
     pb_map_close(&m);
     return s;
 }

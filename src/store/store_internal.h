@@ -11,6 +11,7 @@ struct pb_store {
     sqlite3 *db;
     char *path;
     int version;           /* PRAGMA user_version as last read or migrated */
+    bool readonly;         /* opened by pb_store_open_readonly */
     sqlite3_stmt *put_doc; /* cached: hot in ingest */
     sqlite3_stmt *put_chunk;
     bool vocab_ready;        /* temp fts5vocab tables for query-term statistics exist */
@@ -35,6 +36,8 @@ pb_status pb_store_sql_error(pb_store *st, const char *what);
 pb_status pb_store_prepare(pb_store *st, const char *sql, sqlite3_stmt **out);
 /* Copy of a text column ("" for NULL); NULL only when out of memory. */
 char *pb_store_col_dup(sqlite3_stmt *q, int col);
+/* The same, made valid UTF-8 (pb_store_utf8_dup): for paths, titles and headings that reach output. */
+char *pb_store_col_dup_utf8(sqlite3_stmt *q, int col);
 
 uint16_t pb_store_f32_to_f16(float f);
 float pb_store_f16_to_f32(uint16_t h);

@@ -361,9 +361,9 @@ static bool read_hit(sqlite3_stmt *q, int first, pb_store_hit *h) {
     memset(h, 0, sizeof *h);
     h->chunk_id = sqlite3_column_int64(q, first + 0);
     h->doc_id = sqlite3_column_int64(q, first + 1);
-    h->path = pb_store_col_dup(q, first + 2);
-    h->title = pb_store_col_dup(q, first + 3);
-    h->heading = pb_store_col_dup(q, first + 4);
+    h->path = pb_store_col_dup_utf8(q, first + 2);
+    h->title = pb_store_col_dup_utf8(q, first + 3);
+    h->heading = pb_store_col_dup_utf8(q, first + 4);
     h->text = pb_store_col_dup(q, first + 5);
     h->line_start = sqlite3_column_int64(q, first + 6);
     h->line_end = sqlite3_column_int64(q, first + 7);

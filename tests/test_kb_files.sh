@@ -1,0 +1,91 @@
+#!/bin/sh
+# test_kb_files.sh -- knowledge-base files in hard places: a KB in a read-only place is searchable, database errors
+# are named as such, a missing ingest path creates no database, odd inputs (charsets, no extension, .gz, non-UTF-8
+# file names) are ingested or skipped honestly, and every --json output parses.
+BIN=${PB_BIN:-build/pocketbrain}
+T=$(mktemp -d /tmp/pb_kb_files.XXXXXX)
+trap 'chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1"; }
+chk() { if [ "$1" = 0 ]; then ok "$2"; else nok "$2"; fi; }
+# root ignores file permissions: run the read-only cases as nobody (the binary and KB are world-readable)
+as_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+chmod 755 "$T"
+cp "$BIN" "$T/pb" && chmod 755 "$T/pb"
+PB="$T/pb"
+
+# ---- read-only knowledge base (issue 18 item 4) ----
+mkdir "$T/ro" "$T/src"
+cp tests/data/kb/corpus/sched_setaffinity.2.md tests/data/kb/corpus/pipe.7.md "$T/src/"
+"$PB" ingest -q --db "$T/ro/kb.sqlite" "$T/src" >/dev/null 2>&1
+chmod 555 "$T/ro"; chmod 444 "$T/ro/kb.sqlite"
+as_user "$PB" search --db "$T/ro/kb.sqlite" "CPU affinity mask" >"$T/out" 2>"$T/err"; rc=$?
+chk "$([ $rc = 0 ] && grep -q sched_setaffinity "$T/out" && echo 0)" "search a KB in a read-only folder (rc=$rc $(cat "$T/err"))"
+as_user "$PB" ask --db "$T/ro/kb.sqlite" --dry-run --json -m "$T/none.gguf" "CPU affinity mask" >"$T/out" 2>"$T/err"; rc=$?
+chk "$([ $rc = 0 ] && grep -q sched_setaffinity "$T/out" && echo 0)" "ask --dry-run on a read-only KB (rc=$rc $(cat "$T/err"))"
+chk "$([ "$(ls -A "$T/ro")" = kb.sqlite ] && echo 0)" "nothing written beside the read-only KB ($(ls -A "$T/ro" | tr '\n' ' '))"
+mkdir "$T/locked"; cp "$T/ro/kb.sqlite" "$T/locked/"; chmod 700 "$T/locked"
+[ "$(id -u)" = 0 ] || chmod 000 "$T/locked"
+as_user "$PB" search --db "$T/locked/kb.sqlite" "affinity" >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && grep -q "Permission denied" "$T/err" && ! grep -q "no knowledge base" "$T/err" && echo 0)" \
+  "an unreadable KB is a permission error, not 'no knowledge base' ($(cat "$T/err"))"
+chmod 700 "$T/locked"
+head -c 8192 /dev/urandom >"$T/junk.sqlite"
+"$PB" search --db "$T/junk.sqlite" "affinity" >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && grep -q "not an SQLite database" "$T/err" && echo 0)" "a non-database file is named as such ($(cat "$T/err"))"
+
+# ---- ingest: a missing path creates no database (item 3) ----
+"$PB" ingest --db "$T/typo.sqlite" "$T/no-such-folder" >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && [ ! -e "$T/typo.sqlite" ] && grep -q "no-such-folder" "$T/err" && echo 0)" \
+  "ingest of a missing path: exit 1, named, no database created (rc=$rc $(cat "$T/err"))"
+mkfifo "$T/fifo.sqlite"
+timeout 20 "$PB" ingest --db "$T/fifo.sqlite" "$T/src" >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && [ -p "$T/fifo.sqlite" ] && grep -q "FIFO" "$T/err" && echo 0)" "a FIFO as --db is refused ($(cat "$T/err"))"
+
+# ---- ingest: other charsets, no extension, .gz, non-UTF-8 file names (item 3) ----
+D="$T/odd"; mkdir "$D"
+printf 'Caf\351 cr\350me: the latin one talks about espresso\n' >"$D/latin1.txt"
+printf '<html><head><meta charset="iso-8859-1"><title>Stra\337e</title></head><body><h1>Gr\374\337e</h1><p>Die Stra\337e ist lang, sagt das Fahrrad.</p></body></html>' >"$D/de.html"
+printf '<html><head><meta http-equiv="Content-Type" content="text/html; charset=windows-1252"></head><body><p>Smart \223quotes\224 cost 5\200 in the bazaar.</p></body></html>' >"$D/w1252.html"
+printf 'This README explains the walrus protocol.\n' >"$D/README"
+printf '\177ELF\002\001\001\000\000\000binary' >"$D/program"
+printf '# Gz notes\n\nThe gzipped note mentions an ocelot.\n' | gzip >"$D/notes.md.gz"
+printf 'NEWS: the narwhal release.\n' | gzip >"$D/NEWS.gz"
+printf 'not gzip at all' >"$D/broken.txt.gz"
+BAD=$(printf 'na\357ve-\377.txt')
+printf 'A file with a Latin-1 name about a quokka.\n' >"$D/$BAD"
+"$PB" ingest --db "$T/odd.sqlite" "$D" >"$T/out" 2>"$T/err"; rc=$?
+chk "$([ $rc = 3 ] && grep -q "7 added" "$T/out" && grep -q "2 skipped" "$T/out" && echo 0)" \
+  "odd folder: 7 added, the binary and the broken .gz counted as skipped ($(cat "$T/out"))"
+grep -q "skipped $D/program: no extension, sniffed as not text" "$T/err"; chk $? "the binary without extension is named as sniffed, not text"
+grep -q "skipped $D/broken.txt.gz: gzip:" "$T/err"; chk $? "a damaged .gz is skipped with zlib's reason"
+for pair in "espresso:latin1.txt:Café crème" "Fahrrad:de.html:Straße" "bazaar:w1252.html:“quotes”" "walrus:README:" \
+  "ocelot:notes.md.gz:" "narwhal:NEWS.gz:" "quokka:na:"; do
+  q=${pair%%:*}; rest=${pair#*:}; f=${rest%%:*}; txt=${rest#*:}
+  "$PB" search --db "$T/odd.sqlite" "$q" -k 1 --json >"$T/j" 2>&1
+  python3 - "$T/j" "$f" "$txt" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1], encoding="utf-8"))
+h = o["hits"][0]
+ok = ("/" + sys.argv[2]) in h["path"] and (not sys.argv[3] or sys.argv[3] in h["text"] + h["title"] + h["heading"])
+sys.exit(0 if ok else 1)
+PY
+  chk $? "search '$q' finds $f (converted to UTF-8 where needed; JSON parses)"
+done
+# every JSON output of the knowledge-hub commands parses as strict UTF-8 JSON, with the non-UTF-8 file name in it
+jparse() { python3 -c 'import json,sys; d=open(sys.argv[1],"rb").read(); json.loads(d.decode("utf-8","strict"))' "$1"; }
+"$PB" search --db "$T/odd.sqlite" "quokka" --json >"$T/j1" 2>/dev/null
+"$PB" ask --db "$T/odd.sqlite" --dry-run --json "quokka" >"$T/j2" 2>/dev/null
+"$PB" ask --db "$T/odd.sqlite" -m models/default.gguf --fallback-after 0 --json "what about the quokka" >"$T/j3" 2>/dev/null
+"$PB" faq --db "$T/faq.sqlite" add "$(printf 'caf\351?')" "$(printf 'cr\350me')" >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && grep -q "not UTF-8" "$T/err" && echo 0)" "faq add of non-UTF-8 text is refused, named"
+"$PB" faq --db "$T/faq.sqlite" add "what about the café" "crème" >/dev/null 2>&1
+"$PB" faq --db "$T/faq.sqlite" list --json >"$T/j4" 2>/dev/null
+"$PB" faq --db "$T/faq.sqlite" match "café" --json >"$T/j5" 2>/dev/null
+for j in j1 j2 j3 j4 j5; do
+  jparse "$T/$j" 2>/dev/null; chk $? "JSON output $j parses as UTF-8 ($(head -c 160 "$T/$j" | tr -c '[:print:]' '?'))"
+done
+grep -q 'na\\\?u\?f\?ve\|na.ve-' "$T/j1"; chk $? "the non-UTF-8 name is still shown (bad bytes replaced)"
+"$PB" faq --db "$T/nofaq.sqlite" list >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && [ ! -e "$T/nofaq.sqlite" ] && grep -q "no knowledge base" "$T/err" && echo 0)" \
+  "faq list on a missing database: error, none created ($(cat "$T/err"))"

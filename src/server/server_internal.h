@@ -1,0 +1,191 @@
+/* server_internal.h -- the server room's shared types (jobs, slots, the server) and the functions its files call
+ * across each other. Not installed; nothing outside src/server includes it. One job per file:
+ *   server.c          lifecycle: start (slots, daemon), stop, defaults
+ *   server_http.c     transport: the MHD callbacks, routing, auth, response helpers
+ *   server_slots.c    jobs, the bounded queue, slot workers, cancellation, the FAQ fallback
+ *   server_openai.c   OpenAI JSON: request parsing + validation, the generate/tokenize/models routes
+ *   server_sse.c      server-sent events: stream chunks, the stream reader
+ *   server_metrics.c  /metrics and /stats
+ *   server_ui.c       the embedded web UI assets */
+#ifndef PB_SERVER_INTERNAL_H
+#define PB_SERVER_INTERNAL_H
+
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- metrics ------------------------------------------------------------------------------------ */
+
+#define N_TTFT_BUCKETS 9
+#define N_TPS_BUCKETS  8
+
+typedef struct metrics {
+    pthread_mutex_t mu;
+    uint64_t req_by_code[6]; /* 1xx..5xx by first digit, [0] unused */
+    uint64_t req_chat, req_completions, req_other;
+    uint64_t tokens_prompt, tokens_prompt_reused, tokens_generated;
+    uint64_t cancelled, rejected, fallbacks;
+    uint64_t ttft_hist[N_TTFT_BUCKETS + 1];
+    double ttft_sum;
+    uint64_t ttft_count;
+    uint64_t tps_hist[N_TPS_BUCKETS + 1];
+    double tps_sum;
+    uint64_t tps_count;
+} metrics;
+
+/* ---- jobs and slots ------------------------------------------------------------------------------ */
+
+typedef enum { JOB_CHAT, JOB_COMPLETION } job_kind;
+
+typedef struct slot slot;
+
+typedef struct job {
+    job_kind kind;
+    bool stream;
+    bool include_usage;
+    int32_t *prompt;
+    int64_t n_prompt;
+    pb_gen_params gen;
+    char **stop;
+    int n_stop;
+    char id[48];
+    long long created;
+    char *sources_json; /* knowledge-base citations, or NULL */
+    char *question;     /* last user message, for the FAQ fallback */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *out; /* stream: pending SSE bytes; non-stream: the answer text */
+    size_t out_len, out_cap, out_sent;
+    int64_t n_pieces;
+    bool started, done, cancelled, fell_back;
+    pb_status status;
+    char err[512];
+    pb_gen_stats stats;
+    double t_enqueue, t_first;
+    int refs;
+    struct pb_server *srv;
+    slot *running_on;
+    struct job *next;
+} job;
+
+struct slot {
+    struct pb_server *srv;
+    int index;
+    pb_session *session;
+    pthread_t thread;
+    job *job; /* assigned work */
+    bool busy;
+};
+
+struct pb_server {
+    pb_model *model;
+    const pb_vocab *vocab;
+    pb_server_params p;
+    char *host, *api_key, *model_id;
+    struct MHD_Daemon *daemon;
+    int port;
+    slot *slots;
+    int n_slots;
+    pthread_mutex_t mu; /* queue + slot assignment */
+    pthread_cond_t cv;  /* slots wait here */
+    job *queue_head, *queue_tail;
+    int n_queued;
+    bool stopping;
+    metrics m;
+    atomic_ullong id_counter;
+    atomic_int n_in_flight; /* requests between their first handler call and MHD's completion notice */
+    atomic_bool halt;       /* set by pb_server_stop: running generations end at their next token */
+};
+
+/* One HTTP request's state between MHD callbacks (the body as it arrives). */
+typedef struct request {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    bool responded;
+} request;
+
+/* ---- server_slots.c ----------------------------------------------------------------------------- */
+
+/* A new job with one reference (the caller's); NULL when out of memory. */
+job *pb_server_job_new(pb_server *srv, job_kind kind);
+/* Drops one reference; the last frees the job. */
+void pb_server_job_release(job *j);
+/* Appends bytes to the job's output; caller holds j->mu. False when out of memory. */
+bool pb_server_job_append(job *j, const char *s, size_t n);
+/* Marks the job cancelled and stops its generation if one runs. Takes srv->mu and j->mu. */
+void pb_server_job_cancel(job *j);
+/* Queues the job for a slot (the worker takes its own reference). Returns 0, or the HTTP status to refuse with:
+ * 503 when the server is stopping, 429 when every slot is busy and the queue is full. */
+unsigned pb_server_queue_push(pb_server *srv, job *j);
+/* Applies the FAQ fallback when no token came within fallback_after seconds, else waits up to ms for the job to
+ * make progress. Caller holds j->mu and loops. */
+void pb_server_job_wait_locked(job *j, int ms);
+/* The FAQ answer for the job's question; false when none or no FAQ is configured. */
+bool pb_server_faq_fallback(job *j, char *buf, size_t cap);
+/* Marks the job as answered by the FAQ (caller holds j->mu) and queues the answer. */
+void pb_server_use_fallback_locked(job *j, const char *answer);
+/* The slot worker thread (arg: slot*). */
+void *pb_server_slot_main(void *arg);
+
+/* ---- server_sse.c ------------------------------------------------------------------------------- */
+
+/* SSE event with a JSON payload (takes ownership of obj). Caller holds j->mu. */
+void pb_server_sse_event(job *j, cJSON *obj);
+/* A chunk object: chat delta (with the role when role is set) or completion text; finish NULL = null. */
+cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *content, size_t len, bool role,
+                           const char *finish);
+/* Queues the 200 event-stream response of a queued job; takes over the caller's job reference. */
+enum MHD_Result pb_server_sse_respond(pb_server *srv, struct MHD_Connection *c, job *j);
+
+/* ---- server_openai.c ---------------------------------------------------------------------------- */
+
+/* "stop" or "length" from the engine's stop reason. */
+const char *pb_server_finish_reason(const pb_gen_stats *st);
+/* {"prompt_tokens", "completion_tokens", "total_tokens"} of a finished job. */
+cJSON *pb_server_usage_obj(const job *j);
+/* POST /v1/chat/completions and /v1/completions. */
+enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *c, request *rq, job_kind kind);
+/* POST /tokenize: {"content"} -> {"count"}. */
+enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *c, request *rq);
+/* GET /v1/models. */
+enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c);
+
+/* ---- server_metrics.c --------------------------------------------------------------------------- */
+
+/* Adds one finished generation's timings to the histograms; caller holds srv->m.mu. */
+void pb_server_metrics_add_gen(pb_server *srv, double ttft_s, double tps);
+enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c);
+enum MHD_Result pb_server_route_stats(pb_server *srv, struct MHD_Connection *c);
+
+/* ---- server_ui.c -------------------------------------------------------------------------------- */
+
+/* GET of a web UI asset ("/" is index.html); 404 JSON for anything else. */
+enum MHD_Result pb_server_route_static(pb_server *srv, struct MHD_Connection *c, const char *url);
+
+/* ---- server_http.c ------------------------------------------------------------------------------ */
+
+/* Queues a response with the given body (copied when copy) and counts it in the metrics. */
+enum MHD_Result pb_server_send_text(pb_server *srv, struct MHD_Connection *c, unsigned code, const char *ctype,
+                                    const char *text, size_t len, bool copy);
+/* Queues cJSON text (takes ownership of obj). */
+enum MHD_Result pb_server_send_json(pb_server *srv, struct MHD_Connection *c, unsigned code, cJSON *obj);
+/* OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
+enum MHD_Result pb_server_send_error(pb_server *srv, struct MHD_Connection *c, unsigned code, const char *type,
+                                     const char *param, const char *errcode, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* Counts a response in the by-status metrics. */
+void pb_server_count_response(pb_server *srv, unsigned code);
+/* The MHD access handler and completion notice (registered by pb_server_start). */
+enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                     const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void pb_server_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+
+#endif

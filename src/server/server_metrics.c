@@ -1,0 +1,132 @@
+/* server_metrics.c -- Prometheus text at /metrics and per-slot JSON at /stats. Counters are updated where things
+ * happen (responses in server_http.c, generations in server_slots.c); this file only adds and prints. */
+#include "base/base.h"
+#include "server/server_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- metrics ------------------------------------------------------------------------------------ */
+
+static const double ttft_bounds[N_TTFT_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double tps_bounds[N_TPS_BUCKETS] = {1, 2, 5, 10, 20, 50, 100, 200};
+
+static void hist_add(uint64_t *h, const double *bounds, int n, double v) {
+    int i = 0;
+    while (i < n && v > bounds[i]) i++;
+    h[i]++;
+}
+
+void pb_server_metrics_add_gen(pb_server *srv, double ttft_s, double tps) {
+    if (ttft_s >= 0) {
+        hist_add(srv->m.ttft_hist, ttft_bounds, N_TTFT_BUCKETS, ttft_s);
+        srv->m.ttft_sum += ttft_s;
+        srv->m.ttft_count++;
+    }
+    if (tps >= 0) {
+        hist_add(srv->m.tps_hist, tps_bounds, N_TPS_BUCKETS, tps);
+        srv->m.tps_sum += tps;
+        srv->m.tps_count++;
+    }
+}
+
+enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c) {
+    char *buf = malloc(16384);
+    if (!buf) return MHD_NO;
+    size_t n = 0, cap = 16384;
+#define P(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
+    pthread_mutex_lock(&srv->mu);
+    int queued = srv->n_queued, busy = 0;
+    for (int i = 0; i < srv->n_slots; i++) busy += srv->slots[i].busy;
+    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_lock(&srv->m.mu);
+    metrics *m = &srv->m;
+    P("# HELP pocketbrain_requests_total HTTP responses by status class.\n# TYPE pocketbrain_requests_total counter\n");
+    for (int k = 1; k < 6; k++)
+        P("pocketbrain_requests_total{code=\"%dxx\"} %llu\n", k, (unsigned long long)m->req_by_code[k]);
+    P("# TYPE pocketbrain_route_requests_total counter\n");
+    P("pocketbrain_route_requests_total{route=\"/v1/chat/completions\"} %llu\n", (unsigned long long)m->req_chat);
+    P("pocketbrain_route_requests_total{route=\"/v1/completions\"} %llu\n", (unsigned long long)m->req_completions);
+    P("# TYPE pocketbrain_prompt_tokens_total counter\npocketbrain_prompt_tokens_total %llu\n",
+      (unsigned long long)m->tokens_prompt);
+    P("# HELP pocketbrain_prompt_tokens_reused_total Prompt tokens served from a slot's cached prefix.\n"
+      "# TYPE pocketbrain_prompt_tokens_reused_total counter\npocketbrain_prompt_tokens_reused_total %llu\n",
+      (unsigned long long)m->tokens_prompt_reused);
+    P("# TYPE pocketbrain_generated_tokens_total counter\npocketbrain_generated_tokens_total %llu\n",
+      (unsigned long long)m->tokens_generated);
+    P("# TYPE pocketbrain_requests_cancelled_total counter\npocketbrain_requests_cancelled_total %llu\n",
+      (unsigned long long)m->cancelled);
+    P("# TYPE pocketbrain_requests_rejected_total counter\npocketbrain_requests_rejected_total %llu\n",
+      (unsigned long long)m->rejected);
+    P("# TYPE pocketbrain_fallbacks_total counter\npocketbrain_fallbacks_total %llu\n",
+      (unsigned long long)m->fallbacks);
+    P("# TYPE pocketbrain_queue_depth gauge\npocketbrain_queue_depth %d\n", queued);
+    P("# TYPE pocketbrain_slots_busy gauge\npocketbrain_slots_busy %d\n", busy);
+    P("# TYPE pocketbrain_slots_total gauge\npocketbrain_slots_total %d\n", srv->n_slots);
+    P("# HELP pocketbrain_ttft_seconds Time from request to first token.\n# TYPE pocketbrain_ttft_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int k = 0; k < N_TTFT_BUCKETS; k++) {
+        cum += m->ttft_hist[k];
+        P("pocketbrain_ttft_seconds_bucket{le=\"%g\"} %llu\n", ttft_bounds[k], (unsigned long long)cum);
+    }
+    cum += m->ttft_hist[N_TTFT_BUCKETS];
+    P("pocketbrain_ttft_seconds_bucket{le=\"+Inf\"} %llu\npocketbrain_ttft_seconds_sum "
+      "%g\npocketbrain_ttft_seconds_count %llu\n",
+      (unsigned long long)cum, m->ttft_sum, (unsigned long long)m->ttft_count);
+    P("# HELP pocketbrain_decode_tokens_per_second Decode speed per request.\n"
+      "# TYPE pocketbrain_decode_tokens_per_second histogram\n");
+    cum = 0;
+    for (int k = 0; k < N_TPS_BUCKETS; k++) {
+        cum += m->tps_hist[k];
+        P("pocketbrain_decode_tokens_per_second_bucket{le=\"%g\"} %llu\n", tps_bounds[k], (unsigned long long)cum);
+    }
+    cum += m->tps_hist[N_TPS_BUCKETS];
+    P("pocketbrain_decode_tokens_per_second_bucket{le=\"+Inf\"} %llu\npocketbrain_decode_tokens_per_second_sum %g\n"
+      "pocketbrain_decode_tokens_per_second_count %llu\n",
+      (unsigned long long)cum, m->tps_sum, (unsigned long long)m->tps_count);
+    pthread_mutex_unlock(&srv->m.mu);
+    P("# TYPE pocketbrain_resident_memory_bytes gauge\npocketbrain_resident_memory_bytes %zu\n", pb_current_rss());
+    P("# HELP pocketbrain_thermal_level Thermal governor level per slot (0 cool, 1 warm, 2 hot).\n"
+      "# TYPE pocketbrain_thermal_level gauge\n# TYPE pocketbrain_thermal_celsius gauge\n"
+      "# TYPE pocketbrain_threads gauge\n");
+    for (int i = 0; i < srv->n_slots; i++) {
+        pb_thermal_state th;
+        pb_session_thermal(srv->slots[i].session, &th);
+        P("pocketbrain_thermal_level{slot=\"%d\"} %d\n", i, th.enabled ? th.level : 0);
+        P("pocketbrain_thermal_celsius{slot=\"%d\"} %.1f\n", i, (double)th.temp_c);
+        P("pocketbrain_threads{slot=\"%d\"} %d\n", i, th.n_threads);
+    }
+#undef P
+    if (n >= cap) n = cap - 1;
+    enum MHD_Result r = pb_server_send_text(srv, c, 200, "text/plain; version=0.0.4", buf, n, true);
+    free(buf);
+    return r;
+}
+
+/* GET /stats: per-slot state as JSON (busy, tokens cached, thermal governor). */
+enum MHD_Result pb_server_route_stats(pb_server *srv, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *slots = cJSON_AddArrayToObject(o, "slots");
+    pthread_mutex_lock(&srv->mu);
+    cJSON_AddNumberToObject(o, "queue_depth", srv->n_queued);
+    for (int i = 0; i < srv->n_slots; i++) {
+        slot *sl = &srv->slots[i];
+        cJSON *so = cJSON_CreateObject();
+        cJSON_AddNumberToObject(so, "slot", i);
+        cJSON_AddBoolToObject(so, "busy", sl->busy);
+        if (!sl->busy) cJSON_AddNumberToObject(so, "n_past", (double)pb_session_n_past(sl->session));
+        pb_thermal_state th;
+        pb_session_thermal(sl->session, &th);
+        cJSON *t = cJSON_AddObjectToObject(so, "thermal");
+        cJSON_AddBoolToObject(t, "enabled", th.enabled);
+        cJSON_AddNumberToObject(t, "temp_c", (double)th.temp_c);
+        cJSON_AddNumberToObject(t, "level", th.level);
+        cJSON_AddNumberToObject(t, "n_threads", th.n_threads);
+        cJSON_AddNumberToObject(t, "n_threads_max", th.n_threads_max);
+        cJSON_AddNumberToObject(t, "pause_ms", th.pause_ms);
+        cJSON_AddNumberToObject(t, "n_throttled", (double)th.n_throttled);
+        cJSON_AddItemToArray(slots, so);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return pb_server_send_json(srv, c, 200, o);
+}

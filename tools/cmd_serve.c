@@ -1,5 +1,6 @@
 /* cmd_serve.c -- `pocketbrain serve`: OpenAI-compatible HTTP server + web UI until SIGINT/SIGTERM. */
 #include "cli.h"
+#include "library.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -18,7 +19,7 @@ bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, 
     __attribute__((weak));
 
 int cmd_serve(int argc, char **argv) {
-    const char *cmd = "serve", *model = NULL, *db = NULL, *faq = NULL;
+    const char *cmd = "serve", *model = NULL, *model_arg = NULL, *db = NULL, *faq = NULL;
     pb_server_params p = pb_server_default_params();
     long v;
     double d;
@@ -33,12 +34,15 @@ int cmd_serve(int argc, char **argv) {
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: %s\n\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
-                   "GET /metrics, GET /stats and the web chat UI at /. Loopback only unless --host says otherwise.\n",
+                   "GET /metrics, GET /stats and the web chat UI at /. Loopback only unless --host says otherwise.\n"
+                   "-m takes a file or a library name; /v1/models lists the library, and a request's \"model\"\n"
+                   "loads that model (one at a time; an unknown name is a 404).\n",
                    USAGE);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VAL();
-            model = val;
+            if (!(model = cli_model_arg(cmd, val))) return 1;
+            model_arg = val;
         } else if (!strcmp(a, "--host")) {
             NEED_VAL();
             p.host = val;
@@ -99,13 +103,27 @@ int cmd_serve(int argc, char **argv) {
     pb_model *m = NULL;
     pb_status s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);
-    if (!ctx_given) { /* default: 2048 or the model's training context, whichever is smaller */
-        pb_model_info info;
-        if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < p.n_ctx)
-            p.n_ctx = info.n_ctx_train;
-    }
+    p.ctx_auto = !ctx_given; /* default: 2048 or each model's training context, whichever is smaller */
+    /* the model library: requests may name any of its models ("model"); the one started with comes first */
+    lib_entry e;
     const char *base = strrchr(model, '/');
-    p.model_id = base ? base + 1 : model;
+    p.model_id = model_arg && lib_get(model_arg, &e) && strcmp(e.file, model) == 0 ? model_arg
+                 : base                                                            ? base + 1
+                                                                                   : model;
+    int n_lib = 0;
+    lib_entry *lib = lib_list(&n_lib);
+    pb_server_model *list = calloc((size_t)n_lib + 1, sizeof *list);
+    if (!list) {
+        free(lib);
+        pb_model_close(m);
+        cli_err(cmd, "out of memory");
+        return 1;
+    }
+    list[0] = (pb_server_model){p.model_id, model};
+    p.n_models = 1;
+    for (int i = 0; i < n_lib; i++)
+        if (strcmp(lib[i].name, p.model_id) != 0) list[p.n_models++] = (pb_server_model){lib[i].name, lib[i].file};
+    p.models = list;
     if ((db || faq)) {
         if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) {
             cli_err(cmd, "cannot use the knowledge base / FAQ database (--db/--faq)");
@@ -123,13 +141,16 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
     pb_server *srv = NULL;
     s = pb_server_start(m, &p, &srv);
+    free(list); /* the server copied the names and paths */
+    free(lib);
     if (s != PB_OK) {
         pb_model_close(m);
         return cli_fail(cmd, s, "cannot start the server");
     }
     signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "pocketbrain serve: listening on http://%s:%d/ (model %s, %d slot%s)\n", p.host,
-            pb_server_port(srv), p.model_id, p.n_parallel, p.n_parallel == 1 ? "" : "s");
+    fprintf(stderr, "pocketbrain serve: listening on http://%s:%d/ (model %s, %d slot%s, %d more in the library %s)\n",
+            p.host, pb_server_port(srv), p.model_id, p.n_parallel, p.n_parallel == 1 ? "" : "s", p.n_models - 1,
+            lib_dir());
     printf("listening %d\n", pb_server_port(srv));
     fflush(stdout);
     int sig = 0;

@@ -549,7 +549,6 @@ int fetch_file(const fetch_opts *o, fetch_result *r, char *err, size_t cap) {
                     continue;
                 }
                 snprintf(err, cap, "sha256 mismatch: the download is %s, %s says %s; discarded", r->sha256, by, want);
-                ftruncate(x.fd, 0);
                 unlink(o->part);
                 unlink(o->state);
                 break;

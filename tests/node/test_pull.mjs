@@ -290,6 +290,18 @@ for (const ignoreIfRange of [false, true]) {
   check(r.code === 1 && /not in the catalog/.test(r.err), 'unknown catalog name');
   r = await run(['pull', URL_(), '--name', '../evil'], e);
   check(r.code === 2 && /not a usable library name/.test(r.err), '--name with a path is refused');
+  r = await run(['info', 'gemma-3-1b-it:q8_0'], e);
+  check(r.code === 0 && /architecture:\s+gemma2/.test(r.out), 'info NAME reads the library model');
+  // a well-formed GGUF of an architecture this build does not run: kept, listed, with a warning
+  const alien = Buffer.from(model);
+  const head = alien.subarray(0, 1 << 20);
+  let at = 0, n = 0;
+  while ((at = head.indexOf('gemma2', at)) >= 0) { head.write('gemma9', at); at += 6; n++; }
+  srv.reset({ file: alien });
+  r = await run(['pull', URL_(), '--name', 'alien'], e);
+  chk(n > 0 && r.code === 0 && /cannot run it yet/.test(r.err) && good(lib, 'alien', alien), `unsupported architecture: kept with a warning (${n} keys renamed)`, r);
+  r = await run(['models'], e);
+  check(/alien\s+alien\.gguf\s+[\d.]+ MiB\s+gemma9/.test(r.out), 'models shows its architecture');
   r = await run(['pull', '--list'], e);
   check(r.code === 0 && /gemma-2-2b-it:q4_k_m \*/.test(r.out) && /gemma-4-e2b-it/.test(r.out), 'pull --list prints the catalog');
 }

@@ -180,7 +180,8 @@ static void progress(xfer *x, bool final) {
         fprintf(stderr, "\r%s [", x->o->label);
         for (int i = 0; i < w; i++) fputc(i < fill ? '#' : '.', stderr);
         if (pct >= 0)
-            fprintf(stderr, "] %3d%%  %s / %s  %s/s  ETA %dm%02ds ", pct, a, b, r, (int)eta / 60, (int)eta % 60);
+            fprintf(stderr, "] %3d%%  %s / %s  %s/s  ETA %dm%02ds ", pct, a, b, r, (int)(eta + 0.5) / 60,
+                    (int)(eta + 0.5) % 60);
         else
             fprintf(stderr, "] %s  %s/s ", a, r);
         if (final) fputc('\n', stderr);

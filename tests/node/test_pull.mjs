@@ -306,6 +306,24 @@ for (const ignoreIfRange of [false, true]) {
   check(r.code === 0 && /gemma-2-2b-it:q4_k_m \*/.test(r.out) && /gemma-4-e2b-it/.test(r.out), 'pull --list prints the catalog');
 }
 
+// 14. on a terminal: a progress bar redrawn in place with bytes, rate and ETA (script(1) gives it a pty)
+{
+  srv.reset({ file: model, throttle: { chunk: 1 << 20, ms: 60 } });
+  const { env: e, lib } = env();
+  const q = (x) => `'${x.replace(/'/g, "'\\''")}'`;
+  // asynchronous: the server answers from this process's event loop
+  const r = await new Promise((resolve) => {
+    const p = spawn('script', ['-qfec', `${q(path.resolve(bin()))} pull ${q(URL_())} --name t`, '/dev/null'], { env: e });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.on('error', (error) => resolve({ error }));
+    p.on('exit', (status) => resolve({ status, stdout: out }));
+  });
+  const frames = (r.stdout || '').split('\r').filter((f) => /\] +\d+%  [\d.]+ MiB \/ 16\.4 MiB  [\d.]+ MiB\/s  ETA \d+m\d\ds/.test(f));
+  if (r.error) check(process.env.CI !== 'true', `progress bar case needs script(1): ${r.error.message} # SKIP outside CI`);
+  else chk(r.status === 0 && frames.length >= 2 && good(lib, 't'), `terminal progress: ${frames.length} frames like ${JSON.stringify(frames[0])}`, { err: r.stdout || '' });
+}
+
 await srv.close();
 fs.rmSync(tmp, { recursive: true, force: true });
 note(`model ${pickModel()} (${size} bytes)`);

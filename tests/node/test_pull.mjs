@@ -218,7 +218,15 @@ for (const ignoreIfRange of [false, true]) {
 {
   srv.reset({ file: model, throttle: { chunk: 1 << 20, ms: 30 } });
   const { env: e, lib } = env();
+  let rmDuring = null;
+  const rmLater = new Promise((resolve) => {
+    const t = setInterval(async () => {
+      if (srv.sent > 0) { clearInterval(t); rmDuring = await run(['rm', 'm'], e); resolve(); }
+    }, 10);
+  });
   const [a, b] = await Promise.all([run(['pull', URL_(), '--name', 'm'], e), run(['pull', URL_(), '--name', 'm'], e)]);
+  await rmLater;
+  check(rmDuring && rmDuring.code === 1 && /being pulled right now/.test(rmDuring.err), `rm during the pull is refused (${rmDuring && rmDuring.err.trim()})`);
   const waited = [a, b].filter((r) => /another pull of m is running; waiting/.test(r.err)).length;
   check(a.code === 0 && b.code === 0 && waited === 1, `concurrent pulls: both succeed, one waited (exit ${a.code}/${b.code})`);
   check(good(lib, 'm') && srv.fileRequests === 1 && srv.sent === size, `one good file, downloaded once (${srv.fileRequests} requests)`);

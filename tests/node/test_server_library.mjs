@@ -8,6 +8,7 @@ import { check, done, note, peerModel, pickModel, startServer, stopServer } from
 const lib = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib-'));
 fs.symlinkSync(path.resolve(pickModel()), path.join(lib, 'alpha.gguf'));
 fs.symlinkSync(path.resolve(peerModel()), path.join(lib, 'beta.gguf'));
+fs.writeFileSync(path.join(lib, 'broken.gguf'), 'GGUF but not really a model');
 check(fs.existsSync(peerModel()), `peer model fixture ${peerModel()}`);
 
 const srv = await startServer(['--max-tokens', '64'], { PB_MODELS: lib }, 'alpha');
@@ -18,9 +19,9 @@ const ask = (model, n = 4) => post({ ...(model === undefined ? {} : { model }), 
 const listed = async () => (await (await fetch(srv.url + '/v1/models')).json()).data;
 
 try {
-  check(/model alpha, 1 slot, 1 more in the library/.test(srv.stderr()), `serve -m NAME names the library model: ${srv.stderr().trim()}`);
+  check(/model alpha, 1 slot, 2 more in the library/.test(srv.stderr()), `serve -m NAME names the library model: ${srv.stderr().trim()}`);
   let d = await listed();
-  check(d.map((m) => m.id).join(',') === 'alpha,beta' && d[0].loaded && !d[1].loaded, `/v1/models lists the library, alpha loaded (${JSON.stringify(d.map((m) => [m.id, m.loaded]))})`);
+  check(d.map((m) => m.id).join(',') === 'alpha,beta,broken' && d[0].loaded && !d[1].loaded, `/v1/models lists the library, alpha loaded (${JSON.stringify(d.map((m) => [m.id, m.loaded]))})`);
 
   let r = await ask('alpha');
   let j = await r.json();
@@ -39,6 +40,14 @@ try {
   j = await r.json();
   check(r.status === 404 && j.error.code === 'model_not_found' && j.error.param === 'model' && /GET \/v1\/models/.test(j.error.message),
     `unknown model -> 404 model_not_found, nothing served (${r.status} ${j.error && j.error.message})`);
+  r = await ask('broken');
+  j = await r.json();
+  check(r.status === 500 && j.error.code === 'model_load_failed' && /cannot load model 'broken'/.test(j.error.message),
+    `a library model that fails to load -> 500 naming it (${j.error && j.error.message})`);
+  d = await listed();
+  r = await ask(undefined);
+  j = await r.json();
+  check(d[1].loaded && r.status === 200 && j.model === 'beta', 'after the failed load the previous model is loaded again and serves');
   r = await post({ model: 7, messages: [{ role: 'user', content: 'hi' }] });
   check(r.status === 400, `"model": 7 -> 400 (${r.status})`);
 

@@ -3,6 +3,7 @@
 #include "library.h"
 #include "server/server.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, 
     __attribute__((weak));
 
 int cmd_serve(int argc, char **argv) {
-    const char *cmd = "serve", *model = NULL, *model_arg = NULL, *db = NULL, *faq = NULL;
+    const char *cmd = "serve", *model = NULL, *db = NULL, *faq = NULL;
     pb_server_params p = pb_server_default_params();
     long v;
     double d;
@@ -42,7 +43,6 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VAL();
             if (!(model = cli_model_arg(cmd, val))) return 1;
-            model_arg = val;
         } else if (!strcmp(a, "--host")) {
             NEED_VAL();
             p.host = val;
@@ -105,13 +105,20 @@ int cmd_serve(int argc, char **argv) {
     if (s != PB_OK) return cli_fail(cmd, s, model);
     p.ctx_auto = !ctx_given; /* default: 2048 or each model's training context, whichever is smaller */
     /* the model library: requests may name any of its models ("model"); the one started with comes first */
-    lib_entry e;
+    /* the model started with is named as in the library when it is a library file, else by its file name */
+    static char id[LIB_NAME_MAX + 1];
     const char *base = strrchr(model, '/');
-    p.model_id = model_arg && lib_get(model_arg, &e) && strcmp(e.file, model) == 0 ? model_arg
-                 : base                                                            ? base + 1
-                                                                                   : model;
+    snprintf(id, sizeof id, "%s", base ? base + 1 : model);
     int n_lib = 0;
     lib_entry *lib = lib_list(&n_lib);
+    char real[PATH_MAX], li[PATH_MAX];
+    if (!realpath(model, real)) snprintf(real, sizeof real, "%s", model);
+    for (int i = 0; i < n_lib; i++) /* same file: marked by an empty path, left out of the list below */
+        if (realpath(lib[i].file, li) && strcmp(li, real) == 0) {
+            snprintf(id, sizeof id, "%s", lib[i].name);
+            lib[i].file[0] = 0;
+        }
+    p.model_id = id;
     pb_server_model *list = calloc((size_t)n_lib + 1, sizeof *list);
     if (!list) {
         free(lib);
@@ -122,7 +129,7 @@ int cmd_serve(int argc, char **argv) {
     list[0] = (pb_server_model){p.model_id, model};
     p.n_models = 1;
     for (int i = 0; i < n_lib; i++)
-        if (strcmp(lib[i].name, p.model_id) != 0) list[p.n_models++] = (pb_server_model){lib[i].name, lib[i].file};
+        if (lib[i].file[0]) list[p.n_models++] = (pb_server_model){lib[i].name, lib[i].file};
     p.models = list;
     if ((db || faq)) {
         if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) {

@@ -75,5 +75,19 @@ try {
   check(code === 0, `serve stops cleanly (${code})`);
   fs.rmSync(lib, { recursive: true, force: true });
 }
+// serve -m PATH of a library file: named as in the library, listed once
+{
+  const lib2 = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib2-'));
+  fs.copyFileSync(pickModel(), path.join(lib2, 'gemma-2-2b-it:q4_k_m.gguf'));
+  const s2 = await startServer([], { PB_MODELS: lib2 }, 'gemma-2-2b-it'); // a catalog name: its default quantization
+  const d = (await (await fetch(s2.url + '/v1/models')).json()).data;
+  check(d.length === 1 && d[0].id === 'gemma-2-2b-it:q4_k_m' && d[0].loaded, `serve -m gemma-2-2b-it: listed once as ${JSON.stringify(d.map((m) => m.id))}`);
+  await stopServer(s2);
+  const s3 = await startServer([], { PB_MODELS: lib2 }, path.join(lib2, 'gemma-2-2b-it:q4_k_m.gguf'));
+  const d3 = (await (await fetch(s3.url + '/v1/models')).json()).data;
+  check(d3.length === 1 && d3[0].id === 'gemma-2-2b-it:q4_k_m', `serve -m PATH of a library file: ${JSON.stringify(d3.map((m) => m.id))}`);
+  await stopServer(s3);
+  fs.rmSync(lib2, { recursive: true, force: true });
+}
 note('library: alpha = ' + pickModel() + ', beta = ' + peerModel());
 done();

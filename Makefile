@@ -83,7 +83,7 @@ endif
 CORE_LIBS  := -lm -lpthread
 
 # web UI embedded at build time (web/* -> generated C array)
-WEB_FILES  := $(wildcard web/*.html web/*.js web/*.css)
+WEB_FILES  := $(wildcard web/*.html web/*.js web/*.css web/*.svg)
 WEB_C      := $(BUILD)/gen/web_assets.c
 WEB_OBJ    := $(BUILD)/gen/web_assets.o
 

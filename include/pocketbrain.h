@@ -292,6 +292,9 @@ typedef struct pb_gen_params {
 } pb_gen_params;
 
 pb_gen_params pb_gen_default_params(void); /* balanced sampler, no limit, no stop strings */
+/* Checks every field as generation will (sampler ranges, stop strings 1..256 bytes, stop tokens and bias ids
+ * against n_vocab when n_vocab > 0); PB_ERR_INVALID_ARG naming the field. For servers validating requests. */
+pb_status pb_gen_params_check(const pb_gen_params *p, int32_t n_vocab);
 
 typedef enum pb_stop_reason {
     PB_STOP_EOS = 0,          /* <eos>, <end_of_turn> or a stop token */

@@ -26,6 +26,8 @@ start() { # args...
 stop() { kill -TERM $PID; wait $PID; }
 
 start --db "$OUT/kb.sqlite" --faq "$OUT/faq.sqlite"
+curl -s "$URL/health" | grep -q '"knowledge_base":true' && echo "ok - /health tells the web UI there is a knowledge base" \
+  || echo "not ok - /health: $(curl -s "$URL/health")"
 curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"Which lighthouse did the Ptolemaic Kingdom build?"}],"use_documents":true,"max_tokens":8}' >"$OUT/r1"
 node -e '

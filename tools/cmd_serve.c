@@ -13,7 +13,57 @@
 static const char *USAGE =
     "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N] [--api-key KEY]\n"
     "                  [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after SEC]\n"
-    "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE]";
+    "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE] [--allow-host NAMES]\n"
+    "                  [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N] [--header-timeout SEC]\n"
+    "                  [--idle-timeout SEC] [--quiet]";
+
+static const char *HELP =
+    "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models (OpenAI-compatible), POST /tokenize,\n"
+    "GET /health, GET /metrics (Prometheus), GET /stats and the web chat UI at /. HEAD works where GET does.\n"
+    "\n"
+    "Model and generation:\n"
+    "  -m, --model FILE|NAME   GGUF model, a path or a library name (default: $PB_MODEL, else models/default.gguf\n"
+    "                          beside the binary). GET /v1/models lists it and the model library ($PB_MODELS);\n"
+    "                          a request's \"model\" loads that model (one at a time; an unknown name -> 404)\n"
+    "  -c, --ctx N             context per slot in tokens (default: 2048, or the model's training context if smaller)\n"
+    "  -t, --threads N         threads per slot (default: the physical cores)\n"
+    "  -np, --parallel N       slots = requests generating at once, 1..64 (default 1); each has its own context\n"
+    "  --queue N               requests waiting for a slot before 429 (default 16)\n"
+    "  --max-tokens N          the largest max_tokens a request may ask for (default 2048; 256 when it names none)\n"
+    "  --max-body BYTES        largest request body, K/M suffixes (default 1M); larger -> 413\n"
+    "  --thermal auto|off|FILE thermal governor of every slot (default off)\n"
+    "  --db KB.sqlite          knowledge base for \"use_documents\" (the UI's \"Use my documents\"; default none)\n"
+    "  --faq FAQ.sqlite        FAQ answers used when the model fails or is late (default none)\n"
+    "  --fallback-after SEC    use the FAQ answer when no token came within SEC seconds (default 0 = off)\n"
+    "\n"
+    "Network and access:\n"
+    "  --host ADDR             bind address: IPv4, IPv6 (::1) or a name such as localhost (default 127.0.0.1,\n"
+    "                          loopback only); 0.0.0.0 or :: listens on every interface\n"
+    "  --port N                TCP port, 0 = any free one (printed as 'listening PORT'; default 8080)\n"
+    "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /metrics and /stats\n"
+    "                          (default none). /health and the UI's files stay open: the UI asks for the key.\n"
+    "  --allow-host NAMES      extra Host names accepted, comma-separated, '*' = any (default none). Requests\n"
+    "                          whose Host is not an address the server listens on (or localhost on loopback)\n"
+    "                          get 403: this stops DNS rebinding, a web page reaching the server by a name.\n"
+    "  --cors ORIGINS          web origins (e.g. http://localhost:3000, '*' = any) whose pages may call the API\n"
+    "                          from a browser (default none: cross-origin browser requests get 403)\n"
+    "\n"
+    "Limits against slow or greedy clients:\n"
+    "  --max-conn N            open connections in all (default 512)\n"
+    "  --max-conn-per-client N open connections per client address (default 64); more are refused at once\n"
+    "  --header-timeout SEC    time a connection has to send a request's line and headers, counted from its\n"
+    "                          connect or its previous response (default 10); then it is closed\n"
+    "  --idle-timeout SEC      a connection silent this long is closed (default 120)\n"
+    "\n"
+    "Output:\n"
+    "  --quiet                 no request log (default: one line per request on stderr: client, method, path,\n"
+    "                          status, prompt+generated tokens, seconds)\n";
+
+/* The request log: one line per request on stderr. */
+static void log_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "pocketbrain serve: %s\n", line);
+}
 
 /* Filled by the knowledge-hub room when it is linked in (weak: the server runs without it). */
 bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, pb_server_hooks *hooks)
@@ -24,7 +74,7 @@ int cmd_serve(int argc, char **argv) {
     pb_server_params p = pb_server_default_params();
     long v;
     double d;
-    bool ctx_given = false;
+    bool ctx_given = false, quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -34,11 +84,7 @@ int cmd_serve(int argc, char **argv) {
         i++;                                                                                                           \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: %s\n\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
-                   "GET /metrics, GET /stats and the web chat UI at /. Loopback only unless --host says otherwise.\n"
-                   "-m takes a file or a library name; /v1/models lists the library, and a request's \"model\"\n"
-                   "loads that model (one at a time; an unknown name is a 404).\n",
-                   USAGE);
+            printf("usage: %s\n%s", USAGE, HELP);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VAL();
@@ -84,6 +130,30 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--thermal")) {
             NEED_VAL();
             p.thermal = val;
+        } else if (!strcmp(a, "--allow-host")) {
+            NEED_VAL();
+            p.allow_hosts = val;
+        } else if (!strcmp(a, "--cors")) {
+            NEED_VAL();
+            p.cors = val;
+        } else if (!strcmp(a, "--max-conn")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return 2;
+            p.max_connections = (int)v;
+        } else if (!strcmp(a, "--max-conn-per-client")) {
+            NEED_VAL();
+            if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return 2;
+            p.max_conn_per_client = (int)v;
+        } else if (!strcmp(a, "--header-timeout")) {
+            NEED_VAL();
+            if (!cli_parse_float(cmd, a, val, 0.1, 3600, &d)) return 2;
+            p.header_timeout = d;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            NEED_VAL();
+            if (!cli_parse_float(cmd, a, val, 1, 86400, &d)) return 2;
+            p.idle_timeout = d;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            quiet = true;
         } else if (!strcmp(a, "--db")) {
             NEED_VAL();
             db = val;
@@ -104,8 +174,8 @@ int cmd_serve(int argc, char **argv) {
     pb_status s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);
     p.ctx_auto = !ctx_given; /* default: 2048 or each model's training context, whichever is smaller */
-    /* the model library: requests may name any of its models ("model"); the one started with comes first */
-    /* the model started with is named as in the library when it is a library file, else by its file name */
+    /* the model library: requests may name any of its models ("model"); the one started with comes first,
+     * named as in the library when it is a library file, else by its file name */
     static char id[LIB_NAME_MAX + 1];
     const char *base = strrchr(model, '/');
     snprintf(id, sizeof id, "%s", base ? base + 1 : model);
@@ -134,10 +204,13 @@ int cmd_serve(int argc, char **argv) {
     if ((db || faq)) {
         if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) {
             cli_err(cmd, "cannot use the knowledge base / FAQ database (--db/--faq)");
+            free(list);
+            free(lib);
             pb_model_close(m);
             return 1;
         }
     }
+    if (!quiet) p.log = log_line;
     /* SIGINT/SIGTERM are blocked from here on, in this thread and in every thread the server starts (they
      * inherit the mask), and taken by sigwait() below: a stop request can neither slip in between a check
      * and a pause() nor land on a worker thread while this one sleeps on. */
@@ -155,9 +228,11 @@ int cmd_serve(int argc, char **argv) {
         return cli_fail(cmd, s, "cannot start the server");
     }
     signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "pocketbrain serve: listening on http://%s:%d/ (model %s, %d slot%s, %d more in the library %s)\n",
-            p.host, pb_server_port(srv), p.model_id, p.n_parallel, p.n_parallel == 1 ? "" : "s", p.n_models - 1,
-            lib_dir());
+    bool v6 = strchr(p.host, ':') && p.host[0] != '[';
+    fprintf(stderr,
+            "pocketbrain serve: listening on http://%s%s%s:%d/ (model %s, %d slot%s, %d more in the library %s)\n",
+            v6 ? "[" : "", p.host, v6 ? "]" : "", pb_server_port(srv), p.model_id, p.n_parallel,
+            p.n_parallel == 1 ? "" : "s", p.n_models - 1, lib_dir());
     printf("listening %d\n", pb_server_port(srv));
     fflush(stdout);
     int sig = 0;

@@ -95,7 +95,34 @@ function render() {
   box.textContent = '';
   const c = current();
   if (c) for (const m of c.messages) box.appendChild(messageEl(m));
+  if (!c || c.messages.length === 0) box.appendChild(emptyEl());
   box.scrollTop = box.scrollHeight;
+}
+
+// What a new user sees before the first message.
+function emptyEl() {
+  const d = document.createElement('div');
+  d.id = 'empty';
+  d.textContent = 'Ask anything below: the answer is written on this machine, offline' +
+    (server.knowledgeBase ? '. Tick "Use my documents" to answer from your knowledge base, with sources.' : '.') +
+    ' Enter sends, Shift+Enter starts a new line; Stop ends an answer early.';
+  return d;
+}
+
+// ---- what the server offers: model name, knowledge base (GET /health; the API key admits the details) ----
+let server = { model: '', knowledgeBase: false };
+async function loadServerInfo() {
+  try {
+    const r = await fetch('/health', { headers: headers() });
+    const j = await r.json();
+    server = { model: j.model || '', knowledgeBase: j.knowledge_base === true };
+  } catch (e) { /* server unreachable: keep the defaults */ }
+  $('model-name').textContent = server.model;
+  $('model-name').title = server.model ? 'model: ' + server.model : '';
+  // "Use my documents" only where there are documents
+  $('use-docs-row').hidden = !server.knowledgeBase;
+  if (!server.knowledgeBase && settings.useDocs) { settings.useDocs = false; $('use-docs').checked = false; save(); }
+  render();
 }
 
 function messageEl(m) {
@@ -122,10 +149,20 @@ function messageEl(m) {
   return div;
 }
 
+// The server's "location" already starts with the path ("docs/a.md:10-20"); the path alone only when there is none.
+// Each source is listed once, under the number the answer cites it by.
 function sourcesEl(sources) {
   const d = document.createElement('div');
   d.className = 'sources';
-  d.textContent = 'Sources: ' + sources.map((s, i) => '[' + (i + 1) + '] ' + (s.source || s.path || '') + (s.location ? ' ' + s.location : '')).join('  ');
+  const seen = new Set();
+  const items = [];
+  sources.forEach((s, i) => {
+    const label = s.location || s.source || s.path || '';
+    if (seen.has(label)) return;
+    seen.add(label);
+    items.push('[' + (s.num || i + 1) + '] ' + label);
+  });
+  d.textContent = 'Sources: ' + items.join('  ');
   return d;
 }
 
@@ -144,6 +181,8 @@ async function send(text) {
   render();
 
   const box = $('messages');
+  const empty = $('empty');
+  if (empty) empty.remove();
   const answer = { role: 'assistant', content: '' };
   const el = messageEl(answer);
   el.classList.add('thinking');
@@ -158,6 +197,7 @@ async function send(text) {
   $('status').textContent = '';
   const t0 = performance.now();
   let nTok = 0;
+  let failed = false;
   try {
     const res = await fetch('/v1/chat/completions', {
       method: 'POST',
@@ -167,7 +207,7 @@ async function send(text) {
         messages: c.messages.filter((m) => m.role !== 'error').map((m) => ({ role: m.role, content: m.content })),
         stream: true,
         preset: settings.style,
-        use_documents: settings.useDocs,
+        use_documents: server.knowledgeBase && settings.useDocs,
       }),
     });
     if (!res.ok) {
@@ -207,6 +247,7 @@ async function send(text) {
   } catch (e) {
     if (e.name === 'AbortError') $('status').textContent = 'stopped';
     else {
+      failed = true;
       $('status').textContent = '';
       const err = document.createElement('div');
       err.className = 'error';
@@ -216,7 +257,9 @@ async function send(text) {
   } finally {
     el.classList.remove('thinking');
     if (answer.content === '' && body.textContent === 'thinking…') body.textContent = '';
-    if (answer.content !== '') c.messages.push(answer);
+    // an answer cut by an error is shown with the error but not kept as the assistant's turn (it would be sent
+    // back as context and restored as if complete); a stopped answer is kept
+    if (answer.content !== '' && !failed) c.messages.push(answer);
     save();
     controller = null;
     $('stop').disabled = true;
@@ -263,9 +306,10 @@ $('style').addEventListener('change', () => { settings.style = $('style').value;
 $('use-docs').checked = !!settings.useDocs;
 $('use-docs').addEventListener('change', () => { settings.useDocs = $('use-docs').checked; save(); });
 $('api-key').value = settings.apiKey || '';
-$('api-key').addEventListener('change', () => { settings.apiKey = $('api-key').value; save(); });
+$('api-key').addEventListener('change', () => { settings.apiKey = $('api-key').value; save(); loadServerInfo(); });
 $('theme').addEventListener('click', () => { settings.theme = settings.theme === 'dark' ? 'light' : 'dark'; save(); applyTheme(); });
 
 applyTheme();
 if (!current() && convs.length) settings.current = convs[0].id;
 render();
+loadServerInfo();

@@ -21,19 +21,21 @@ const char *pb_stop_reason_name(int reason) {
     return reason >= 0 && reason <= PB_STOP_ERROR ? names[reason] : "?";
 }
 
-static pb_status check_gen(const pb_session *s, const pb_gen_params *gp) {
+pb_status pb_gen_params_check(const pb_gen_params *gp, int32_t n_vocab) {
     if (!gp) return pb_error(PB_ERR_INVALID_ARG, "generate: params is NULL");
     if (gp->max_tokens < 0) return pb_error(PB_ERR_INVALID_ARG, "generate: max_tokens %d is negative", gp->max_tokens);
     if (gp->n_stop_tokens < 0 || (gp->n_stop_tokens > 0 && !gp->stop_tokens))
         return pb_error(PB_ERR_INVALID_ARG, "generate: n_stop_tokens %d without stop_tokens", gp->n_stop_tokens);
     for (int i = 0; i < gp->n_stop_tokens; i++)
-        if (gp->stop_tokens[i] < 0 || gp->stop_tokens[i] >= s->n_vocab)
+        if (gp->stop_tokens[i] < 0 || (n_vocab > 0 && gp->stop_tokens[i] >= n_vocab))
             return pb_error(PB_ERR_INVALID_ARG, "generate: stop token %d is outside the vocabulary",
                             (int)gp->stop_tokens[i]);
     pb_status st = pb_stopper_check(gp->stop, gp->n_stop);
     if (st != PB_OK) return st;
-    return pb_sampler_params_check(&gp->sampler, s->n_vocab);
+    return pb_sampler_params_check(&gp->sampler, n_vocab);
 }
+
+static pb_status check_gen(const pb_session *s, const pb_gen_params *gp) { return pb_gen_params_check(gp, s->n_vocab); }
 
 static bool is_end(const pb_session *s, const pb_gen_params *gp, int32_t t) {
     if (gp->stop_at_eos && t >= 0 && (t == s->eos || t == s->eot)) return true;

@@ -5,11 +5,54 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The bind address: an IPv4 or IPv6 literal, or a name ("localhost") resolved to its first address. */
+static pb_status resolve_host(const char *host, int port, struct sockaddr_storage *out) {
+    memset(out, 0, sizeof *out);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_ADDRCONFIG;
+    const char *h = host;
+    char buf[256];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']' && n - 2 < sizeof buf) { /* "[::1]" */
+        memcpy(buf, host + 1, n - 2);
+        buf[n - 2] = 0;
+        h = buf;
+    }
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int rc = getaddrinfo(h, portstr, &hints, &res);
+    if (rc == EAI_ADDRFAMILY || rc == EAI_NONAME) { /* e.g. "::1" on a host without a configured IPv6 address */
+        hints.ai_flags = AI_PASSIVE;
+        rc = getaddrinfo(h, portstr, &hints, &res);
+    }
+    if (rc != 0 || !res)
+        return pb_error(PB_ERR_INVALID_ARG, "server: --host '%s' is not an address or a known name (%s)", host,
+                        gai_strerror(rc));
+    /* a name with both families (localhost): the IPv4 one, which every client reaches */
+    struct addrinfo *pick = res;
+    for (struct addrinfo *a = res; a; a = a->ai_next)
+        if (a->ai_family == AF_INET) {
+            pick = a;
+            break;
+        }
+    if (pick->ai_addrlen > sizeof *out || (pick->ai_family != AF_INET && pick->ai_family != AF_INET6)) {
+        freeaddrinfo(res);
+        return pb_error(PB_ERR_INVALID_ARG, "server: --host '%s' has no IPv4 or IPv6 address", host);
+    }
+    memcpy(out, pick->ai_addr, pick->ai_addrlen);
+    freeaddrinfo(res);
+    return PB_OK;
+}
 
 /* ---- lifecycle ---------------------------------------------------------------------------------------- */
 
@@ -24,6 +67,10 @@ pb_server_params pb_server_default_params(void) {
     p.max_tokens_cap = 2048;
     p.n_ctx = 2048;
     p.model_id = "pocketbrain";
+    p.max_connections = 512;
+    p.max_conn_per_client = 64;
+    p.header_timeout = 10;
+    p.idle_timeout = 120;
     return p;
 }
 
@@ -42,6 +89,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
     pthread_mutex_init(&srv->m.mu, NULL);
+    pthread_mutex_init(&srv->conn_mu, NULL);
     srv->n_slots = srv->p.n_parallel;
     srv->slots = calloc((size_t)srv->n_slots, sizeof(slot));
     pb_status s = srv->slots ? pb_server_models_init(srv, m) : pb_error(PB_ERR_NOMEM, "server: out of memory");
@@ -62,24 +110,23 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         }
         started++;
     }
+    struct sockaddr_storage addr;
+    if (s == PB_OK) s = resolve_host(srv->host, srv->p.port, &addr);
+    if (s == PB_OK) s = pb_server_guard_init(srv, (struct sockaddr *)&addr);
+    if (s == PB_OK) s = pb_server_watchdog_start(srv);
     if (s == PB_OK) {
-        struct sockaddr_in addr;
-        memset(&addr, 0, sizeof addr);
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons((uint16_t)srv->p.port);
-        if (inet_pton(AF_INET, srv->host, &addr.sin_addr) != 1) {
-            s = pb_error(PB_ERR_INVALID_ARG, "server: --host '%s' is not an IPv4 address", srv->host);
-        } else {
-            srv->daemon =
-                MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                 (uint16_t)srv->p.port, NULL, NULL, pb_server_on_request, srv, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, pb_server_on_completed, srv,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)512, MHD_OPTION_END);
-            if (!srv->daemon)
-                s = pb_error(PB_ERR_IO, "server: cannot listen on %s:%d (%s)", srv->host, srv->p.port,
-                             errno ? strerror(errno) : "address in use?");
-        }
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+        if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+        srv->daemon = MHD_start_daemon(
+            flags, (uint16_t)srv->p.port, NULL, NULL, pb_server_on_request, srv, MHD_OPTION_SOCK_ADDR,
+            (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, pb_server_on_completed, srv,
+            MHD_OPTION_NOTIFY_CONNECTION, pb_server_on_connection, srv, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)(srv->p.idle_timeout > 0 ? srv->p.idle_timeout : 0), MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(srv->p.max_connections > 0 ? srv->p.max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned)(srv->p.max_conn_per_client > 0 ? srv->p.max_conn_per_client : 0), MHD_OPTION_END);
+        if (!srv->daemon)
+            s = pb_error(PB_ERR_IO, "server: cannot listen on %s port %d (%s)", srv->host, srv->p.port,
+                         errno ? strerror(errno) : "address in use?");
     }
     if (s != PB_OK) {
         pthread_mutex_lock(&srv->mu);
@@ -88,6 +135,9 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         pthread_mutex_unlock(&srv->mu);
         for (int i = 0; i < started; i++) pthread_join(srv->slots[i].thread, NULL);
         for (int i = 0; srv->slots && i < srv->n_slots; i++) pb_session_free(srv->slots[i].session);
+        pb_server_watchdog_stop(srv);
+        pb_server_guard_deinit(srv);
+        pthread_mutex_destroy(&srv->conn_mu);
         pb_server_models_free(srv);
         free(srv->slots);
         free(srv->host);
@@ -114,6 +164,7 @@ void pb_server_stop(pb_server *srv) {
         job *next = j->next;
         pthread_mutex_lock(&j->mu);
         j->cancelled = true;
+        j->shut_down = true; /* a waiting non-stream request answers 503, as a stream gets its error event */
         j->status = PB_ERR_CANCELLED;
         if (j->stream) {
             cJSON *e = cJSON_CreateObject();
@@ -148,6 +199,9 @@ void pb_server_stop(pb_server *srv) {
         }
         MHD_stop_daemon(srv->daemon);
     }
+    pb_server_watchdog_stop(srv);
+    pb_server_guard_deinit(srv);
+    pthread_mutex_destroy(&srv->conn_mu);
     for (int i = 0; i < srv->n_slots; i++) pb_session_free(srv->slots[i].session);
     pb_server_models_free(srv);
     pthread_mutex_destroy(&srv->mu);

@@ -24,11 +24,11 @@ typedef struct pb_server_model {
 } pb_server_model;
 
 typedef struct pb_server_params {
-    const char *host;      /* bind address; default "127.0.0.1" (loopback only) */
+    const char *host;      /* bind address: IPv4, IPv6 or a name such as "localhost"; default "127.0.0.1" */
     int port;              /* default 8080; 0 = any free port (see pb_server_port) */
     int n_parallel;        /* slots = sessions generating at once (default 1) */
     int queue_max;         /* requests waiting beyond the slots before 429 (default 16) */
-    const char *api_key;   /* when set, "Authorization: Bearer KEY" is required on /v1/ routes */
+    const char *api_key;   /* when set, "Authorization: Bearer KEY" is required on /v1/, /tokenize, /metrics, /stats */
     size_t max_body;       /* bytes of a request body (default 1 MiB) */
     int max_tokens_cap;    /* upper bound for max_tokens (default 2048) */
     int n_ctx;             /* context per slot (default 2048) */
@@ -43,6 +43,21 @@ typedef struct pb_server_params {
      * n_models 0 the list is just model_id. The strings are copied. */
     const pb_server_model *models;
     int n_models;
+    /* Who may talk to the server. Requests whose Host header is not an address the server listens on (or
+     * "localhost" when it listens on loopback) are refused with 403, so a web page cannot reach it through DNS
+     * rebinding; allow_hosts adds names (comma-separated, "*" = any). Browser cross-origin requests (an Origin
+     * other than the server's own, or Sec-Fetch-Site cross-site) are refused unless cors names that origin
+     * (comma-separated, "*" = any), which then also gets the CORS response headers. */
+    const char *allow_hosts;
+    const char *cors;
+    int max_connections;     /* open connections in all (default 512) */
+    int max_conn_per_client; /* open connections per client address (default 64) */
+    double header_timeout;   /* seconds a connection may take to send a request's line and headers, counted from
+                                its connect or the previous response (default 10) */
+    double idle_timeout;     /* seconds without a byte before a connection is closed (default 120) */
+    /* One line per request (method, path, status, tokens, time), e.g. to stderr; NULL = no log. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
     pb_server_hooks hooks;
 } pb_server_params;
 

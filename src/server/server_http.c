@@ -3,6 +3,8 @@
 #include "base/base.h"
 #include "server/server_internal.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,7 @@ enum MHD_Result pb_server_send_text(pb_server *srv, struct MHD_Connection *c, un
         MHD_create_response_from_buffer(len, (void *)text, copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    pb_server_guard_headers(srv, c, r);
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     pb_server_count_response(srv, code);
@@ -69,16 +71,67 @@ static bool auth_ok(pb_server *srv, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* 405 with the Allow header the client needs. */
+static enum MHD_Result send_405(pb_server *srv, struct MHD_Connection *c, const char *allow, const char *method,
+                                const char *url) {
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "{\"error\":{\"message\":\"%.10s is not allowed on this route; use %s\","
+             "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"method_not_allowed\"}}",
+             method, allow);
+    (void)url;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(msg), msg, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Allow", allow);
+    pb_server_guard_headers(srv, c, r);
+    enum MHD_Result ret = MHD_queue_response(c, 405, r);
+    MHD_destroy_response(r);
+    pb_server_count_response(srv, 405);
+    return ret;
+}
+
+/* 204 for an allowed CORS preflight (the guard already refused origins --cors does not name). */
+static enum MHD_Result send_preflight(pb_server *srv, struct MHD_Connection *c, const char *allow) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", allow);
+    pb_server_guard_headers(srv, c, r);
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    pb_server_count_response(srv, 204);
+    return ret;
+}
+
+/* GET /health: {"status"}; with the model name and whether a knowledge base is there for a caller the API key
+ * admits (the web UI shows both). */
+static enum MHD_Result route_health(pb_server *srv, struct MHD_Connection *c, bool authed) {
+    pthread_mutex_lock(&srv->mu);
+    bool stopping = srv->stopping;
+    pthread_mutex_unlock(&srv->mu);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", stopping ? "stopping" : "ok");
+    if (authed) {
+        cJSON_AddStringToObject(o, "model", srv->model_id);
+        cJSON_AddBoolToObject(o, "knowledge_base", srv->p.hooks.kb_prompt != NULL);
+    }
+    return pb_server_send_json(srv, c, stopping ? 503 : 200, o);
+}
+
 enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                      const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     pb_server *srv = cls;
     request *rq = *con_cls;
-    if (!rq) {
+    if (!rq) { /* the headers are complete */
         rq = calloc(1, sizeof *rq);
         if (!rq) return MHD_NO;
         *con_cls = rq;
+        rq->t_start = pb_time_ms();
+        snprintf(rq->method, sizeof rq->method, "%s", method);
+        snprintf(rq->path, sizeof rq->path, "%s", url);
         atomic_fetch_add(&srv->n_in_flight, 1);
+        pb_server_conn_busy(srv, c);
         return MHD_YES;
     }
     if (*upload_size > 0) { /* body chunk */
@@ -105,47 +158,86 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
         *upload_size = 0;
         return MHD_YES;
     }
-    bool is_get = strcmp(method, "GET") == 0, is_post = strcmp(method, "POST") == 0;
+    char why[400];
+    unsigned refused = pb_server_guard_check(srv, c, why, sizeof why);
+    if (refused) return pb_server_send_error(srv, c, refused, "invalid_request_error", NULL, "forbidden", "%s", why);
+    /* HEAD is GET without the body (MHD drops it) */
+    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, is_post = strcmp(method, "POST") == 0;
+    bool is_options = strcmp(method, "OPTIONS") == 0;
     if (rq->too_large)
         return pb_server_send_error(srv, c, 413, "invalid_request_error", NULL, "request_too_large",
                                     "request body is larger than %zu bytes", srv->p.max_body);
-    bool api = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/tokenize") == 0;
-    if (api && !auth_ok(srv, c))
+    bool post_route = strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
+                      strcmp(url, "/tokenize") == 0;
+    if (is_options) return send_preflight(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    bool authed = auth_ok(srv, c);
+    /* /metrics and /stats tell what is asked and how busy the server is: behind the key like the API */
+    bool keyed = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/tokenize") == 0 || strcmp(url, "/metrics") == 0 ||
+                 strcmp(url, "/stats") == 0;
+    if (keyed && !authed)
         return pb_server_send_error(srv, c, 401, "invalid_request_error", NULL, "invalid_api_key",
                                     "missing or wrong API key (send 'Authorization: Bearer KEY')");
-    if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
-        strcmp(url, "/tokenize") == 0) {
-        if (!is_post)
-            return pb_server_send_error(srv, c, 405, "invalid_request_error", NULL, "method_not_allowed",
-                                        "%s needs POST", url);
+    if (post_route) {
+        if (!is_post) return send_405(srv, c, "POST, OPTIONS", method, url);
         if (strcmp(url, "/tokenize") == 0) return pb_server_route_tokenize(srv, c, rq);
         return pb_server_route_generate(srv, c, rq,
                                         strcmp(url, "/v1/chat/completions") == 0 ? JOB_CHAT : JOB_COMPLETION);
     }
-    if (!is_get)
-        return pb_server_send_error(srv, c, strncmp(url, "/v1/", 4) == 0 ? 404 : 405, "invalid_request_error", NULL,
-                                    "not_found", "no route for %.10s %.200s", method, url);
-    if (strcmp(url, "/v1/models") == 0) return pb_server_route_models(srv, c);
-    if (strcmp(url, "/health") == 0) {
-        pthread_mutex_lock(&srv->mu);
-        bool stopping = srv->stopping;
-        pthread_mutex_unlock(&srv->mu);
-        const char *body = stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}";
-        return pb_server_send_text(srv, c, stopping ? 503 : 200, "application/json", body, strlen(body), false);
+    if (!is_get) {
+        if (strncmp(url, "/v1/", 4) == 0 && strcmp(url, "/v1/models") != 0)
+            return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
+                                        "no route for %.10s %.200s", method, url);
+        return send_405(srv, c, "GET, HEAD, OPTIONS", method, url);
     }
+    if (strcmp(url, "/v1/models") == 0) return pb_server_route_models(srv, c);
+    if (strcmp(url, "/health") == 0) return route_health(srv, c, authed);
     if (strcmp(url, "/metrics") == 0) return pb_server_route_metrics(srv, c);
     if (strcmp(url, "/stats") == 0) return pb_server_route_stats(srv, c);
     return pb_server_route_static(srv, c, url);
 }
 
+/* "127.0.0.1 POST /v1/chat/completions 200 12+16 tokens 0.532 s" */
+static void log_request(pb_server *srv, struct MHD_Connection *c, request *rq) {
+    char addr[64] = "?";
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof addr);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
+    }
+    const union MHD_ConnectionInfo *si = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+    unsigned status = si ? si->http_status : 0;
+    char tokens[64] = "";
+    if (rq->job) {
+        pthread_mutex_lock(&rq->job->mu);
+        snprintf(tokens, sizeof tokens, " %lld+%lld tokens", (long long)rq->job->n_prompt,
+                 (long long)rq->job->stats.n_generated);
+        pthread_mutex_unlock(&rq->job->mu);
+    }
+    /* the path as sent, made printable: a log line never carries control bytes */
+    char path[sizeof rq->path];
+    size_t k = 0;
+    for (const char *p = rq->path; *p && k + 1 < sizeof path; p++)
+        path[k++] = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+    path[k] = 0;
+    char line[512];
+    snprintf(line, sizeof line, "%s %s %s %u%s %.3f s", addr, rq->method, path, status, tokens,
+             (pb_time_ms() - rq->t_start) / 1000.0);
+    srv->p.log(srv->p.log_user, line);
+}
+
 void pb_server_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     pb_server *srv = cls;
-    (void)c;
     (void)toe;
     request *rq = *con_cls;
     if (!rq) return;
+    if (srv->p.log) log_request(srv, c, rq);
+    if (rq->job) pb_server_job_release(rq->job);
     free(rq->body);
     free(rq);
     *con_cls = NULL;
+    pb_server_conn_idle(srv, c);
     atomic_fetch_sub(&srv->n_in_flight, 1);
 }

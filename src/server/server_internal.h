@@ -1,7 +1,9 @@
 /* server_internal.h -- the server room's shared types (jobs, slots, the server) and the functions its files call
  * across each other. Not installed; nothing outside src/server includes it. One job per file:
  *   server.c          lifecycle: start (slots, daemon), stop, defaults
- *   server_http.c     transport: the MHD callbacks, routing, auth, response helpers
+ *   server_http.c     transport: the MHD callbacks, routing, auth, response helpers, the request log
+ *   server_guard.c    who may talk to us: Host / Origin checks (DNS rebinding, CORS), connection limits and the
+ *                     header deadline, noticing a client that went away
  *   server_slots.c    jobs, the bounded queue, slot workers, cancellation, the FAQ fallback
  *   server_openai.c   OpenAI JSON: request parsing + validation, the generate/tokenize/models routes
  *   server_sse.c      server-sent events: stream chunks, the stream reader
@@ -58,7 +60,13 @@ typedef struct job {
     char id[48];
     long long created;
     char *sources_json; /* knowledge-base citations, or NULL */
-    char *question;     /* last user message, for the FAQ fallback */
+    /* the prompt as parsed, tokenized only once the job holds a queue place (pb_server_queue_reserve) */
+    pb_chat_msg *msgs; /* chat: n_msgs messages; contents point into texts */
+    char **texts;
+    int n_msgs, last_user;
+    char *text; /* completion: the prompt text */
+    bool use_documents;
+    char *question; /* last user message, for the FAQ fallback */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -66,6 +74,7 @@ typedef struct job {
     size_t out_len, out_cap, out_sent;
     int64_t n_pieces;
     bool started, done, cancelled, fell_back;
+    bool shut_down; /* dropped from the queue by pb_server_stop */
     pb_status status;
     char err[512];
     pb_gen_stats stats;
@@ -86,6 +95,13 @@ struct slot {
     bool busy;
 };
 
+/* One TCP connection (MHD's socket context): its fd and when its request headers must be complete. */
+typedef struct conn {
+    int fd;
+    double deadline; /* ms (pb_time_ms); 0 = none (a request is being served) */
+    struct conn *prev, *next;
+} conn;
+
 struct pb_server {
     pb_model *model;
     const pb_vocab *vocab;
@@ -99,6 +115,7 @@ struct pb_server {
     pthread_cond_t cv;  /* slots wait here */
     job *queue_head, *queue_tail;
     int n_queued;
+    int n_reserved; /* queue places held by requests still building their prompt */
     bool stopping;
     metrics m;
     atomic_ullong id_counter;
@@ -116,6 +133,20 @@ struct pb_server {
     int model_users;   /* jobs (and /tokenize calls) using the loaded model */
     int model_waiting; /* requests waiting for another model: new users of this one wait behind them */
     bool switching, models_closed;
+
+    /* server_guard.c */
+    char **allow_hosts; /* extra Host names (--allow-host), lower case */
+    int n_allow_hosts;
+    bool allow_any_host; /* --allow-host '*' */
+    char *cors;          /* --cors ORIGIN (or "*"), NULL = same-origin only */
+    unsigned char bound_addr[16];
+    int bound_family; /* AF_INET / AF_INET6 */
+    bool bound_any;   /* 0.0.0.0 or :: */
+    pthread_mutex_t conn_mu;
+    conn *conns;
+    pthread_t watchdog;
+    bool watchdog_started;
+    atomic_bool watchdog_stop;
 };
 
 /* One HTTP request's state between MHD callbacks (the body as it arrives). */
@@ -124,6 +155,10 @@ typedef struct request {
     size_t len, cap;
     bool too_large;
     bool responded;
+    double t_start;  /* ms, for the request log */
+    char method[12]; /* for the request log */
+    char path[160];
+    job *job; /* the generation this request ran (a reference), for the log's token counts */
 } request;
 
 /* ---- server_slots.c ----------------------------------------------------------------------------- */
@@ -136,8 +171,14 @@ void pb_server_job_release(job *j);
 bool pb_server_job_append(job *j, const char *s, size_t n);
 /* Marks the job cancelled and stops its generation if one runs. Takes srv->mu and j->mu. */
 void pb_server_job_cancel(job *j);
-/* Queues the job for a slot (the worker takes its own reference). Returns 0, or the HTTP status to refuse with:
- * 503 when the server is stopping, 429 when every slot is busy and the queue is full. */
+/* Takes a queue place before a request's prompt is built and tokenized, so that work and its memory are bounded by
+ * slots + queue, not by connections. Returns 0, or the HTTP status to refuse with: 503 when the server is stopping,
+ * 429 when every slot is busy and the queue (with the places taken) is full. */
+unsigned pb_server_queue_reserve(pb_server *srv);
+/* Gives back a place taken by pb_server_queue_reserve that will not be used. */
+void pb_server_queue_unreserve(pb_server *srv);
+/* Queues the job on the place it reserved (the worker takes its own reference). 0, or 503 when the server stopped
+ * meanwhile (the place is given back). */
 unsigned pb_server_queue_push(pb_server *srv, job *j);
 /* Applies the FAQ fallback when no token came within fallback_after seconds, else waits up to ms for the job to
  * make progress. Caller holds j->mu and loops. */
@@ -156,6 +197,8 @@ void pb_server_sse_event(job *j, cJSON *obj);
 /* A chunk object: chat delta (with the role when role is set) or completion text; finish NULL = null. */
 cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *content, size_t len, bool role,
                            const char *finish);
+/* The stream_options.include_usage chunk: empty choices and the usage. */
+cJSON *pb_server_sse_usage_chunk(const job *j, const char *model_id);
 /* Queues the 200 event-stream response of a queued job; takes over the caller's job reference. */
 enum MHD_Result pb_server_sse_respond(pb_server *srv, struct MHD_Connection *c, job *j);
 
@@ -198,6 +241,27 @@ enum MHD_Result pb_server_route_stats(pb_server *srv, struct MHD_Connection *c);
 
 /* GET of a web UI asset ("/" is index.html); 404 JSON for anything else. */
 enum MHD_Result pb_server_route_static(pb_server *srv, struct MHD_Connection *c, const char *url);
+
+/* ---- server_guard.c ----------------------------------------------------------------------------- */
+
+/* Reads --allow-host / --cors / the bound address into the server. PB_ERR_INVALID_ARG for a bad list. */
+pb_status pb_server_guard_init(pb_server *srv, const struct sockaddr *bound);
+void pb_server_guard_deinit(pb_server *srv);
+/* 0 when the request's Host and Origin are acceptable, else 403 with the reason in msg. */
+unsigned pb_server_guard_check(pb_server *srv, struct MHD_Connection *c, char *msg, size_t cap);
+/* Headers every response carries: nosniff, and the CORS headers when the request's Origin is allowed by --cors. */
+void pb_server_guard_headers(pb_server *srv, struct MHD_Connection *c, struct MHD_Response *r);
+/* MHD's connection notice: tracks each connection for the header deadline. */
+void pb_server_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe);
+/* The request's headers arrived (deadline off) / the response is done (the next request's deadline starts). */
+void pb_server_conn_busy(pb_server *srv, struct MHD_Connection *c);
+void pb_server_conn_idle(pb_server *srv, struct MHD_Connection *c);
+/* Starts / stops the thread that closes connections past their header deadline. */
+pb_status pb_server_watchdog_start(pb_server *srv);
+void pb_server_watchdog_stop(pb_server *srv);
+/* True when the client closed its side of the connection (checked without reading its bytes). */
+bool pb_server_client_gone(struct MHD_Connection *c);
 
 /* ---- server_http.c ------------------------------------------------------------------------------ */
 

@@ -2,6 +2,7 @@
  * /tokenize, /v1/models. Queueing is server_slots.c's, streaming server_sse.c's. */
 #include "base/base.h"
 #include "server/server_internal.h"
+#include "tokenizer/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ typedef struct parse_err {
     char msg[512];
     const char *param;
     const char *code;
+    unsigned status; /* 0 = 400 */
 } parse_err;
 
 static bool perr(parse_err *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -40,6 +42,30 @@ static bool perr(parse_err *e, const char *param, const char *fmt, ...) {
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     e->param = param;
+    return false;
+}
+
+/* Finds the first string (value or key) in the tree that is not valid UTF-8 and writes its path ("messages[0].content")
+ * into path. False when every string is valid. */
+static bool bad_utf8(const cJSON *node, char *path, size_t cap, size_t len) {
+    for (const cJSON *c = node->child; c; c = c->next) {
+        size_t n = len;
+        if (cJSON_IsArray(node)) {
+            int idx = 0;
+            for (const cJSON *k = node->child; k != c; k = k->next) idx++;
+            n += (size_t)snprintf(path + len, len < cap ? cap - len : 0, "[%d]", idx);
+        } else if (c->string) {
+            if (!pb_utf8_valid((const uint8_t *)c->string, strlen(c->string))) {
+                snprintf(path + len, len < cap ? cap - len : 0, "%s(a key)", len ? "." : "");
+                return true;
+            }
+            n += (size_t)snprintf(path + len, len < cap ? cap - len : 0, "%s%.60s", len ? "." : "", c->string);
+        }
+        if (n >= cap) n = cap - 1;
+        if (cJSON_IsString(c) && !pb_utf8_valid((const uint8_t *)c->valuestring, strlen(c->valuestring))) return true;
+        if ((cJSON_IsArray(c) || cJSON_IsObject(c)) && bad_utf8(c, path, cap, n)) return true;
+        path[len] = 0;
+    }
     return false;
 }
 
@@ -136,8 +162,12 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         j->stream = cJSON_IsTrue(stream);
     }
     cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-    if (so && cJSON_IsObject(so))
-        j->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+    if (so && !cJSON_IsNull(so)) {
+        cJSON *iu = cJSON_IsObject(so) ? cJSON_GetObjectItemCaseSensitive(so, "include_usage") : NULL;
+        if (!cJSON_IsObject(so) || (iu && !cJSON_IsNull(iu) && !cJSON_IsBool(iu)))
+            return perr(e, "stream_options", "'stream_options' must be an object {\"include_usage\": boolean}");
+        j->include_usage = cJSON_IsTrue(iu);
+    }
     cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         int n = cJSON_IsString(stop) ? 1 : cJSON_IsArray(stop) ? cJSON_GetArraySize(stop) : -1;
@@ -152,6 +182,15 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         }
         j->gen.stop = (const char *const *)j->stop;
         j->gen.n_stop = j->n_stop;
+    }
+    /* the engine's own rules, so a value it would refuse is a 400 now, not a failure after queueing */
+    if (pb_gen_params_check(&j->gen, pb_vocab_size(srv->vocab)) != PB_OK) {
+        static const char *const fields[] = {
+            "top_p", "min_p", "top_k", "temperature", "presence_penalty", "frequency_penalty", "stop"};
+        const char *msg = pb_last_error(), *param = NULL;
+        for (size_t k = 0; k < sizeof fields / sizeof *fields && !param; k++)
+            if (strstr(msg, fields[k])) param = fields[k];
+        return perr(e, param, "%s", msg);
     }
     return true;
 }
@@ -176,6 +215,15 @@ static bool tokenize_into(job *j, const pb_model *m, const pb_vocab *v, const pb
     return perr(e, NULL, "cannot tokenize the prompt");
 }
 
+/* The roles a message may have, as static strings (the request's JSON is freed before the prompt is built). */
+static const char *role_of(const char *r) {
+    static const char *const roles[] = {"system", "user", "assistant", "model"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(r, roles[i]) == 0) return roles[i];
+    return strcmp(r, "developer") == 0 ? "system" : NULL;
+}
+
+/* Reads the messages into the job (copies; the prompt is built and tokenized later, see build_prompt). */
 static bool parse_chat(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!msgs) return perr(e, "messages", "'messages' is required");
@@ -183,62 +231,40 @@ static bool parse_chat(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         return perr(e, "messages", "'messages' must be a non-empty array");
     int n = cJSON_GetArraySize(msgs);
     if (n > 1000) return perr(e, "messages", "too many messages (%d, at most 1000)", n);
-    pb_chat_msg *cm = calloc((size_t)n, sizeof *cm);
-    char **texts = calloc((size_t)n, sizeof *texts);
-    bool ok = cm && texts;
-    int k = 0, last_user = -1;
+    j->msgs = calloc((size_t)n, sizeof *j->msgs);
+    j->texts = calloc((size_t)n, sizeof *j->texts);
+    if (!j->msgs || !j->texts) return perr(e, NULL, "out of memory");
+    j->last_user = -1;
     cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
-        if (!ok) break;
+        int k = j->n_msgs;
         cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            ok = perr(e, "messages", "messages[%d] must be an object with a string 'role'", k);
-            break;
-        }
-        const char *r = role->valuestring;
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "model") &&
-            strcmp(r, "developer")) {
-            ok = perr(e, "messages", "messages[%d].role '%.40s' is not one of system, user, assistant", k, r);
-            break;
-        }
-        texts[k] = content_text(content);
-        if (!texts[k]) {
-            ok = perr(e, "messages", "messages[%d].content must be a string or an array of text parts", k);
-            break;
-        }
-        cm[k].role = strcmp(r, "developer") == 0 ? "system" : r;
-        cm[k].content = texts[k];
-        if (strcmp(r, "user") == 0) last_user = k;
-        k++;
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            return perr(e, "messages", "messages[%d] must be an object with a string 'role'", k);
+        const char *r = role_of(role->valuestring);
+        if (!r)
+            return perr(e, "messages", "messages[%d].role '%.40s' is not one of system, user, assistant", k,
+                        role->valuestring);
+        j->texts[k] = content_text(content);
+        if (!j->texts[k])
+            return perr(e, "messages", "messages[%d].content must be a string or an array of text parts", k);
+        j->msgs[k].role = r;
+        j->msgs[k].content = j->texts[k];
+        if (strcmp(r, "user") == 0) j->last_user = k;
+        j->n_msgs++;
     }
-    if (ok && last_user >= 0) j->question = pb_strdup(texts[last_user]);
-    /* "use my documents": ground the last user message in the knowledge base. */
+    if (j->last_user >= 0) j->question = pb_strdup(j->texts[j->last_user]);
+    /* "use my documents": ground the last user message in the knowledge base (when the prompt is built). */
     cJSON *use_docs = cJSON_GetObjectItemCaseSensitive(root, "use_documents");
-    if (ok && use_docs && !cJSON_IsNull(use_docs)) {
-        if (!cJSON_IsBool(use_docs))
-            ok = perr(e, "use_documents", "'use_documents' must be a boolean");
-        else if (cJSON_IsTrue(use_docs)) {
-            char *prompt = NULL, *sources = NULL;
-            if (last_user < 0)
-                ok = perr(e, "messages", "'use_documents' needs a user message");
-            else if (!srv->p.hooks.kb_prompt ||
-                     !srv->p.hooks.kb_prompt(srv->p.hooks.kb_user, texts[last_user], &prompt, &sources)) {
-                ok = perr(e, "use_documents", "no knowledge base is configured on this server (serve --db KB)");
-            } else {
-                free(texts[last_user]);
-                texts[last_user] = prompt;
-                cm[last_user].content = prompt;
-                j->sources_json = sources;
-            }
-        }
+    if (use_docs && !cJSON_IsNull(use_docs)) {
+        if (!cJSON_IsBool(use_docs)) return perr(e, "use_documents", "'use_documents' must be a boolean");
+        j->use_documents = cJSON_IsTrue(use_docs);
+        if (j->use_documents && j->last_user < 0) return perr(e, "messages", "'use_documents' needs a user message");
+        if (j->use_documents && !srv->p.hooks.kb_prompt)
+            return perr(e, "use_documents", "no knowledge base is configured on this server (serve --db KB)");
     }
-    if (ok) ok = parse_gen(srv, root, j, e);
-    if (ok) ok = tokenize_into(j, srv->model, srv->vocab, cm, k, NULL, e);
-    for (int i = 0; texts && i < n; i++) free(texts[i]);
-    free(texts);
-    free(cm);
-    return ok;
+    return parse_gen(srv, root, j, e);
 }
 
 static bool parse_completion(pb_server *srv, cJSON *root, job *j, parse_err *e) {
@@ -247,15 +273,51 @@ static bool parse_completion(pb_server *srv, cJSON *root, job *j, parse_err *e) 
     if (!cJSON_IsString(prompt)) return perr(e, "prompt", "'prompt' must be a string");
     if (!parse_gen(srv, root, j, e)) return false;
     j->question = pb_strdup(prompt->valuestring);
-    return tokenize_into(j, srv->model, srv->vocab, NULL, 0, prompt->valuestring, e);
+    j->text = pb_strdup(prompt->valuestring);
+    if (!j->question || !j->text) return perr(e, NULL, "out of memory");
+    return true;
+}
+
+/* Builds the prompt (knowledge-base grounding, chat template) and tokenizes it; run only once the request holds a
+ * queue place. Sets e->status 500 for a failure that is the server's, not the request's. */
+static bool build_prompt(pb_server *srv, job *j, parse_err *e) {
+    if (j->kind == JOB_COMPLETION) return tokenize_into(j, srv->model, srv->vocab, NULL, 0, j->text, e);
+    if (j->use_documents) {
+        char *prompt = NULL, *sources = NULL;
+        if (!srv->p.hooks.kb_prompt(srv->p.hooks.kb_user, j->texts[j->last_user], &prompt, &sources)) {
+            e->status = 500;
+            return perr(e, "use_documents", "the knowledge base could not be searched");
+        }
+        free(j->texts[j->last_user]);
+        j->texts[j->last_user] = prompt;
+        j->msgs[j->last_user].content = prompt;
+        j->sources_json = sources;
+    }
+    return tokenize_into(j, srv->model, srv->vocab, j->msgs, j->n_msgs, NULL, e);
 }
 
 /* Waits for a non-streaming job and sends its answer (or its error); drops the caller's reference. */
 static enum MHD_Result respond_whole(pb_server *srv, struct MHD_Connection *c, job *j) {
-    /* non-stream: wait here (thread per connection) */
+    /* non-stream: wait here (thread per connection), watching the client: one that went away cancels its job, as a
+     * stream's does, instead of holding a slot or a queue place to the end */
     pthread_mutex_lock(&j->mu);
-    while (!j->done && !j->fell_back) pb_server_job_wait_locked(j, 200);
-    if (!j->fell_back && j->status != PB_OK && j->status != PB_ERR_CANCELLED) {
+    bool gone = false;
+    while (!j->done && !j->fell_back) {
+        pb_server_job_wait_locked(j, 200);
+        if (!gone && !j->done && pb_server_client_gone(c)) {
+            gone = true;
+            pthread_mutex_unlock(&j->mu);
+            pb_server_job_cancel(j);
+            pthread_mutex_lock(&j->mu);
+        }
+    }
+    if (j->shut_down) {
+        pthread_mutex_unlock(&j->mu);
+        pb_server_job_release(j);
+        return pb_server_send_error(srv, c, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    }
+    bool bad_request = j->status == PB_ERR_INVALID_ARG; /* never answered from the FAQ */
+    if (!j->fell_back && !bad_request && j->status != PB_OK && j->status != PB_ERR_CANCELLED) {
         char text[4096];
         pthread_mutex_unlock(&j->mu);
         bool found = pb_server_faq_fallback(j, text, sizeof text);
@@ -268,7 +330,8 @@ static enum MHD_Result respond_whole(pb_server *srv, struct MHD_Connection *c, j
         snprintf(err, sizeof err, "%s", j->err);
         bool ctx = j->status == PB_ERR_CONTEXT_FULL;
         pthread_mutex_unlock(&j->mu);
-        ret = pb_server_send_error(srv, c, ctx ? 400 : 500, ctx ? "invalid_request_error" : "server_error", NULL,
+        ret = pb_server_send_error(srv, c, ctx || bad_request ? 400 : 500,
+                                   ctx || bad_request ? "invalid_request_error" : "server_error", NULL,
                                    ctx ? "context_length_exceeded" : NULL, "generation failed: %s", err);
     } else {
         cJSON *o = cJSON_CreateObject();
@@ -309,10 +372,15 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
     if (!root)
         return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
                                     "request body is not valid JSON");
-    if (!cJSON_IsObject(root)) {
+    char where[256] = "";
+    if (!cJSON_IsObject(root) || bad_utf8(root, where, sizeof where, 0)) {
+        bool obj = cJSON_IsObject(root);
         cJSON_Delete(root);
-        return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
-                                    "request body must be a JSON object");
+        if (!obj)
+            return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
+                                        "request body must be a JSON object");
+        return pb_server_send_error(srv, c, 400, "invalid_request_error", where, "invalid_utf8",
+                                    "'%s' is not valid UTF-8 text", where);
     }
     /* the model named in the request is loaded (or this waits for it) before its prompt is tokenized */
     cJSON *mf = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -348,14 +416,25 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
         pb_server_job_release(j);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", e.param, e.code, "%s", e.msg);
     }
-    if (j->n_prompt + 1 > srv->n_ctx) {
-        int64_t n = j->n_prompt;
+    /* A queue place first, then the prompt: building and tokenizing it (the knowledge-base search, a 1 MB text) is
+     * work and memory that only requests with a place may spend. */
+    unsigned refused = pb_server_queue_reserve(srv);
+    if (!refused && !build_prompt(srv, j, &e)) {
+        pb_server_queue_unreserve(srv);
         pb_server_job_release(j);
-        return pb_server_send_error(srv, c, 400, "invalid_request_error", "messages", "context_length_exceeded",
-                                    "the prompt has %lld tokens; this server's context is %d tokens", (long long)n,
-                                    srv->n_ctx);
+        return pb_server_send_error(srv, c, e.status ? e.status : 400,
+                                    e.status >= 500 ? "server_error" : "invalid_request_error", e.param, e.code, "%s",
+                                    e.msg);
     }
-    unsigned refused = pb_server_queue_push(srv, j);
+    if (!refused && j->n_prompt + 1 > srv->n_ctx) {
+        int64_t n = j->n_prompt;
+        pb_server_queue_unreserve(srv);
+        pb_server_job_release(j);
+        return pb_server_send_error(
+            srv, c, 400, "invalid_request_error", kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
+            "the prompt has %lld tokens; this server's context is %d tokens", (long long)n, srv->n_ctx);
+    }
+    if (!refused) refused = pb_server_queue_push(srv, j);
     if (refused) {
         pb_server_job_release(j);
         if (refused == 503)
@@ -365,6 +444,10 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
                                     "all %d slots are busy and %d requests are waiting; try again later", srv->n_slots,
                                     srv->p.queue_max);
     }
+    pthread_mutex_lock(&j->mu);
+    j->refs++; /* the request log's reference */
+    pthread_mutex_unlock(&j->mu);
+    rq->job = j;
     return j->stream ? pb_server_sse_respond(srv, c, j) : respond_whole(srv, c, j);
 }
 

@@ -20,6 +20,10 @@ void pb_server_job_release(job *j) {
     free(j->out);
     free(j->sources_json);
     free(j->question);
+    for (int i = 0; j->texts && i < j->n_msgs; i++) free(j->texts[i]);
+    free(j->texts);
+    free(j->msgs);
+    free(j->text);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -100,6 +104,13 @@ static void run_job(slot *sl, job *j) {
     pb_gen_stats st;
     memset(&st, 0, sizeof st);
     pb_status s = pb_session_generate(sl->session, j->prompt + keep, j->n_prompt - keep, &j->gen, on_piece, j, &st);
+    /* The prompt fitted (checked before queueing), so a full context here came while answering: the answer so
+     * far is the result, finished by "length" as OpenAI reports it, not an error after the work is done. */
+    if (s == PB_ERR_CONTEXT_FULL && st.n_generated > 0) {
+        pb_error_clear();
+        s = PB_OK;
+        st.stop_reason = PB_STOP_CONTEXT_FULL;
+    }
 
     pthread_mutex_lock(&srv->m.mu);
     srv->m.tokens_prompt += (uint64_t)(j->n_prompt - keep);
@@ -132,8 +143,9 @@ static void run_job(slot *sl, job *j) {
             /* halt, not stopping: stopping belongs to srv->mu, which this thread does not hold here */
             cJSON *fin = pb_server_sse_chunk(j, srv->model_id, NULL, 0, false,
                                              atomic_load(&srv->halt) ? "stop" : pb_server_finish_reason(&st));
-            if (j->include_usage) cJSON_AddItemToObject(fin, "usage", pb_server_usage_obj(j));
             pb_server_sse_event(j, fin);
+            /* as OpenAI sends it: the usage in a chunk of its own, after the finish, with empty choices */
+            if (j->include_usage) pb_server_sse_event(j, pb_server_sse_usage_chunk(j, srv->model_id));
         } else {
             cJSON *e = cJSON_CreateObject();
             cJSON *eo = cJSON_AddObjectToObject(e, "error");
@@ -218,12 +230,35 @@ void *pb_server_slot_main(void *arg) {
 
 void pb_server_job_cancel(job *j) {
     pb_server *srv = j->srv;
+    bool unqueued = false;
     pthread_mutex_lock(&srv->mu);
+    /* A job still waiting in the queue leaves it now: an abandoned request must not hold a queue place (and
+     * make others get 429) until a slot frees up. */
+    for (job **pp = &srv->queue_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (*pp != j) continue;
+        *pp = j->next;
+        if (srv->queue_tail == j) srv->queue_tail = prev;
+        j->next = NULL;
+        srv->n_queued--;
+        unqueued = true;
+        break;
+    }
     pthread_mutex_lock(&j->mu);
     j->cancelled = true;
     if (j->running_on) pb_session_cancel(j->running_on->session);
+    if (unqueued) {
+        j->status = PB_ERR_CANCELLED;
+        j->done = true;
+        pthread_cond_broadcast(&j->cv);
+    }
     pthread_mutex_unlock(&j->mu);
     pthread_mutex_unlock(&srv->mu);
+    if (unqueued) {
+        pthread_mutex_lock(&srv->m.mu);
+        srv->m.cancelled++;
+        pthread_mutex_unlock(&srv->m.mu);
+        pb_server_job_release(j); /* the worker's reference it will never take */
+    }
 }
 
 job *pb_server_job_new(pb_server *srv, job_kind kind) {
@@ -299,7 +334,7 @@ void pb_server_job_wait_locked(job *j, int ms) {
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 }
 
-unsigned pb_server_queue_push(pb_server *srv, job *j) {
+unsigned pb_server_queue_reserve(pb_server *srv) {
     pthread_mutex_lock(&srv->mu);
     if (srv->stopping) {
         pthread_mutex_unlock(&srv->mu);
@@ -307,12 +342,32 @@ unsigned pb_server_queue_push(pb_server *srv, job *j) {
     }
     int busy = 0;
     for (int i = 0; i < srv->n_slots; i++) busy += srv->slots[i].busy;
-    if (busy == srv->n_slots && srv->n_queued >= srv->p.queue_max) {
+    int waiting = srv->n_queued + srv->n_reserved;
+    /* free slots take requests at once; beyond them the queue holds queue_max */
+    if (waiting >= (srv->n_slots - busy) + srv->p.queue_max) {
         pthread_mutex_unlock(&srv->mu);
         pthread_mutex_lock(&srv->m.mu);
         srv->m.rejected++;
         pthread_mutex_unlock(&srv->m.mu);
         return 429;
+    }
+    srv->n_reserved++;
+    pthread_mutex_unlock(&srv->mu);
+    return 0;
+}
+
+void pb_server_queue_unreserve(pb_server *srv) {
+    pthread_mutex_lock(&srv->mu);
+    srv->n_reserved--;
+    pthread_mutex_unlock(&srv->mu);
+}
+
+unsigned pb_server_queue_push(pb_server *srv, job *j) {
+    pthread_mutex_lock(&srv->mu);
+    srv->n_reserved--;
+    if (srv->stopping) {
+        pthread_mutex_unlock(&srv->mu);
+        return 503;
     }
     j->t_enqueue = pb_time_ms();
     j->refs++; /* the worker's reference */

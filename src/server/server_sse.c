@@ -55,6 +55,13 @@ cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *conte
     return o;
 }
 
+cJSON *pb_server_sse_usage_chunk(const job *j, const char *model_id) {
+    cJSON *o = chunk_base(j, model_id);
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", pb_server_usage_obj(j));
+    return o;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     job *j = cls;
@@ -104,6 +111,7 @@ enum MHD_Result pb_server_sse_respond(pb_server *srv, struct MHD_Connection *c, 
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    pb_server_guard_headers(srv, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     pb_server_count_response(srv, 200);

@@ -16,11 +16,13 @@ static const char *mime_of(const char *name) {
     if (!strcmp(dot, ".html")) return "text/html; charset=utf-8";
     if (!strcmp(dot, ".js")) return "text/javascript; charset=utf-8";
     if (!strcmp(dot, ".css")) return "text/css; charset=utf-8";
+    if (!strcmp(dot, ".svg")) return "image/svg+xml";
     return "application/octet-stream";
 }
 
 enum MHD_Result pb_server_route_static(pb_server *srv, struct MHD_Connection *c, const char *url) {
-    const char *want = strcmp(url, "/") == 0 ? "/index.html" : url;
+    /* browsers ask for /favicon.ico on their own (before or without reading the page's icon link) */
+    const char *want = strcmp(url, "/") == 0 ? "/index.html" : strcmp(url, "/favicon.ico") == 0 ? "/favicon.svg" : url;
     for (const pb_web_asset *a = pb_web_assets; a->name; a++) {
         if (strcmp(a->name, want) == 0) {
             struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
@@ -28,7 +30,7 @@ enum MHD_Result pb_server_route_static(pb_server *srv, struct MHD_Connection *c,
             MHD_add_response_header(r, "Content-Type", mime_of(a->name));
             MHD_add_response_header(r, "Content-Security-Policy",
                                     "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:");
-            MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+            pb_server_guard_headers(srv, c, r);
             enum MHD_Result ret = MHD_queue_response(c, 200, r);
             MHD_destroy_response(r);
             pb_server_count_response(srv, 200);

@@ -71,7 +71,7 @@ try {
 
   // multi-turn prefix reuse: the second turn reuses the cached first turn
   const metric = async (name) => {
-    const t = await (await fetch(srv.url + '/metrics')).text();
+    const t = await (await fetch(srv.url + '/metrics', { headers: { Authorization: 'Bearer sekrit' } })).text();
     const m = t.match(new RegExp('^' + name + ' (\\d+)', 'm'));
     return m ? Number(m[1]) : NaN;
   };

@@ -17,10 +17,21 @@ try {
   const page = await browser.newPage();
   // generous deadlines: on a slow, loaded machine the browser and a 256-token answer both take their time
   page.setDefaultTimeout(60000);
-  const errors = [];
+  const errors = [], failedUrls = [], consoleErrors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  page.on('response', (r) => { if (r.status() >= 400) failedUrls.push(r.status() + ' ' + r.url()); });
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   await page.goto(srv.url + '/');
   check((await page.title()) === 'pocketbrain', 'page loads');
+
+  // first look: the model's name, a hint in the empty conversation, no "use my documents" without a knowledge
+  // base, a favicon and no failed request (a 404 would show in the browser console)
+  await page.waitForFunction(() => document.querySelector('#model-name').textContent !== '', null, { timeout: 10000 });
+  check((await page.textContent('#model-name')) === 'gemma2-tiny-v.q8_0.gguf', 'the model name is shown: ' + (await page.textContent('#model-name')));
+  check(/Ask anything/.test((await page.textContent('#empty')) || ''), 'the empty conversation shows a hint');
+  check(await page.isHidden('#use-docs'), '"Use my documents" is not offered: this server has no knowledge base');
+  const icon = await page.evaluate(async () => { const r = await fetch('/favicon.ico'); return r.status + ' ' + r.headers.get('content-type'); });
+  check(/^200 image\/svg\+xml/.test(icon) && (await page.$('link[rel=icon]')) !== null, 'favicon served (' + icon + ') and linked');
 
   // live token count
   await page.fill('#input', 'What does harbor mean?');
@@ -95,11 +106,45 @@ try {
   const html = await page.$$eval('.msg.assistant .body', (els) => els[els.length - 1].innerHTML);
   check(!pwned && html.includes('<strong>bold</strong>') && html.includes('&lt;img'), 'Markdown rendered, HTML injection escaped: ' + html);
 
+  // an answer cut by a server error: the error is shown, the partial text is not stored as the assistant's turn;
+  // sources are listed once each, the path not repeated (the server's stream is stood in for by page.route)
+  await page.click('#new-chat');
+  await page.route('**/v1/chat/completions', (route) => route.fulfill({
+    status: 200, headers: { 'Content-Type': 'text/event-stream' },
+    body: 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"sources":[' +
+      '{"num":1,"source":"docs/harbor.md","location":"docs/harbor.md:3-9"},{"num":1,"source":"docs/harbor.md","location":"docs/harbor.md:3-9"},' +
+      '{"num":2,"source":"docs/ships.md","location":"docs/ships.md"}]}\n\n' +
+      'data: {"choices":[{"index":0,"delta":{"content":"partial words"}}]}\n\n' +
+      'data: {"error":{"message":"the model failed","type":"server_error"}}\n\ndata: [DONE]\n\n',
+  }));
+  await page.fill('#input', 'Tell me about harbors.');
+  await page.press('#input', 'Enter');
+  await page.waitForSelector('.msg.assistant .error', { timeout: 30000 });
+  const errText = await page.textContent('.msg.assistant .error');
+  const stored = await page.evaluate(() => {
+    const convs = JSON.parse(localStorage.getItem('pocketbrain.conversations.v1'));
+    const cur = JSON.parse(localStorage.getItem('pocketbrain.settings.v1')).current;
+    return convs.find((c) => c.id === cur).messages;
+  });
+  check(/the model failed/.test(errText) && stored.length === 1 && stored[0].role === 'user',
+    'an error is shown, not stored as an assistant message: ' + JSON.stringify(stored.map((m) => m.role)));
+  const src = await page.textContent('.msg.assistant .sources');
+  check(src === 'Sources: [1] docs/harbor.md:3-9  [2] docs/ships.md', 'each source path printed once: ' + JSON.stringify(src));
+  await page.unroute('**/v1/chat/completions');
+
+  // a server with a knowledge base: the option is offered (its /health, stood in for here, says so)
+  await page.route('**/health', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: '{"status":"ok","model":"m.gguf","knowledge_base":true}' }));
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector('#model-name').textContent === 'm.gguf', null, { timeout: 10000 });
+  check(await page.isVisible('#use-docs'), '"Use my documents" offered when the server has a knowledge base');
+  await page.unroute('**/health');
+
   // theme toggle
   await page.click('#theme');
   check(await page.evaluate(() => document.documentElement.classList.contains('dark')), 'dark theme toggles');
   await page.screenshot({ path: art + '/ui-dark.png' });
   check(errors.length === 0, 'no page errors ' + errors.join('; '));
+  check(failedUrls.length === 0 && consoleErrors.length === 0, 'no failed request, nothing in the console: ' + failedUrls.concat(consoleErrors).join('; '));
 } catch (e) {
   check(false, 'unexpected error: ' + e.stack + '\nserver stderr: ' + srv.stderr());
 }

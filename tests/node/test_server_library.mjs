@@ -34,6 +34,8 @@ try {
   const betaText = j.choices[0].message.content;
   d = await listed();
   check(!d[0].loaded && d[1].loaded, 'now beta is the loaded one (one at a time)');
+  const h = await (await fetch(srv.url + '/health')).json();
+  check(h.model === 'beta', `/health names the loaded model (${h.model})`);
   check(alphaText !== betaText, `two different models answer differently (${JSON.stringify(alphaText)} vs ${JSON.stringify(betaText)})`);
 
   r = await ask('gpt-4');

@@ -87,6 +87,10 @@ WEB_FILES  := $(wildcard web/*.html web/*.js web/*.css web/*.svg)
 WEB_C      := $(BUILD)/gen/web_assets.c
 WEB_OBJ    := $(BUILD)/gen/web_assets.o
 
+# pull catalog embedded at build time (models/catalog.json -> generated C string)
+CATALOG_C  := $(BUILD)/gen/catalog.c
+CATALOG_OBJ := $(BUILD)/gen/catalog.o
+
 # ---- tests ------------------------------------------------------------------------------------
 # tests/test_*.c   unit tests against the core library only (also built for ARM64 under qemu)
 # tests/itest_*.c  tests that also link the service rooms and system libraries
@@ -119,8 +123,16 @@ $(WEB_C): $(WEB_FILES) scripts/embed_web.sh
 $(WEB_OBJ): $(WEB_C)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BIN): $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(LIB) $(SYS_LIBS) $(CORE_LIBS)
+$(CATALOG_C): models/catalog.json
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from models/catalog.json -- do not edit */'; echo 'extern const char pb_catalog_json[];'; \
+	  echo 'const char pb_catalog_json[] = {'; od -An -v -tx1 $< | sed 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '0x00};'; } > $@
+
+$(CATALOG_OBJ): $(CATALOG_C)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BIN): $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(CATALOG_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(CATALOG_OBJ) $(LIB) $(SYS_LIBS) $(CORE_LIBS)
 
 $(BUILD)/tests/test_%: tests/test_%.c tests/pb_test.h $(LIB)
 	@mkdir -p $(dir $@)

@@ -15,6 +15,7 @@ while [ $# -gt 0 ]; do
 done
 export PB_BUILD="$BUILD"
 export PB_BIN="$BUILD/pocketbrain"
+export PB_MODELS="$BUILD/test-library" # an empty model library: tests never see the user's pulled models
 LOGS="$BUILD/test-logs"; mkdir -p "$LOGS"
 pass=0; fail=0; failed_names=""
 run_one() { # name, command...

@@ -5,6 +5,7 @@
 #include "pocketbrain.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Each command lives in tools/cmd_<name>.c and defines: int cmd_<name>(int argc, char **argv);
@@ -27,6 +28,9 @@ int cmd_ingest(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 int cmd_ask(int argc, char **argv);
 int cmd_faq(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 
 /* Prints "pocketbrain <cmd>: <message>" to stderr. */
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -55,6 +59,9 @@ void cli_progress_done(cli_progress *p);
 /* Path of the embedded default model (models/<name>.gguf next to the binary's repo, or $PB_MODEL),
  * or NULL when none is found. */
 const char *cli_default_model(void);
+
+/* llama.cpp's general.file_type value as a name ("Q4_K_M"), "unknown" when not known (tools/cmd_info.c). */
+const char *cli_ftype_name(uint32_t ft);
 
 /* Installs SIGINT/SIGTERM handlers that remove temp files (pb_atomic_cleanup_all) and exit 130. */
 void cli_install_cleanup_handlers(void);

@@ -1,6 +1,7 @@
 /* cli_common.c -- shared flags of run/chat/bench, model + session opening with memory admission, and
  * the `info --mem` report. Prints and exits only through its callers' return codes. */
 #include "cli_common.h"
+#include "library.h"
 #include "base/base.h"
 
 #include <cjson/cJSON.h>
@@ -12,7 +13,7 @@
 
 const char *const cli_opts_help =
     "model and context:\n"
-    "  -m, --model FILE       GGUF model (default: models/default.gguf or $PB_MODEL)\n"
+    "  -m, --model FILE|NAME  GGUF model file or library name (default: models/default.gguf or $PB_MODEL)\n"
     "  -t, --threads N        threads (default: physical cores)\n"
     "  -c, --ctx N            context length in tokens (default: min(model, 4096))\n"
     "  -b, --batch N          prefill chunk size (default 512)\n"
@@ -203,7 +204,8 @@ pb_gen_params cli_opts_gen(const cli_opts *o) {
 int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms) {
     *m = NULL;
     *s = NULL;
-    const char *path = o->model ? o->model : cli_default_model();
+    const char *path = o->model ? cli_model_arg(cmd, o->model) : cli_default_model();
+    if (o->model && !path) return 1;
     if (!path) {
         cli_err(cmd, "no model: pass -m MODEL.gguf (models/default.gguf was not found and $PB_MODEL is not set)");
         return 1;

@@ -2,6 +2,7 @@
  * generate an answer grounded in them with numbered citations, and fall back to the FAQ when generation
  * fails or is too slow. Retrieval, prompt and citation logic live in src/store; this file wires the model. */
 #include "cli.h"
+#include "library.h"
 #include "cli_store.h"
 #include "gguf/gguf.h"
 #include "store/store.h"
@@ -203,9 +204,9 @@ PB_CMD(ask) {
             return 0;
         } else if (!strcmp(a, "--db") && i + 1 < argc)
             db = argv[++i];
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
-            model_path = argv[++i];
-        else if (!strcmp(a, "--faq") && i + 1 < argc)
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
+            if (!(model_path = cli_model_arg("ask", argv[++i]))) return 1;
+        } else if (!strcmp(a, "--faq") && i + 1 < argc)
             faq_db = argv[++i];
         else if (!strcmp(a, "--preset") && i + 1 < argc)
             preset = argv[++i];

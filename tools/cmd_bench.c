@@ -1,6 +1,7 @@
 /* cmd_bench.c -- `pocketbrain bench`: load time, time to first token, prefill (ppN) and decode (tgN) speed,
  * peak RSS and KV bytes per thread count; median/min/max over repetitions; Markdown table or --json. */
 #include "base/base.h"
+#include "library.h"
 #include "cli_common.h"
 #include "kernels/kernels.h"
 #include "sampler/sampler.h"
@@ -180,7 +181,7 @@ PB_CMD(bench) {
             json = true;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             if (!v) return cli_usage_error("bench", usage, "%s needs a value", a);
-            model = argv[++i];
+            if (!(model = cli_model_arg("bench", argv[++i]))) return 1;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             if (!v || !parse_threads(v, threads, &n_threads))
                 return cli_usage_error("bench", usage, "%s expects a list like 1,2,4 (1..256, at most %d)", a, MAX_T);

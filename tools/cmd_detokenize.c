@@ -1,5 +1,6 @@
 /* cmd_detokenize.c -- `pocketbrain detokenize`: token ids (arguments or stdin) back to text, byte-exact. */
 #include "cli.h"
+#include "library.h"
 #include "hf_vocab.h"
 
 #include <ctype.h>
@@ -73,8 +74,8 @@ PB_CMD(detokenize) {
         else if (!strcmp(a, "--vocab")) {
             if (++i >= argc)
                 rc = cli_usage_error("detokenize", usage, "--vocab needs a file");
-            else
-                vocab_path = argv[i];
+            else if (!(vocab_path = cli_model_arg("detokenize", argv[i])))
+                return 1;
         } else if (!strcmp(a, "-"))
             from_stdin = true;
         else if (a[0] == '-' && !isdigit((unsigned char)a[1]))

@@ -1,6 +1,7 @@
 /* cmd_info.c -- `pocketbrain info MODEL.gguf`: metadata, hparams, tokenizer, tensor table, arch check. */
 #include "cli.h"
 #include "cli_common.h"
+#include "library.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "tensor/types.h"
@@ -12,7 +13,7 @@
 static cli_mem_opts mem_opts; /* --mem -c N (engine room: tools/cli_common.c) */
 
 static const char *const usage =
-    "pocketbrain info MODEL.gguf [--json] [--kv] [--tensors]\n"
+    "pocketbrain info MODEL.gguf|NAME [--json] [--kv] [--tensors]\n"
     "  --json     machine-readable output (one JSON object on stdout)\n"
     "  --kv       every metadata key with its type and value (arrays: count + first items)\n"
     "  --tensors  the tensor table (name, type, shape, bytes, offset)\n"
@@ -20,7 +21,7 @@ static const char *const usage =
     "exit status: 0 ok, 1 unreadable/malformed file or failed architecture check, 2 usage";
 
 /* llama.cpp's llama_ftype values (general.file_type) -> names. */
-static const char *ftype_name(uint32_t ft) {
+const char *cli_ftype_name(uint32_t ft) {
     static const char *const names[] = {
         [0] = "F32",     [1] = "F16",     [2] = "Q4_0",     [3] = "Q4_1",    [7] = "Q8_0",     [8] = "Q5_0",
         [9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S",  [12] = "Q3_K_M", [13] = "Q3_K_L",  [14] = "Q4_K_S",
@@ -319,7 +320,7 @@ static int print_json(summary *S, bool kv, bool tensors) {
     if (S->has_ft) {
         cJSON *f = cJSON_AddObjectToObject(root, "file_type");
         cJSON_AddNumberToObject(f, "id", S->ft);
-        cJSON_AddStringToObject(f, "name", ftype_name(S->ft));
+        cJSON_AddStringToObject(f, "name", cli_ftype_name(S->ft));
     }
     cJSON *hp = cJSON_AddObjectToObject(root, "hparams");
     for (int64_t i = 0; i < pb_gguf_n_kv(g); i++)
@@ -408,7 +409,7 @@ static void print_text(const summary *S, bool kv, bool tensors) {
            pb_gguf_data_offset(g), pb_gguf_layout_contiguous(g) ? "" : " (not llama.cpp's contiguous layout)");
     printf("architecture:  %s\n", S->has_arch ? S->arch : "(general.architecture missing)");
     if (S->has_name) printf("name:          %s\n", S->name);
-    if (S->has_ft) printf("file type:     %s (%u)\n", ftype_name(S->ft), S->ft);
+    if (S->has_ft) printf("file type:     %s (%u)\n", cli_ftype_name(S->ft), S->ft);
     printf("hyperparameters:\n");
     for (int64_t i = 0; i < pb_gguf_n_kv(g); i++) {
         if (!is_hparam(S, i)) continue;
@@ -482,6 +483,7 @@ PB_CMD(info) {
         }
     }
     if (!path) return cli_usage_error("info", usage, "missing MODEL.gguf");
+    if (!(path = cli_model_arg("info", path))) return 1;
 
     pb_gguf *g;
     pb_status s = pb_gguf_open(path, &g);

@@ -1,6 +1,7 @@
 /* cmd_ingest.c -- `pocketbrain ingest`: add files and folders to a knowledge base (src/store does the work;
  * this file parses flags, prints per-file messages, the progress bar and the summary). */
 #include "cli.h"
+#include "library.h"
 #include "store/store.h"
 #include "store/store_embed.h"
 
@@ -87,9 +88,9 @@ PB_CMD(ingest) {
             return 0;
         } else if (!strcmp(a, "--db") && i + 1 < argc)
             db = argv[++i];
-        else if ((!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
-            vocab_path = argv[++i];
-        else if (!strcmp(a, "--prune"))
+        else if ((!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
+            if (!(vocab_path = cli_model_arg("ingest", argv[++i]))) return 1;
+        } else if (!strcmp(a, "--prune"))
             p.prune = true;
         else if (!strcmp(a, "--embed-model") && i + 1 < argc)
             embed = argv[++i];

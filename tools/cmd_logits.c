@@ -1,6 +1,7 @@
 /* cmd_logits.c -- `pocketbrain logits`: float32 logits of every position of an int32 token file (for comparisons
  * with reference implementations). Output is atomic: temp file + rename, nothing left on failure. */
 #include "cli.h"
+#include "library.h"
 
 #include "base/base.h"
 #include "model/model.h"
@@ -54,9 +55,9 @@ PB_CMD(logits) {
             continue;
         }
         if (!v) return cli_usage_error("logits", usage, "option %s needs a value", a);
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
-            model = v;
-        else if (strcmp(a, "--tokens") == 0)
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            if (!(model = cli_model_arg("logits", v))) return 1;
+        } else if (strcmp(a, "--tokens") == 0)
             tok_path = v;
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
             out_path = v;

@@ -5,6 +5,7 @@
  *   only the second half (p = ctx/2 .. ctx-1) of each chunk is scored, so every scored token sees >= ctx/2 tokens
  *   of context. ppl = exp(mean NLL). */
 #include "cli.h"
+#include "library.h"
 
 #include "base/base.h"
 #include "model/model.h"
@@ -102,15 +103,15 @@ PB_CMD(perplexity) {
             continue;
         }
         if (!v) return cli_usage_error("perplexity", usage, "option %s needs a value", a);
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
-            model = v;
-        else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            if (!(model = cli_model_arg("perplexity", v))) return 1;
+        } else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
             text_path = v;
         else if (strcmp(a, "--kl-base") == 0)
             kl_base = v;
-        else if (strcmp(a, "--kl-model") == 0)
-            kl_model = v;
-        else if (strcmp(a, "--save-logits") == 0)
+        else if (strcmp(a, "--kl-model") == 0) {
+            if (!(kl_model = cli_model_arg("perplexity", v))) return 1;
+        } else if (strcmp(a, "--save-logits") == 0)
             save_path = v;
         else if (strcmp(a, "--kv-type") == 0)
             kv_name = v;

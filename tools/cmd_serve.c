@@ -1,7 +1,9 @@
 /* cmd_serve.c -- `pocketbrain serve`: OpenAI-compatible HTTP server + web UI until SIGINT/SIGTERM. */
 #include "cli.h"
+#include "library.h"
 #include "server/server.h"
 
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -21,7 +23,9 @@ static const char *HELP =
     "GET /health, GET /metrics (Prometheus), GET /stats and the web chat UI at /. HEAD works where GET does.\n"
     "\n"
     "Model and generation:\n"
-    "  -m, --model FILE        GGUF model (default: $PB_MODEL, else models/default.gguf beside the binary)\n"
+    "  -m, --model FILE|NAME   GGUF model, a path or a library name (default: $PB_MODEL, else models/default.gguf\n"
+    "                          beside the binary). GET /v1/models lists it and the model library ($PB_MODELS);\n"
+    "                          a request's \"model\" loads that model (one at a time; an unknown name -> 404)\n"
     "  -c, --ctx N             context per slot in tokens (default: 2048, or the model's training context if smaller)\n"
     "  -t, --threads N         threads per slot (default: the physical cores)\n"
     "  -np, --parallel N       slots = requests generating at once, 1..64 (default 1); each has its own context\n"
@@ -85,7 +89,7 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VAL();
-            model = val;
+            if (!(model = cli_model_arg(cmd, val))) return 1;
         } else if (!strcmp(a, "--host")) {
             NEED_VAL();
             p.host = val;
@@ -170,16 +174,39 @@ int cmd_serve(int argc, char **argv) {
     pb_model *m = NULL;
     pb_status s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);
-    if (!ctx_given) { /* default: 2048 or the model's training context, whichever is smaller */
-        pb_model_info info;
-        if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < p.n_ctx)
-            p.n_ctx = info.n_ctx_train;
-    }
+    p.ctx_auto = !ctx_given; /* default: 2048 or each model's training context, whichever is smaller */
+    /* the model library: requests may name any of its models ("model"); the one started with comes first,
+     * named as in the library when it is a library file, else by its file name */
+    static char id[LIB_NAME_MAX + 1];
     const char *base = strrchr(model, '/');
-    p.model_id = base ? base + 1 : model;
+    snprintf(id, sizeof id, "%s", base ? base + 1 : model);
+    int n_lib = 0;
+    lib_entry *lib = lib_list(&n_lib);
+    char real[PATH_MAX], li[PATH_MAX];
+    if (!realpath(model, real)) snprintf(real, sizeof real, "%s", model);
+    for (int i = 0; i < n_lib; i++) /* same file: marked by an empty path, left out of the list below */
+        if (realpath(lib[i].file, li) && strcmp(li, real) == 0) {
+            snprintf(id, sizeof id, "%s", lib[i].name);
+            lib[i].file[0] = 0;
+        }
+    p.model_id = id;
+    pb_server_model *list = calloc((size_t)n_lib + 1, sizeof *list);
+    if (!list) {
+        free(lib);
+        pb_model_close(m);
+        cli_err(cmd, "out of memory");
+        return 1;
+    }
+    list[0] = (pb_server_model){p.model_id, model};
+    p.n_models = 1;
+    for (int i = 0; i < n_lib; i++)
+        if (lib[i].file[0]) list[p.n_models++] = (pb_server_model){lib[i].name, lib[i].file};
+    p.models = list;
     if ((db || faq)) {
         if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) {
             cli_err(cmd, "cannot use the knowledge base / FAQ database (--db/--faq)");
+            free(list);
+            free(lib);
             pb_model_close(m);
             return 1;
         }
@@ -199,14 +226,18 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
     pb_server *srv = NULL;
     s = pb_server_start(m, &p, &srv);
+    free(list); /* the server copied the names and paths */
+    free(lib);
     if (s != PB_OK) {
         pb_model_close(m);
         return cli_fail(cmd, s, "cannot start the server");
     }
     signal(SIGPIPE, SIG_IGN);
     bool v6 = strchr(p.host, ':') && p.host[0] != '[';
-    fprintf(stderr, "pocketbrain serve: listening on http://%s%s%s:%d/ (model %s, %d slot%s)\n", v6 ? "[" : "", p.host,
-            v6 ? "]" : "", pb_server_port(srv), p.model_id, p.n_parallel, p.n_parallel == 1 ? "" : "s");
+    fprintf(stderr,
+            "pocketbrain serve: listening on http://%s%s%s:%d/ (model %s, %d slot%s, %d more in the library %s)\n",
+            v6 ? "[" : "", p.host, v6 ? "]" : "", pb_server_port(srv), p.model_id, p.n_parallel,
+            p.n_parallel == 1 ? "" : "s", p.n_models - 1, lib_dir());
     printf("listening %d\n", pb_server_port(srv));
     fflush(stdout);
     int sig = 0;

@@ -1,5 +1,6 @@
 /* cmd_tokenize.c -- `pocketbrain tokenize`: text to token ids with a GGUF's or a tokenizer.json's vocabulary. */
 #include "cli.h"
+#include "library.h"
 #include "hf_vocab.h"
 
 #include <cjson/cJSON.h>
@@ -130,7 +131,7 @@ PB_CMD(tokenize) {
             jsonl = true;
         else if (!strcmp(a, "--vocab")) {
             if (++i >= argc) return cli_usage_error("tokenize", usage, "--vocab needs a file");
-            vocab_path = argv[i];
+            if (!(vocab_path = cli_model_arg("tokenize", argv[i]))) return 1;
         } else if (a[0] == '-' && a[1] != 0 && strcmp(a, "--") != 0)
             return cli_usage_error("tokenize", usage, "unknown option '%s'", a);
         else {

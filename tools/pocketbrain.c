@@ -30,7 +30,10 @@
     X(ingest, "add documents to a knowledge base")                                                                     \
     X(search, "search a knowledge base")                                                                               \
     X(ask, "answer a question from a knowledge base, with citations")                                                  \
-    X(faq, "manage the FAQ fallback (add, import, list)")
+    X(faq, "manage the FAQ fallback (add, import, list)")                                                              \
+    X(pull, "download a model into the library (catalog name, hf:OWNER/REPO/FILE, URL)")                               \
+    X(models, "list the models in the library")                                                                        \
+    X(rm, "remove a model from the library")
 COMMANDS
 #undef X
 

@@ -84,11 +84,8 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         free(srv);
         return pb_error(PB_ERR_INVALID_ARG, "server: --parallel must be in [1, 64], got %d", n);
     }
-    srv->model = m;
-    srv->vocab = pb_model_vocab(m);
     srv->host = pb_strdup(srv->p.host ? srv->p.host : "127.0.0.1");
     srv->api_key = srv->p.api_key && *srv->p.api_key ? pb_strdup(srv->p.api_key) : NULL;
-    srv->model_id = pb_strdup(srv->p.model_id ? srv->p.model_id : "pocketbrain");
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
     pthread_mutex_init(&srv->m.mu, NULL);
@@ -96,14 +93,14 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
     pthread_mutex_init(&srv->tok_mu, NULL);
     srv->n_slots = srv->p.n_parallel;
     srv->slots = calloc((size_t)srv->n_slots, sizeof(slot));
-    pb_status s = srv->slots ? PB_OK : pb_error(PB_ERR_NOMEM, "server: out of memory");
+    pb_status s = srv->slots ? pb_server_models_init(srv, m) : pb_error(PB_ERR_NOMEM, "server: out of memory");
     int started = 0;
     for (int i = 0; s == PB_OK && i < srv->n_slots; i++) {
         slot *sl = &srv->slots[i];
         sl->srv = srv;
         sl->index = i;
         pb_session_params sp = pb_session_default_params();
-        sp.n_ctx = srv->p.n_ctx;
+        sp.n_ctx = srv->n_ctx;
         sp.n_threads = srv->p.n_threads;
         sp.thermal = srv->p.thermal;
         s = pb_session_new(m, &sp, &sl->session);
@@ -143,6 +140,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         pb_server_guard_deinit(srv);
         pthread_mutex_destroy(&srv->conn_mu);
         pthread_mutex_destroy(&srv->tok_mu);
+        pb_server_models_free(srv);
         free(srv->slots);
         free(srv->host);
         free(srv->api_key);
@@ -160,6 +158,7 @@ int pb_server_port(const pb_server *s) { return s ? s->port : 0; }
 
 void pb_server_stop(pb_server *srv) {
     if (!srv) return;
+    pb_server_models_close(srv);
     pthread_mutex_lock(&srv->mu);
     srv->stopping = true;
     /* queued jobs end now; running ones are cancelled and their streams get a final event */
@@ -207,6 +206,7 @@ void pb_server_stop(pb_server *srv) {
     pthread_mutex_destroy(&srv->conn_mu);
     pthread_mutex_destroy(&srv->tok_mu);
     for (int i = 0; i < srv->n_slots; i++) pb_session_free(srv->slots[i].session);
+    pb_server_models_free(srv);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
     pthread_mutex_destroy(&srv->m.mu);

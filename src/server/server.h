@@ -17,6 +17,12 @@ typedef struct pb_server_hooks {
     void *kb_user;
 } pb_server_hooks;
 
+/* A model requests may name in their "model" field (the CLI's model library). */
+typedef struct pb_server_model {
+    const char *name; /* shown in /v1/models, matched exactly */
+    const char *path; /* GGUF file the server opens when a request names it */
+} pb_server_model;
+
 typedef struct pb_server_params {
     const char *host;      /* bind address: IPv4, IPv6 or a name such as "localhost"; default "127.0.0.1" */
     int port;              /* default 8080; 0 = any free port (see pb_server_port) */
@@ -30,6 +36,13 @@ typedef struct pb_server_params {
     const char *model_id;  /* name shown in /v1/models */
     double fallback_after; /* seconds without a first token before the FAQ answer is used (0 = off) */
     const char *thermal;   /* thermal governor of every slot: NULL/"off", "auto" or a file (pb_session_params) */
+    bool ctx_auto;         /* n_ctx is a cap: each model gets min(n_ctx, its training context) */
+    /* Models requests may name; models[0] is the one given to pb_server_start (its path may be NULL). One is
+     * loaded at a time: a request naming another waits for the running ones, then the server swaps models
+     * (the one given to pb_server_start stays open, it is the caller's). A name not listed is a 404. With
+     * n_models 0 the list is just model_id. The strings are copied. */
+    const pb_server_model *models;
+    int n_models;
     /* Who may talk to the server. Requests whose Host header is not an address the server listens on (or
      * "localhost" when it listens on loopback) are refused with 403, so a web page cannot reach it through DNS
      * rebinding; allow_hosts adds names (comma-separated, "*" = any). Browser cross-origin requests (an Origin
@@ -50,7 +63,8 @@ typedef struct pb_server_params {
 
 pb_server_params pb_server_default_params(void);
 
-/* Starts listening and the slot workers. The model must outlive the server. */
+/* Starts listening and the slot workers. The model must outlive the server; models[1..] the server opens
+ * and closes itself. */
 pb_status pb_server_start(pb_model *m, const pb_server_params *p, pb_server **out);
 /* The port actually bound. */
 int pb_server_port(const pb_server *s);

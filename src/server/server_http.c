@@ -106,13 +106,15 @@ static enum MHD_Result send_preflight(pb_server *srv, struct MHD_Connection *c, 
 /* GET /health: {"status"}; with the model name and whether a knowledge base is there for a caller the API key
  * admits (the web UI shows both). */
 static enum MHD_Result route_health(pb_server *srv, struct MHD_Connection *c, bool authed) {
-    pthread_mutex_lock(&srv->mu);
+    char model[256];
+    pthread_mutex_lock(&srv->mu); /* model_id changes under srv->mu when a request loads another model */
     bool stopping = srv->stopping;
+    snprintf(model, sizeof model, "%s", srv->model_id ? srv->model_id : "");
     pthread_mutex_unlock(&srv->mu);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", stopping ? "stopping" : "ok");
     if (authed) {
-        cJSON_AddStringToObject(o, "model", srv->model_id);
+        cJSON_AddStringToObject(o, "model", model);
         cJSON_AddBoolToObject(o, "knowledge_base", srv->p.hooks.kb_prompt != NULL);
     }
     return pb_server_send_json(srv, c, stopping ? 503 : 200, o);

@@ -8,7 +8,8 @@
  *   server_openai.c   OpenAI JSON: request parsing + validation, the generate/tokenize/models routes
  *   server_sse.c      server-sent events: stream chunks, the stream reader
  *   server_metrics.c  /metrics and /stats
- *   server_ui.c       the embedded web UI assets */
+ *   server_ui.c       the embedded web UI assets
+ *   server_models.c   the model library: which model is loaded, swapping models, /v1/models */
 #ifndef PB_SERVER_INTERNAL_H
 #define PB_SERVER_INTERNAL_H
 
@@ -80,6 +81,7 @@ typedef struct job {
     double t_enqueue, t_first;
     int refs;
     struct pb_server *srv;
+    bool holds_model; /* counted in srv->model_users until the job is freed */
     slot *running_on;
     struct job *next;
 } job;
@@ -120,6 +122,18 @@ struct pb_server {
     atomic_ullong id_counter;
     atomic_int n_in_flight; /* requests between their first handler call and MHD's completion notice */
     atomic_bool halt;       /* set by pb_server_stop: running generations end at their next token */
+    /* model library (server_models.c): model, vocab, model_id and the slots' sessions change only while
+     * switching, when no job holds the model */
+    pb_server_model *lib; /* names and paths (copies) */
+    int n_lib;
+    int cur;                /* index of the loaded model in lib, -1 when none is */
+    pb_model *caller_model; /* the model given to pb_server_start: never closed here */
+    int n_ctx;              /* context of each slot for the loaded model */
+    pthread_mutex_t model_mu;
+    pthread_cond_t model_cv;
+    int model_users;   /* jobs (and /tokenize calls) using the loaded model */
+    int model_waiting; /* requests waiting for another model: new users of this one wait behind them */
+    bool switching, models_closed;
 
     /* server_guard.c */
     char **allow_hosts; /* extra Host names (--allow-host), lower case */
@@ -199,7 +213,22 @@ cJSON *pb_server_usage_obj(const job *j);
 enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *c, request *rq, job_kind kind);
 /* POST /tokenize: {"content"} -> {"count"}. */
 enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *c, request *rq);
-/* GET /v1/models. */
+
+/* ---- server_models.c ---------------------------------------------------------------------------- */
+
+/* Copies the model list and sets the loaded model (lib[0] = m) and n_ctx. */
+pb_status pb_server_models_init(pb_server *srv, pb_model *m);
+/* Makes the model called name (NULL or "" = the loaded one) the loaded one and counts the caller as its
+ * user; waits for the running jobs of another model first. Returns 0, or the HTTP status to refuse with
+ * (404 unknown name, 503 stopping, 500 the model failed to load; err says why). */
+unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, size_t cap);
+/* Ends one use counted by pb_server_model_acquire. */
+void pb_server_model_release(pb_server *srv);
+/* Waits for a switch in progress and refuses new ones (pb_server_stop, before the sessions go). */
+void pb_server_models_close(pb_server *srv);
+/* Frees the list and closes a model the server opened itself. */
+void pb_server_models_free(pb_server *srv);
+/* GET /v1/models: every model requests may name, with the loaded one marked. */
 enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c);
 
 /* ---- server_metrics.c --------------------------------------------------------------------------- */

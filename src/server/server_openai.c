@@ -184,7 +184,11 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         j->gen.n_stop = j->n_stop;
     }
     /* the engine's own rules, so a value it would refuse is a 400 now, not a failure after queueing */
-    if (pb_gen_params_check(&j->gen, pb_vocab_size(srv->vocab)) != PB_OK) {
+    /* the vocabulary size under the lock: a model switch clears srv->vocab before it closes the model */
+    pthread_mutex_lock(&srv->mu);
+    int32_t n_vocab = pb_vocab_size(srv->vocab);
+    pthread_mutex_unlock(&srv->mu);
+    if (pb_gen_params_check(&j->gen, n_vocab) != PB_OK) {
         static const char *const fields[] = {
             "top_p", "min_p", "top_k", "temperature", "presence_penalty", "frequency_penalty", "stop"};
         const char *msg = pb_last_error(), *param = NULL;
@@ -382,11 +386,32 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
         return pb_server_send_error(srv, c, 400, "invalid_request_error", where, "invalid_utf8",
                                     "'%s' is not valid UTF-8 text", where);
     }
+    /* the model named in the request is loaded (or this waits for it) before its prompt is tokenized */
+    cJSON *mf = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (mf && !cJSON_IsNull(mf) && !cJSON_IsString(mf)) {
+        cJSON_Delete(root);
+        return pb_server_send_error(srv, c, 400, "invalid_request_error", "model", NULL, "'model' must be a string");
+    }
+    char merr[512];
+    unsigned refused_model =
+        pb_server_model_acquire(srv, cJSON_IsString(mf) ? mf->valuestring : NULL, merr, sizeof merr);
+    if (refused_model) {
+        cJSON_Delete(root);
+        return pb_server_send_error(srv, c, refused_model,
+                                    refused_model == 404 ? "invalid_request_error" : "server_error",
+                                    refused_model == 404 ? "model" : NULL,
+                                    refused_model == 404   ? "model_not_found"
+                                    : refused_model == 503 ? "shutting_down"
+                                                           : "model_load_failed",
+                                    "%s", merr);
+    }
     job *j = pb_server_job_new(srv, kind);
     if (!j) {
+        pb_server_model_release(srv);
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 500, "server_error", NULL, NULL, "out of memory");
     }
+    j->holds_model = true;
     parse_err e;
     memset(&e, 0, sizeof e);
     bool ok = kind == JOB_CHAT ? parse_chat(srv, root, j, &e) : parse_completion(srv, root, j, &e);
@@ -405,13 +430,13 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
                                     e.status >= 500 ? "server_error" : "invalid_request_error", e.param, e.code, "%s",
                                     e.msg);
     }
-    if (!refused && j->n_prompt + 1 > srv->p.n_ctx) {
+    if (!refused && j->n_prompt + 1 > srv->n_ctx) {
         int64_t n = j->n_prompt;
         pb_server_queue_unreserve(srv);
         pb_server_job_release(j);
         return pb_server_send_error(
             srv, c, 400, "invalid_request_error", kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
-            "the prompt has %lld tokens; this server's context is %d tokens", (long long)n, srv->p.n_ctx);
+            "the prompt has %lld tokens; this server's context is %d tokens", (long long)n, srv->n_ctx);
     }
     if (!refused) refused = pb_server_queue_push(srv, j);
     if (refused) {
@@ -450,28 +475,22 @@ enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *
         return pb_server_send_error(srv, c, 400, "invalid_request_error", "content", "invalid_utf8",
                                     "'content' is not valid UTF-8 text");
     }
+    char merr[512];
+    unsigned refused = pb_server_model_acquire(srv, NULL, merr, sizeof merr);
+    if (refused) {
+        cJSON_Delete(root);
+        return pb_server_send_error(srv, c, refused, "server_error", NULL, NULL, "%s", merr);
+    }
     /* one count at a time: tokenizing a large text takes memory, and this route has no queue place to bound how many
      * run at once (generation prompts are tokenized only after admission) */
     pthread_mutex_lock(&srv->tok_mu);
     pb_status s = pb_tokenize(srv->vocab, t, strlen(t), 0, NULL, 0, &n);
     pthread_mutex_unlock(&srv->tok_mu);
+    pb_server_model_release(srv);
     cJSON_Delete(root);
     if (s != PB_OK && s != PB_ERR_INVALID_ARG)
         return pb_server_send_error(srv, c, 500, "server_error", NULL, NULL, "tokenize failed: %s", pb_last_error());
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "count", (double)n);
-    return pb_server_send_json(srv, c, 200, o);
-}
-
-enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON *mo = cJSON_CreateObject();
-    cJSON_AddStringToObject(mo, "id", srv->model_id);
-    cJSON_AddStringToObject(mo, "object", "model");
-    cJSON_AddNumberToObject(mo, "created", 0);
-    cJSON_AddStringToObject(mo, "owned_by", "pocketbrain");
-    cJSON_AddItemToArray(data, mo);
     return pb_server_send_json(srv, c, 200, o);
 }

@@ -13,6 +13,7 @@ void pb_server_job_release(job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left > 0) return;
+    if (j->holds_model) pb_server_model_release(j->srv);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->prompt);

@@ -37,7 +37,9 @@ export function sanitizerOf(path) {
 export function startServer(extraArgs = [], env = {}, model = pickModel()) {
   return new Promise((resolve, reject) => {
     const args = ['serve', '-m', model, '--port', '0', ...extraArgs];
-    const proc = spawn(bin(), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    // an empty model library unless the test gives one: the user's pulled models stay out of the tests
+    const lib = { PB_MODELS: process.env.PB_MODELS || path.join(process.env.PB_BUILD || 'build', 'test-library') };
+    const proc = spawn(bin(), args, { env: { ...process.env, ...lib, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '', err = '';
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start: ' + err)); }, 30000);
     proc.stdout.on('data', (d) => {

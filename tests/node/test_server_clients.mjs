@@ -13,9 +13,11 @@ const metric = async (name) => {
   const m = t.match(new RegExp('^' + name + ' (\\d+)', 'm'));
   return m ? Number(m[1]) : NaN;
 };
+// the served model's id: a request naming another model is a 404
+const served = (await (await fetch(srv.url + '/v1/models', { headers: { Authorization: 'Bearer k2' } })).json()).data[0].id;
 try {
   const provider = createOpenAICompatible({ name: 'pocketbrain', baseURL: srv.url + '/v1', apiKey: 'k2', includeUsage: true });
-  const model = provider.chatModel('local');
+  const model = provider.chatModel(served);
 
   const g = await generateText({ model, prompt: 'What does harbor mean?', maxOutputTokens: 12, temperature: 0, maxRetries: 0 });
   check(typeof g.text === 'string' && g.text.length > 0 && g.usage.outputTokens > 0 && g.usage.inputTokens > 0,
@@ -39,12 +41,12 @@ try {
   check(err && err.statusCode === 400 && /top_p/.test(err.message), 'AI SDK: top_p 0 is a 400 naming top_p: ' + (err && err.message));
 
   // LangChain JS
-  const lc = new ChatOpenAI({ model: 'local', apiKey: 'k2', configuration: { baseURL: srv.url + '/v1' }, maxTokens: 12, temperature: 0, maxRetries: 0 });
+  const lc = new ChatOpenAI({ model: served, apiKey: 'k2', configuration: { baseURL: srv.url + '/v1' }, maxTokens: 12, temperature: 0, maxRetries: 0 });
   const m = await lc.invoke([['system', 'Be brief.'], ['human', 'What does harbor mean?']]);
   check(typeof m.content === 'string' && m.content.length > 0 && m.usage_metadata && m.usage_metadata.output_tokens > 0,
     `LangChain invoke: ${m.usage_metadata?.input_tokens}+${m.usage_metadata?.output_tokens} tokens`);
   let chunks = 0, ltext = '';
-  const lcs = new ChatOpenAI({ model: 'local', apiKey: 'k2', configuration: { baseURL: srv.url + '/v1' }, maxTokens: 16, maxRetries: 0, streamUsage: true });
+  const lcs = new ChatOpenAI({ model: served, apiKey: 'k2', configuration: { baseURL: srv.url + '/v1' }, maxTokens: 16, maxRetries: 0, streamUsage: true });
   let lusage = null;
   for await (const c of await lcs.stream('Tell me a story.')) { chunks++; ltext += c.content; if (c.usage_metadata) lusage = c.usage_metadata; }
   check(chunks >= 2 && ltext.length > 0, `LangChain stream: ${chunks} chunks`);

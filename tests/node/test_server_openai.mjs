@@ -8,15 +8,17 @@ import { check, note, startServer, stopServer, done, peerModel, waitFor } from '
 const srv = await startServer(['--parallel', '2', '--api-key', 'sekrit', '--max-body', '64K', '--max-tokens', '64'], {}, peerModel());
 const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'sekrit', maxRetries: 0 });
 const bad = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'wrong', maxRetries: 0 });
+let M = 'default'; // the served model's id (requests naming another model get a 404)
 
 try {
   // models
   const models = await client.models.list();
   check(models.data.length === 1 && typeof models.data[0].id === 'string', 'GET /v1/models lists the model');
+  M = models.data[0].id;
 
   // non-stream chat
   const r = await client.chat.completions.create({
-    model: 'x', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'What does harbor mean?' }],
+    model: M, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'What does harbor mean?' }],
     max_tokens: 16, temperature: 0, seed: 1,
   });
   check(r.object === 'chat.completion' && r.choices[0].message.role === 'assistant', 'chat completion shape');
@@ -26,14 +28,14 @@ try {
 
   // determinism: same seed + settings -> same text
   const r2 = await client.chat.completions.create({
-    model: 'x', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'What does harbor mean?' }],
+    model: M, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'What does harbor mean?' }],
     max_tokens: 16, temperature: 0, seed: 1,
   });
   check(r2.choices[0].message.content === r.choices[0].message.content, 'same request, same seed -> same answer');
 
   // streaming
   const stream = await client.chat.completions.create({
-    model: 'x', messages: [{ role: 'user', content: 'Tell me a story.' }], stream: true, max_tokens: 24, temperature: 0.7, seed: 3,
+    model: M, messages: [{ role: 'user', content: 'Tell me a story.' }], stream: true, max_tokens: 24, temperature: 0.7, seed: 3,
     stream_options: { include_usage: true },
   });
   let chunks = 0, text = '', finish = null, usage = null;
@@ -48,13 +50,13 @@ try {
 
   // stop strings: the stop text never appears
   const noStop = await client.chat.completions.create({
-    model: 'x', messages: [{ role: 'user', content: 'Count.' }], max_tokens: 40, temperature: 0, seed: 5,
+    model: M, messages: [{ role: 'user', content: 'Count.' }], max_tokens: 40, temperature: 0, seed: 5,
   });
   const full = noStop.choices[0].message.content;
   if (full.length >= 6) {
     const stopStr = full.slice(3, 6);
     const withStop = await client.chat.completions.create({
-      model: 'x', messages: [{ role: 'user', content: 'Count.' }], max_tokens: 40, temperature: 0, seed: 5, stop: [stopStr],
+      model: M, messages: [{ role: 'user', content: 'Count.' }], max_tokens: 40, temperature: 0, seed: 5, stop: [stopStr],
     });
     const t = withStop.choices[0].message.content;
     check(!t.includes(stopStr) && full.startsWith(t), `stop string ${JSON.stringify(stopStr)} cuts the answer (${t.length} < ${full.length} chars)`);
@@ -64,7 +66,7 @@ try {
   }
 
   // completions endpoint
-  const c = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
+  const c = await client.completions.create({ model: M, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
   check(c.object === 'text_completion' && typeof c.choices[0].text === 'string', 'POST /v1/completions works');
 
   // multi-turn prefix reuse: the second turn reuses the cached first turn
@@ -74,10 +76,10 @@ try {
     return m ? Number(m[1]) : NaN;
   };
   const convo = [{ role: 'user', content: 'What does harbor mean? Please answer in detail.' }];
-  const t1 = await client.chat.completions.create({ model: 'x', messages: convo, max_tokens: 12, temperature: 0 });
+  const t1 = await client.chat.completions.create({ model: M, messages: convo, max_tokens: 12, temperature: 0 });
   const reusedBefore = await metric('pocketbrain_prompt_tokens_reused_total');
   convo.push({ role: 'assistant', content: t1.choices[0].message.content }, { role: 'user', content: 'Use it in a sentence.' });
-  await client.chat.completions.create({ model: 'x', messages: convo, max_tokens: 8, temperature: 0 });
+  await client.chat.completions.create({ model: M, messages: convo, max_tokens: 8, temperature: 0 });
   const reusedAfter = await metric('pocketbrain_prompt_tokens_reused_total');
   check(reusedAfter - reusedBefore >= t1.usage.prompt_tokens, `second turn reused ${reusedAfter - reusedBefore} cached prompt tokens (first prompt ${t1.usage.prompt_tokens})`);
 
@@ -88,17 +90,17 @@ try {
     }
   };
   await expectError('bad API key', () => bad.models.list(), 401);
-  await expectError('missing messages', () => client.chat.completions.create({ model: 'x' }), 400);
-  await expectError('temperature out of range', () => client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], temperature: 9 }), 400);
-  await expectError('bad role', () => client.chat.completions.create({ model: 'x', messages: [{ role: 'wizard', content: 'hi' }] }), 400);
-  await expectError('max_tokens above the cap', () => client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], max_tokens: 100000 }), 400);
-  await expectError('prompt longer than the context', () => client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'word '.repeat(3000) }] }), 400);
+  await expectError('missing messages', () => client.chat.completions.create({ model: M }), 400);
+  await expectError('temperature out of range', () => client.chat.completions.create({ model: M, messages: [{ role: 'user', content: 'hi' }], temperature: 9 }), 400);
+  await expectError('bad role', () => client.chat.completions.create({ model: M, messages: [{ role: 'wizard', content: 'hi' }] }), 400);
+  await expectError('max_tokens above the cap', () => client.chat.completions.create({ model: M, messages: [{ role: 'user', content: 'hi' }], max_tokens: 100000 }), 400);
+  await expectError('prompt longer than the context', () => client.chat.completions.create({ model: M, messages: [{ role: 'user', content: 'word '.repeat(3000) }] }), 400);
 
   // cancellation by the client: abort a stream mid-way, server stays healthy
   const ac = new AbortController();
   let got = 0;
   try {
-    const s2 = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Go on and on.' }], stream: true, max_tokens: 64 }, { signal: ac.signal });
+    const s2 = await client.chat.completions.create({ model: M, messages: [{ role: 'user', content: 'Go on and on.' }], stream: true, max_tokens: 64 }, { signal: ac.signal });
     for await (const ch of s2) { if (ch.choices[0]?.delta?.content) got++; if (got === 3) ac.abort(); }
   } catch (e) { /* aborted */ }
   // the server counts the cancel once the slot has wound the generation down: wait for it, not a fixed time
@@ -108,7 +110,7 @@ try {
   check(h.status === 200, 'server healthy after the abort');
 
   // SIGTERM during a stream: the stream gets a final event, the process exits 0
-  const s3 = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Long answer please.' }], stream: true, max_tokens: 64 });
+  const s3 = await client.chat.completions.create({ model: M, messages: [{ role: 'user', content: 'Long answer please.' }], stream: true, max_tokens: 64 });
   let ended = false, n3 = 0, exitCode = null;
   const reading = (async () => { try { for await (const ch of s3) { n3++; if (n3 === 2) exitCode = stopServer(srv); } ended = true; } catch (e) { ended = 'error: ' + e.message; } })();
   await reading;

@@ -1,0 +1,211 @@
+/* server_models.c -- the models requests may name: which one is loaded, swapping to another when a request
+ * names it (one loaded at a time: the running jobs finish first, new ones wait), and GET /v1/models. No HTTP
+ * parsing here; the routes call pb_server_model_acquire / _release around their use of the model. */
+#include "base/base.h"
+#include "server/server_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+pb_status pb_server_models_init(pb_server *srv, pb_model *m) {
+    pthread_mutex_init(&srv->model_mu, NULL);
+    pthread_cond_init(&srv->model_cv, NULL);
+    const char *id = srv->p.model_id ? srv->p.model_id : "pocketbrain";
+    int n = srv->p.n_models > 0 ? srv->p.n_models : 1;
+    srv->lib = calloc((size_t)n, sizeof *srv->lib);
+    if (!srv->lib) return pb_error(PB_ERR_NOMEM, "server: out of memory");
+    srv->n_lib = n;
+    for (int i = 0; i < n; i++) {
+        const pb_server_model *src = srv->p.n_models > 0 ? &srv->p.models[i] : NULL;
+        srv->lib[i].name = pb_strdup(src && src->name ? src->name : id);
+        srv->lib[i].path = src && src->path ? pb_strdup(src->path) : NULL;
+        if (!srv->lib[i].name || (src && src->path && !srv->lib[i].path))
+            return pb_error(PB_ERR_NOMEM, "server: out of memory");
+    }
+    srv->caller_model = m;
+    srv->model = m;
+    srv->vocab = pb_model_vocab(m);
+    srv->model_id = pb_strdup(srv->lib[0].name);
+    srv->cur = 0;
+    srv->n_ctx = srv->p.n_ctx;
+    pb_model_info info;
+    if (srv->p.ctx_auto && pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 &&
+        info.n_ctx_train < srv->n_ctx)
+        srv->n_ctx = info.n_ctx_train;
+    return srv->model_id ? PB_OK : pb_error(PB_ERR_NOMEM, "server: out of memory");
+}
+
+/* Opens lib[idx] (the caller's model for its own entry) and sessions for every slot; *m_out and sess (n_slots)
+ * get them. */
+static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_session **sess, int *n_ctx_out) {
+    pb_model *m = NULL;
+    pb_status s = PB_OK;
+    if (idx == 0 && srv->caller_model) {
+        m = srv->caller_model;
+    } else if (!srv->lib[idx].path) {
+        return pb_error(PB_ERR_NOT_FOUND, "server: no file for model '%s'", srv->lib[idx].name);
+    } else {
+        pb_model_params mp = pb_model_default_params();
+        if (srv->p.n_threads) mp.n_threads = srv->p.n_threads;
+        if ((s = pb_model_open(srv->lib[idx].path, &mp, &m)) != PB_OK) return s;
+    }
+    int n_ctx = srv->p.n_ctx;
+    pb_model_info info;
+    if (srv->p.ctx_auto && pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < n_ctx)
+        n_ctx = info.n_ctx_train;
+    for (int i = 0; i < srv->n_slots && s == PB_OK; i++) {
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = n_ctx;
+        sp.n_threads = srv->p.n_threads;
+        sp.thermal = srv->p.thermal;
+        s = pb_session_new(m, &sp, &sess[i]);
+    }
+    if (s != PB_OK) {
+        for (int i = 0; i < srv->n_slots; i++) pb_session_free(sess[i]), sess[i] = NULL;
+        if (m != srv->caller_model) pb_model_close(m);
+        return s;
+    }
+    *m_out = m;
+    *n_ctx_out = n_ctx;
+    return PB_OK;
+}
+
+/* Swaps the loaded model for lib[idx]. Called with switching set and no user of the current model, so no job
+ * runs on the slots' sessions and none is queued. The current model is closed before the next one opens (one
+ * in memory at a time); when the next one fails, the previous one is loaded again. */
+static pb_status switch_to(pb_server *srv, int idx, char *err, size_t cap) {
+    pb_session **sess = calloc((size_t)srv->n_slots, sizeof *sess);
+    if (!sess) return pb_error(PB_ERR_NOMEM, "server: out of memory");
+    pthread_mutex_lock(&srv->mu);
+    for (int i = 0; i < srv->n_slots; i++) {
+        sess[i] = srv->slots[i].session;
+        srv->slots[i].session = NULL;
+    }
+    srv->vocab = NULL; /* readers take srv->mu; the model behind it is closed below */
+    pthread_mutex_unlock(&srv->mu);
+    for (int i = 0; i < srv->n_slots; i++) pb_session_free(sess[i]), sess[i] = NULL;
+    int prev = srv->cur;
+    if (srv->model && srv->model != srv->caller_model) pb_model_close(srv->model);
+    srv->model = NULL;
+    pb_model *m = NULL;
+    int n_ctx = 0;
+    pb_status s = load(srv, idx, &m, sess, &n_ctx);
+    if (s != PB_OK) {
+        snprintf(err, cap, "cannot load model '%s': %s", srv->lib[idx].name, pb_last_error());
+        idx = prev;
+        if (prev < 0 || load(srv, prev, &m, sess, &n_ctx) != PB_OK) idx = -1;
+    }
+    char *id = idx >= 0 ? pb_strdup(srv->lib[idx].name) : NULL;
+    pthread_mutex_lock(&srv->mu);
+    for (int i = 0; i < srv->n_slots; i++) srv->slots[i].session = idx >= 0 ? sess[i] : NULL;
+    srv->model = idx >= 0 ? m : NULL;
+    srv->vocab = idx >= 0 ? pb_model_vocab(m) : NULL;
+    free(srv->model_id);
+    srv->model_id = id;
+    if (idx >= 0) srv->n_ctx = n_ctx;
+    pthread_mutex_unlock(&srv->mu);
+    free(sess);
+    pthread_mutex_lock(&srv->model_mu);
+    srv->cur = idx;
+    pthread_mutex_unlock(&srv->model_mu);
+    return s;
+}
+
+unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, size_t cap) {
+    int want = -1;
+    if (name && *name) {
+        for (int i = 0; i < srv->n_lib && want < 0; i++)
+            if (strcmp(srv->lib[i].name, name) == 0) want = i;
+        if (want < 0) {
+            snprintf(err, cap,
+                     "model '%.200s' is not available on this server (GET /v1/models lists the models it serves)",
+                     name);
+            return 404;
+        }
+    }
+    pthread_mutex_lock(&srv->model_mu);
+    for (;;) {
+        if (srv->models_closed) {
+            pthread_mutex_unlock(&srv->model_mu);
+            snprintf(err, cap, "the server is shutting down");
+            return 503;
+        }
+        int target = want >= 0 ? want : srv->cur >= 0 ? srv->cur : 0;
+        if (!srv->switching && target == srv->cur && srv->model_waiting == 0) {
+            srv->model_users++;
+            pthread_mutex_unlock(&srv->model_mu);
+            return 0;
+        }
+        if (!srv->switching && target != srv->cur && srv->model_users == 0) {
+            srv->switching = true;
+            pthread_mutex_unlock(&srv->model_mu);
+            pb_status s = switch_to(srv, target, err, cap);
+            pthread_mutex_lock(&srv->model_mu);
+            srv->switching = false;
+            pthread_cond_broadcast(&srv->model_cv);
+            if (s != PB_OK) {
+                pthread_mutex_unlock(&srv->model_mu);
+                return 500;
+            }
+            continue;
+        }
+        /* wait for the running jobs of the loaded model (or a switch) to finish */
+        bool other = target != srv->cur;
+        if (other) srv->model_waiting++;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&srv->model_cv, &srv->model_mu, &ts);
+        if (other) srv->model_waiting--;
+    }
+}
+
+void pb_server_model_release(pb_server *srv) {
+    pthread_mutex_lock(&srv->model_mu);
+    if (--srv->model_users == 0) pthread_cond_broadcast(&srv->model_cv);
+    pthread_mutex_unlock(&srv->model_mu);
+}
+
+void pb_server_models_close(pb_server *srv) {
+    pthread_mutex_lock(&srv->model_mu);
+    srv->models_closed = true;
+    pthread_cond_broadcast(&srv->model_cv);
+    while (srv->switching) pthread_cond_wait(&srv->model_cv, &srv->model_mu);
+    pthread_mutex_unlock(&srv->model_mu);
+}
+
+void pb_server_models_free(pb_server *srv) {
+    if (!srv->lib) return; /* pb_server_models_init did not run */
+    if (srv->model && srv->model != srv->caller_model) pb_model_close(srv->model);
+    srv->model = NULL;
+    for (int i = 0; srv->lib && i < srv->n_lib; i++) {
+        free((char *)srv->lib[i].name);
+        free((char *)srv->lib[i].path);
+    }
+    free(srv->lib);
+    srv->lib = NULL;
+    pthread_mutex_destroy(&srv->model_mu);
+    pthread_cond_destroy(&srv->model_cv);
+}
+
+enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    pthread_mutex_lock(&srv->model_mu);
+    for (int i = 0; i < srv->n_lib; i++) {
+        cJSON *mo = cJSON_CreateObject();
+        cJSON_AddStringToObject(mo, "id", srv->lib[i].name);
+        cJSON_AddStringToObject(mo, "object", "model");
+        cJSON_AddNumberToObject(mo, "created", 0);
+        cJSON_AddStringToObject(mo, "owned_by", "pocketbrain");
+        cJSON_AddBoolToObject(mo, "loaded", i == srv->cur && !srv->switching);
+        cJSON_AddItemToArray(data, mo);
+    }
+    pthread_mutex_unlock(&srv->model_mu);
+    return pb_server_send_json(srv, c, 200, o);
+}

@@ -1,0 +1,95 @@
+// test_server_library.mjs -- `pocketbrain serve` with a model library: /v1/models lists it, a request's "model"
+// loads that model (one at a time; running requests of the other finish first), an unknown name is a 404.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { check, done, note, peerModel, pickModel, startServer, stopServer } from './server_lib.mjs';
+
+const lib = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib-'));
+fs.symlinkSync(path.resolve(pickModel()), path.join(lib, 'alpha.gguf'));
+fs.symlinkSync(path.resolve(peerModel()), path.join(lib, 'beta.gguf'));
+fs.writeFileSync(path.join(lib, 'broken.gguf'), 'GGUF but not really a model');
+check(fs.existsSync(peerModel()), `peer model fixture ${peerModel()}`);
+
+const srv = await startServer(['--max-tokens', '64'], { PB_MODELS: lib }, 'alpha');
+const post = (body) => fetch(srv.url + '/v1/chat/completions', {
+  method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+});
+const ask = (model, n = 4) => post({ ...(model === undefined ? {} : { model }), messages: [{ role: 'user', content: 'Say something.' }], max_tokens: n, temperature: 0 });
+const listed = async () => (await (await fetch(srv.url + '/v1/models')).json()).data;
+
+try {
+  check(/model alpha, 1 slot, 2 more in the library/.test(srv.stderr()), `serve -m NAME names the library model: ${srv.stderr().trim()}`);
+  let d = await listed();
+  check(d.map((m) => m.id).join(',') === 'alpha,beta,broken' && d[0].loaded && !d[1].loaded, `/v1/models lists the library, alpha loaded (${JSON.stringify(d.map((m) => [m.id, m.loaded]))})`);
+
+  let r = await ask('alpha');
+  let j = await r.json();
+  check(r.status === 200 && j.model === 'alpha', `model alpha -> 200 from alpha (${r.status} ${j.model})`);
+  const alphaText = j.choices[0].message.content;
+
+  r = await ask('beta');
+  j = await r.json();
+  check(r.status === 200 && j.model === 'beta', `model beta -> the server loads beta (${r.status} ${j.model})`);
+  const betaText = j.choices[0].message.content;
+  d = await listed();
+  check(!d[0].loaded && d[1].loaded, 'now beta is the loaded one (one at a time)');
+  const h = await (await fetch(srv.url + '/health')).json();
+  check(h.model === 'beta', `/health names the loaded model (${h.model})`);
+  check(alphaText !== betaText, `two different models answer differently (${JSON.stringify(alphaText)} vs ${JSON.stringify(betaText)})`);
+
+  r = await ask('gpt-4');
+  j = await r.json();
+  check(r.status === 404 && j.error.code === 'model_not_found' && j.error.param === 'model' && /GET \/v1\/models/.test(j.error.message),
+    `unknown model -> 404 model_not_found, nothing served (${r.status} ${j.error && j.error.message})`);
+  r = await ask('broken');
+  j = await r.json();
+  check(r.status === 500 && j.error.code === 'model_load_failed' && /cannot load model 'broken'/.test(j.error.message),
+    `a library model that fails to load -> 500 naming it (${j.error && j.error.message})`);
+  d = await listed();
+  r = await ask(undefined);
+  j = await r.json();
+  check(d[1].loaded && r.status === 200 && j.model === 'beta', 'after the failed load the previous model is loaded again and serves');
+  r = await post({ model: 7, messages: [{ role: 'user', content: 'hi' }] });
+  check(r.status === 400, `"model": 7 -> 400 (${r.status})`);
+
+  r = await ask(undefined);
+  j = await r.json();
+  check(r.status === 200 && j.model === 'beta', `no "model" -> the loaded model (${j.model})`);
+
+  // a long answer from beta while alpha is asked for: beta's request finishes, then the swap, both complete
+  const t0 = Date.now();
+  const [rb, ra] = await Promise.all([ask('beta', 64), new Promise((res) => setTimeout(() => res(ask('alpha', 4)), 50))]);
+  const jb = await rb.json(), ja = await ra.json();
+  check(rb.status === 200 && ra.status === 200 && jb.model === 'beta' && ja.model === 'alpha' && jb.usage.completion_tokens > 4,
+    `concurrent beta (${jb.usage && jb.usage.completion_tokens} tokens) and alpha requests both complete in ${Date.now() - t0} ms`);
+  check(ja.choices[0].message.content === alphaText, 'alpha after the swap back answers as before (greedy)');
+
+  // streaming names its model in every chunk
+  r = await post({ model: 'beta', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3, stream: true });
+  const body = await r.text();
+  const chunks = body.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)));
+  check(r.status === 200 && chunks.length > 0 && chunks.every((c) => c.model === 'beta'), `stream from beta: ${chunks.length} chunks, all model beta`);
+} catch (e) {
+  check(false, 'exception: ' + (e.stack || e));
+} finally {
+  const code = await stopServer(srv);
+  check(code === 0, `serve stops cleanly (${code})`);
+  fs.rmSync(lib, { recursive: true, force: true });
+}
+// serve -m PATH of a library file: named as in the library, listed once
+{
+  const lib2 = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib2-'));
+  fs.copyFileSync(pickModel(), path.join(lib2, 'gemma-2-2b-it:q4_k_m.gguf'));
+  const s2 = await startServer([], { PB_MODELS: lib2 }, 'gemma-2-2b-it'); // a catalog name: its default quantization
+  const d = (await (await fetch(s2.url + '/v1/models')).json()).data;
+  check(d.length === 1 && d[0].id === 'gemma-2-2b-it:q4_k_m' && d[0].loaded, `serve -m gemma-2-2b-it: listed once as ${JSON.stringify(d.map((m) => m.id))}`);
+  await stopServer(s2);
+  const s3 = await startServer([], { PB_MODELS: lib2 }, path.join(lib2, 'gemma-2-2b-it:q4_k_m.gguf'));
+  const d3 = (await (await fetch(s3.url + '/v1/models')).json()).data;
+  check(d3.length === 1 && d3[0].id === 'gemma-2-2b-it:q4_k_m', `serve -m PATH of a library file: ${JSON.stringify(d3.map((m) => m.id))}`);
+  await stopServer(s3);
+  fs.rmSync(lib2, { recursive: true, force: true });
+}
+note('library: alpha = ' + pickModel() + ', beta = ' + peerModel());
+done();

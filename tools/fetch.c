@@ -1,0 +1,592 @@
+/* fetch.c -- one resumable, verified download with libcurl: Range + If-Range into a .part file, retries
+ * with backoff, free-space check, SHA-256 (OpenSSL EVP) while writing, progress on stderr. No renames
+ * into the library and no GGUF checks here (tools/cmd_pull.c). */
+#include "fetch.h"
+#include "base/base.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB (1024.0 * 1024.0)
+
+static volatile sig_atomic_t interrupted;
+
+void fetch_interrupt(void) { interrupted = 1; }
+
+/* Why a transfer was stopped from inside a callback. */
+enum { STOP_NONE, STOP_NOSPACE, STOP_IO, STOP_CHANGED, STOP_INTERRUPT, STOP_STALL };
+
+typedef struct xfer {
+    const fetch_opts *o;
+    int fd;
+    EVP_MD_CTX *md;
+    uint64_t have;     /* bytes in the part, all hashed into md */
+    uint64_t req_from; /* Range start of this attempt (0 = whole file) */
+    uint64_t total;    /* file size when known (0 = unknown) */
+    /* the part's identity, as recorded in the state file */
+    char part_etag[256], part_lastmod[128], part_sha[65];
+    /* the response being received (reset on each status line: redirects have their own headers) */
+    long status;
+    char etag[256], lastmod[128], crange[128];
+    int64_t clen;
+    bool location;
+    char hub_sha[65]; /* X-Linked-Etag of any hop (the hub sends it on its redirect) */
+    bool body;        /* this response's body is the file (200/206 accepted) */
+    int stop;
+    char stop_msg[512];
+    /* progress */
+    bool tty;
+    double t0, t_last;
+    uint64_t got;  /* bytes received by this process (rate) */
+    double t_recv; /* when the last byte (header or body) arrived in this attempt */
+    int last_step;
+} xfer;
+
+/* ---- small helpers ------------------------------------------------------------------------------- */
+
+static bool is_hex64(const char *s) {
+    for (int i = 0; i < 64; i++)
+        if (!isxdigit((unsigned char)s[i])) return false;
+    return s[64] == 0;
+}
+
+static void human(double b, char *buf, size_t cap) {
+    if (b >= 1024 * MIB)
+        snprintf(buf, cap, "%.2f GiB", b / (1024 * MIB));
+    else
+        snprintf(buf, cap, "%.1f MiB", b / MIB);
+}
+
+static void hex(const unsigned char *d, char out[65]) {
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+/* Copies a header value (after "Name:") without surrounding blanks. */
+static void header_value(const char *line, size_t n, size_t skip, char *dst, size_t cap) {
+    const char *v = line + skip, *end = line + n;
+    while (v < end && (*v == ' ' || *v == '\t')) v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ')) end--;
+    size_t l = (size_t)(end - v) < cap - 1 ? (size_t)(end - v) : cap - 1;
+    memcpy(dst, v, l);
+    dst[l] = 0;
+}
+
+static bool header_is(const char *line, size_t n, const char *name) {
+    size_t l = strlen(name);
+    return n > l && strncasecmp(line, name, l) == 0 && line[l] == ':';
+}
+
+/* ---- state file (JSON beside the part) ------------------------------------------------------------ */
+
+static void state_write(const xfer *x) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "url", x->o->url);
+    cJSON_AddStringToObject(o, "etag", x->part_etag);
+    cJSON_AddStringToObject(o, "last_modified", x->part_lastmod);
+    cJSON_AddStringToObject(o, "hub_sha256", x->part_sha);
+    cJSON_AddNumberToObject(o, "size", (double)x->total);
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char tmp[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", x->o->state);
+    FILE *f = t ? fopen(tmp, "wb") : NULL;
+    bool ok = f && fputs(t, f) >= 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, x->o->state) != 0) ok = false;
+    if (!ok) unlink(tmp);
+    free(t);
+}
+
+/* True when the state file describes a part of this url; fills the part's identity. */
+static bool state_read(xfer *x) {
+    FILE *f = fopen(x->o->state, "rb");
+    if (!f) return false;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    const char *url = cJSON_GetStringValue(cJSON_GetObjectItem(o, "url"));
+    bool same = url && strcmp(url, x->o->url) == 0;
+    if (same) {
+        const char *e = cJSON_GetStringValue(cJSON_GetObjectItem(o, "etag"));
+        const char *l = cJSON_GetStringValue(cJSON_GetObjectItem(o, "last_modified"));
+        const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(o, "hub_sha256"));
+        const cJSON *sz = cJSON_GetObjectItem(o, "size");
+        snprintf(x->part_etag, sizeof x->part_etag, "%s", e ? e : "");
+        snprintf(x->part_lastmod, sizeof x->part_lastmod, "%s", l ? l : "");
+        snprintf(x->part_sha, sizeof x->part_sha, "%s", s ? s : "");
+        x->total = cJSON_IsNumber(sz) && sz->valuedouble > 0 ? (uint64_t)sz->valuedouble : 0;
+    }
+    cJSON_Delete(o);
+    return same;
+}
+
+/* Empties the part: the next bytes start the file again. */
+static bool restart_part(xfer *x) {
+    x->have = 0;
+    x->part_etag[0] = x->part_lastmod[0] = x->part_sha[0] = 0;
+    return ftruncate(x->fd, 0) == 0 && lseek(x->fd, 0, SEEK_SET) == 0 &&
+           EVP_DigestInit_ex(x->md, EVP_sha256(), NULL) == 1;
+}
+
+/* Hashes the bytes already in the part (a resumed download continues the digest from them). */
+static bool rehash_part(xfer *x, uint64_t n) {
+    static unsigned char buf[1 << 20];
+    uint64_t done = 0;
+    if (lseek(x->fd, 0, SEEK_SET) != 0) return false;
+    while (done < n) {
+        size_t want = n - done < sizeof buf ? (size_t)(n - done) : sizeof buf;
+        ssize_t r = read(x->fd, buf, want);
+        if (r <= 0) return false;
+        EVP_DigestUpdate(x->md, buf, (size_t)r);
+        done += (uint64_t)r;
+    }
+    x->have = n;
+    return lseek(x->fd, (off_t)n, SEEK_SET) == (off_t)n;
+}
+
+/* ---- progress ------------------------------------------------------------------------------------- */
+
+static void progress(xfer *x, bool final) {
+    if (x->o->quiet) return;
+    double now = pb_time_ms(), el = (now - x->t0) / 1000.0;
+    double rate = el > 0 ? (double)x->got / el : 0;
+    char a[32], b[32], r[32];
+    human((double)x->have, a, sizeof a);
+    human((double)x->total, b, sizeof b);
+    human(rate, r, sizeof r);
+    int pct = x->total ? (int)(100.0 * (double)x->have / (double)x->total) : -1;
+    if (x->tty) {
+        if (!final && now - x->t_last < 200) return;
+        x->t_last = now;
+        double eta = rate > 0 && x->total > x->have ? (double)(x->total - x->have) / rate : 0;
+        int w = 24, fill = pct > 0 ? pct * w / 100 : 0;
+        fprintf(stderr, "\r%s [", x->o->label);
+        for (int i = 0; i < w; i++) fputc(i < fill ? '#' : '.', stderr);
+        if (pct >= 0)
+            fprintf(stderr, "] %3d%%  %s / %s  %s/s  ETA %dm%02ds ", pct, a, b, r, (int)(eta + 0.5) / 60,
+                    (int)(eta + 0.5) % 60);
+        else
+            fprintf(stderr, "] %s  %s/s ", a, r);
+        if (final) fputc('\n', stderr);
+        fflush(stderr);
+        return;
+    }
+    /* not a terminal: one plain line per 10% (or per 64 MiB when the size is unknown) */
+    int step = pct >= 0 ? pct / 10 : (int)(x->have / (64u << 20));
+    if (step == x->last_step) return;
+    x->last_step = step;
+    if (pct >= 0)
+        fprintf(stderr, "%s: %d%% (%s of %s, %s/s)\n", x->o->label, pct, a, b, r);
+    else
+        fprintf(stderr, "%s: %s (%s/s)\n", x->o->label, a, r);
+}
+
+/* ---- libcurl callbacks ----------------------------------------------------------------------------- */
+
+static void stop(xfer *x, int why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void stop(xfer *x, int why, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->stop_msg, sizeof x->stop_msg, fmt, ap);
+    va_end(ap);
+    x->stop = why;
+}
+
+/* The last header of a response that is not a redirect: decide whether its body is our file. false stops
+ * the transfer (x->stop says why). */
+static bool accept_response(xfer *x) {
+    if (x->status != 200 && x->status != 206) return true; /* an error: its body is read as a message */
+    uint64_t total = 0;
+    if (x->status == 206) {
+        unsigned long long a, b, t;
+        if (sscanf(x->crange, "bytes %llu-%llu/%llu", &a, &b, &t) != 3 || a != x->req_from) {
+            stop(x, STOP_CHANGED, "the server answered the range request with '%s'", x->crange);
+            return false;
+        }
+        /* If-Range should have turned a changed file into a 200; check anyway (not every server does) */
+        if ((x->part_etag[0] && x->etag[0] && strcmp(x->part_etag, x->etag) != 0) ||
+            (!x->part_etag[0] && x->part_lastmod[0] && x->lastmod[0] && strcmp(x->part_lastmod, x->lastmod) != 0) ||
+            (x->part_sha[0] && x->hub_sha[0] && strcmp(x->part_sha, x->hub_sha) != 0)) {
+            stop(x, STOP_CHANGED, "the file changed on the server since the partial download (new ETag)");
+            return false;
+        }
+        total = t;
+    } else {
+        if (x->have > 0 && !restart_part(x)) { /* the whole file again: the part starts over */
+            stop(x, STOP_IO, "cannot truncate '%s': %s", x->o->part, strerror(errno));
+            return false;
+        }
+        if (x->req_from > 0 && !x->o->quiet)
+            fprintf(stderr, "%s: the server sent the whole file (it changed, or ignores ranges); starting over\n",
+                    x->o->label);
+        x->req_from = 0;
+        total = x->clen > 0 ? (uint64_t)x->clen : 0;
+    }
+    x->total = total;
+    /* enough room for the rest? checked before the first byte is written */
+    struct statvfs vs;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", x->o->part);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (total > x->have && statvfs(dir, &vs) == 0) {
+        uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize, need = total - x->have;
+        if (avail < need) {
+            char n[32], f[32];
+            human((double)need, n, sizeof n);
+            human((double)avail, f, sizeof f);
+            stop(x, STOP_NOSPACE, "not enough space in %s: the download needs %s (%llu bytes), %s is free", dir, n,
+                 (unsigned long long)need, f);
+            return false;
+        }
+    }
+    snprintf(x->part_etag, sizeof x->part_etag, "%s", x->etag);
+    snprintf(x->part_lastmod, sizeof x->part_lastmod, "%s", x->lastmod);
+    snprintf(x->part_sha, sizeof x->part_sha, "%s", x->hub_sha);
+    state_write(x);
+    x->body = true;
+    return true;
+}
+
+static size_t on_header(char *line, size_t sz, size_t nmemb, void *user) {
+    xfer *x = user;
+    size_t n = sz * nmemb;
+    x->t_recv = pb_time_ms();
+    if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) { /* a new response (first, or after a redirect) */
+        const char *sp = memchr(line, ' ', n);
+        x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        x->etag[0] = x->lastmod[0] = x->crange[0] = 0;
+        x->clen = -1;
+        x->location = false;
+        x->body = false;
+    } else if (header_is(line, n, "ETag")) {
+        header_value(line, n, 5, x->etag, sizeof x->etag);
+    } else if (header_is(line, n, "Last-Modified")) {
+        header_value(line, n, 14, x->lastmod, sizeof x->lastmod);
+    } else if (header_is(line, n, "Content-Range")) {
+        header_value(line, n, 14, x->crange, sizeof x->crange);
+    } else if (header_is(line, n, "Content-Length")) {
+        char v[32];
+        header_value(line, n, 15, v, sizeof v);
+        x->clen = strtoll(v, NULL, 10);
+    } else if (header_is(line, n, "Location")) {
+        x->location = true;
+    } else if (header_is(line, n, "X-Linked-Etag")) { /* the hub: "sha256 of the LFS file", quoted */
+        char v[80], *p = v;
+        header_value(line, n, 14, v, sizeof v);
+        if (*p == 'W' && p[1] == '/') p += 2;
+        if (*p == '"') p++;
+        if (strlen(p) >= 64) {
+            p[64] = 0;
+            if (is_hex64(p))
+                for (int i = 0; i <= 64; i++) x->hub_sha[i] = (char)tolower((unsigned char)p[i]);
+        }
+    } else if (n <= 2 && (line[0] == '\r' || line[0] == '\n')) { /* end of this response's headers */
+        bool redirect = x->status >= 300 && x->status < 400 && x->location;
+        if (!redirect && !accept_response(x)) return 0;
+    }
+    return n;
+}
+
+static size_t on_body(char *data, size_t sz, size_t nmemb, void *user) {
+    xfer *x = user;
+    size_t n = sz * nmemb;
+    if (interrupted) {
+        x->stop = STOP_INTERRUPT;
+        return 0;
+    }
+    if (!x->body) return n; /* an error page: ignored (the status says what happened) */
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(x->fd, data + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            stop(x, errno == ENOSPC ? STOP_NOSPACE : STOP_IO, "writing '%s': %s", x->o->part,
+                 strerror(w < 0 ? errno : EIO));
+            return 0;
+        }
+        off += (size_t)w;
+    }
+    EVP_DigestUpdate(x->md, data, n);
+    x->t_recv = pb_time_ms();
+    x->have += n;
+    x->got += n;
+    progress(x, false);
+    return n;
+}
+
+static int on_tick(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    xfer *x = user;
+    if (interrupted) {
+        x->stop = STOP_INTERRUPT;
+        return 1;
+    }
+    /* a stall: nothing received for stall_s (curl's own low-speed check averages over several seconds) */
+    if (x->o->stall_s > 0 && pb_time_ms() - x->t_recv > 1000.0 * (double)x->o->stall_s) {
+        stop(x, STOP_STALL, "no data for %ld s (stalled)", x->o->stall_s);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- attempts ------------------------------------------------------------------------------------------ */
+
+enum { ATT_DONE, ATT_RETRY, ATT_AGAIN, ATT_FAIL, ATT_INTR };
+
+/* One request. ATT_DONE: the part holds the whole file. ATT_RETRY: a transient failure (back off).
+ * ATT_AGAIN: start over at once (changed file, bad range). ATT_FAIL / ATT_INTR: stop (err filled). */
+static int attempt(xfer *x, char *err, size_t cap) {
+    const fetch_opts *o = x->o;
+    CURL *c = curl_easy_init();
+    if (!c) {
+        snprintf(err, cap, "cannot initialise libcurl");
+        return ATT_FAIL;
+    }
+    struct curl_slist *hdr = NULL;
+    char line[512], cerr[CURL_ERROR_SIZE] = "";
+    if (o->token && *o->token) {
+        snprintf(line, sizeof line, "Authorization: Bearer %s", o->token);
+        hdr = curl_slist_append(hdr, line);
+    }
+    x->req_from = x->have;
+    if (x->have > 0) {
+        char range[64];
+        snprintf(range, sizeof range, "%llu-", (unsigned long long)x->have);
+        curl_easy_setopt(c, CURLOPT_RANGE, range);
+        /* If-Range: the server sends the rest only if the file is still the one the part started from */
+        const char *v = x->part_etag[0] && strncmp(x->part_etag, "W/", 2) != 0 ? x->part_etag : x->part_lastmod;
+        if (*v) {
+            snprintf(line, sizeof line, "If-Range: %s", v);
+            hdr = curl_slist_append(hdr, line);
+        }
+    }
+    x->hub_sha[0] = 0;
+    x->status = 0;
+    x->body = false;
+    x->stop = STOP_NONE;
+    x->t_recv = pb_time_ms();
+    curl_easy_setopt(c, CURLOPT_URL, o->url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    char ua[64];
+    snprintf(ua, sizeof ua, "pocketbrain/%s", pb_version());
+    curl_easy_setopt(c, CURLOPT_USERAGENT, ua);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, o->allow_http ? "http,https" : "https");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, o->allow_http ? "http,https" : "https");
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_tick);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hdr);
+    if (x->stop == STOP_INTERRUPT || interrupted) return ATT_INTR;
+    if (x->stop == STOP_NOSPACE || x->stop == STOP_IO) {
+        snprintf(err, cap, "%s", x->stop_msg);
+        return ATT_FAIL;
+    }
+    if (x->stop == STOP_STALL) {
+        snprintf(err, cap, "%s", x->stop_msg);
+        return ATT_RETRY;
+    }
+    if (x->stop == STOP_CHANGED) {
+        snprintf(err, cap, "%s", x->stop_msg);
+        return restart_part(x) ? ATT_AGAIN : ATT_FAIL;
+    }
+    if (rc == CURLE_OK && (status == 200 || status == 206)) {
+        if (x->total && x->have != x->total) {
+            snprintf(err, cap, "the server closed after %llu of %llu bytes", (unsigned long long)x->have,
+                     (unsigned long long)x->total);
+            return ATT_RETRY;
+        }
+        return ATT_DONE;
+    }
+    if (rc == CURLE_OK && status == 416 && x->req_from > 0) {
+        unsigned long long t;
+        if (sscanf(x->crange, "bytes */%llu", &t) == 1 && t == x->have && x->have == x->total) return ATT_DONE;
+        snprintf(err, cap, "the server refused to resume at byte %llu (HTTP 416)", (unsigned long long)x->have);
+        return restart_part(x) ? ATT_AGAIN : ATT_FAIL;
+    }
+    if (rc == CURLE_OK) {
+        if (status == 401 || status == 403) {
+            if (o->hub)
+                snprintf(err, cap,
+                         "HTTP %ld from %s: this model is gated: accept its license on the model page, then set "
+                         "HF_TOKEN (or pass --token)%s",
+                         status, o->url, o->token && *o->token ? " (a token was sent: check it has access)" : "");
+            else
+                snprintf(err, cap, "HTTP %ld from %s: access denied", status, o->url);
+            return ATT_FAIL;
+        }
+        snprintf(err, cap, "HTTP %ld from %s%s", status, o->url,
+                 status == 404                    ? ": not found (check the name, file and revision)"
+                 : status == 416                  ? ": range not satisfiable"
+                 : status == 429 || status >= 500 ? " (server busy or failing)"
+                                                  : "");
+        return status == 408 || status == 429 || status >= 500 ? ATT_RETRY : ATT_FAIL;
+    }
+    snprintf(err, cap, "%s", cerr[0] ? cerr : curl_easy_strerror(rc));
+    switch (rc) {
+    case CURLE_TOO_MANY_REDIRECTS:
+        snprintf(err, cap, "too many redirects from %s (a redirect loop?)", o->url);
+        return ATT_FAIL;
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR: return ATT_RETRY;
+    default: return ATT_FAIL;
+    }
+}
+
+/* Sleeps ms milliseconds; false when interrupted. */
+static bool nap(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        if (errno != EINTR || interrupted) return !interrupted;
+    return !interrupted;
+}
+
+int fetch_file(const fetch_opts *o, fetch_result *r, char *err, size_t cap) {
+    memset(r, 0, sizeof *r);
+    err[0] = 0;
+    static bool curl_ready;
+    if (!curl_ready) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+            snprintf(err, cap, "cannot initialise libcurl");
+            return FETCH_FAIL;
+        }
+        curl_ready = true;
+    }
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.o = o;
+    x.tty = isatty(2);
+    x.t0 = x.t_last = pb_time_ms();
+    x.last_step = -1;
+    x.md = EVP_MD_CTX_new();
+    x.fd = open(o->part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (!x.md || x.fd < 0 || EVP_DigestInit_ex(x.md, EVP_sha256(), NULL) != 1) {
+        snprintf(err, cap, "cannot open '%s': %s", o->part, x.fd < 0 ? strerror(errno) : "no SHA-256");
+        EVP_MD_CTX_free(x.md);
+        if (x.fd >= 0) close(x.fd);
+        return FETCH_FAIL;
+    }
+    struct stat st;
+    bool resumed = false;
+    if (fstat(x.fd, &st) == 0 && st.st_size > 0 && state_read(&x)) {
+        if (!rehash_part(&x, (uint64_t)st.st_size)) restart_part(&x);
+        resumed = x.have > 0;
+        if (resumed && !o->quiet) {
+            char h[32];
+            human((double)x.have, h, sizeof h);
+            fprintf(stderr, "%s: resuming a partial download (%s already here)\n", o->label, h);
+        }
+    } else {
+        restart_part(&x);
+    }
+    int rc = FETCH_FAIL, fails = 0;
+    bool fresh_retry_done = false;
+    for (;;) {
+        uint64_t before = x.have;
+        if (x.have > 0) resumed = true;
+        int a = attempt(&x, err, cap);
+        if (a == ATT_INTR) {
+            rc = FETCH_INTERRUPTED;
+            char h[32];
+            human((double)x.have, h, sizeof h);
+            snprintf(err, cap, "interrupted; %s kept in %s: the same pull resumes it", h, o->part);
+            break;
+        }
+        if (a == ATT_FAIL) break;
+        if (a == ATT_DONE) {
+            unsigned char d[32];
+            unsigned int dl = 0;
+            EVP_DigestFinal_ex(x.md, d, &dl);
+            hex(d, r->sha256);
+            r->size = x.have;
+            const char *want = o->pinned_sha && *o->pinned_sha ? o->pinned_sha : x.part_sha[0] ? x.part_sha : NULL;
+            if (want && strcmp(want, r->sha256) != 0) {
+                const char *by = o->pinned_sha && *o->pinned_sha ? o->pinned_by : "the hub's X-Linked-Etag";
+                if (resumed && !fresh_retry_done) { /* stale bytes from before? once more from the start */
+                    if (!o->quiet)
+                        fprintf(stderr, "%s: sha256 mismatch after a resumed download; downloading it again\n",
+                                o->label);
+                    fresh_retry_done = true;
+                    resumed = false;
+                    if (!restart_part(&x)) break;
+                    continue;
+                }
+                snprintf(err, cap, "sha256 mismatch: the download is %s, %s says %s; discarded", r->sha256, by, want);
+                unlink(o->part);
+                unlink(o->state);
+                break;
+            }
+            snprintf(r->verified_by, sizeof r->verified_by, "%s",
+                     !want                             ? ""
+                     : o->pinned_sha && *o->pinned_sha ? o->pinned_by
+                                                       : "hub (X-Linked-Etag)");
+            progress(&x, true);
+            rc = FETCH_OK;
+            break;
+        }
+        if (x.have > before) fails = 0; /* progress was made: only consecutive failures count */
+        if (++fails > o->retries) {
+            size_t l = strlen(err);
+            snprintf(err + l, cap - l, " (gave up after %d attempts)", fails);
+            break;
+        }
+        long wait = a == ATT_AGAIN ? 0 : o->backoff_ms << (fails - 1 < 10 ? fails - 1 : 10);
+        if (wait > 30000) wait = 30000;
+        if (!o->quiet) {
+            if (x.tty) fputc('\n', stderr);
+            fprintf(stderr, "%s: %s; retry %d of %d in %.1f s\n", o->label, err, fails, o->retries, wait / 1000.0);
+        }
+        if (!nap(wait)) {
+            rc = FETCH_INTERRUPTED;
+            snprintf(err, cap, "interrupted; the partial download is kept in %s: the same pull resumes it", o->part);
+            break;
+        }
+    }
+    if (rc != FETCH_OK && x.tty && !o->quiet) fputc('\n', stderr);
+    fsync(x.fd);
+    close(x.fd);
+    EVP_MD_CTX_free(x.md);
+    if (rc != FETCH_OK && x.have == 0) { /* nothing worth keeping */
+        unlink(o->part);
+        unlink(o->state);
+    }
+    return rc;
+}

@@ -1,0 +1,258 @@
+/* library.c -- the model library: directory, manifests (<name>.json beside <name>.gguf), per-model locks,
+ * `-m NAME` resolution. Reads GGUF metadata only (never the weights); no network. */
+#include "library.h"
+#include "catalog.h"
+#include "cli.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *lib_dir(void) {
+    static char dir[PATH_MAX];
+    const char *env = getenv("PB_MODELS"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (env && *env)
+        snprintf(dir, sizeof dir, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(dir, sizeof dir, "%s/pocketbrain/models", xdg);
+    else
+        snprintf(dir, sizeof dir, "%s/.local/share/pocketbrain/models", home && *home ? home : ".");
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+    return dir;
+}
+
+bool lib_ensure_dir(const char *cmd) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", lib_dir());
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                cli_err(cmd, "cannot create the model library '%s': %s", p, strerror(errno));
+                return false;
+            }
+            *s = c;
+            if (!c) break;
+        }
+    }
+    return true;
+}
+
+bool lib_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > LIB_NAME_MAX || name[0] == '.' || name[0] == '-') return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == ':' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+bool lib_path(const char *name, const char *suffix, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s/%s%s", lib_dir(), name, suffix);
+    return n > 0 && (size_t)n < cap;
+}
+
+bool lib_probe(const char *path, lib_entry *e, char *why, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return false;
+    }
+    e->size = (uint64_t)st.st_size;
+    pb_gguf *g;
+    pb_status s = pb_gguf_open(path, &g);
+    if (s) {
+        snprintf(why, cap, "%s", pb_last_error()[0] ? pb_last_error() : pb_status_name(s));
+        return false;
+    }
+    pb_gguf_str arch = {"", 0};
+    uint32_t ft;
+    if (pb_gguf_get_str(g, "general.architecture", &arch) == PB_OK)
+        snprintf(e->arch, sizeof e->arch, "%.*s", (int)(arch.len < 31 ? arch.len : 31), arch.ptr);
+    if (pb_gguf_get_u32(g, "general.file_type", &ft) == PB_OK)
+        snprintf(e->quant, sizeof e->quant, "%s", cli_ftype_name(ft));
+    pb_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    if (pb_hparams_from_gguf(g, &hp) == PB_OK) e->n_ctx = hp.n_ctx_train;
+    pb_gguf_close(g);
+    return true;
+}
+
+static void put_str(cJSON *o, const char *k, const char *v) {
+    if (v && *v) cJSON_AddStringToObject(o, k, v);
+}
+
+bool lib_write_manifest(const lib_entry *e) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "name", e->name);
+    put_str(o, "file", e->file);
+    cJSON_AddNumberToObject(o, "size", (double)e->size);
+    put_str(o, "architecture", e->arch);
+    put_str(o, "quantization", e->quant);
+    if (e->n_ctx) cJSON_AddNumberToObject(o, "context", e->n_ctx);
+    put_str(o, "pulled_at", e->pulled_at);
+    put_str(o, "sha256", e->sha256);
+    put_str(o, "sha256_checked_against", e->verified_by);
+    put_str(o, "source", e->source);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    bool ok = text && lib_path(e->name, ".json", path, sizeof path);
+    if (ok) {
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+        FILE *f = fopen(tmp, "wb");
+        ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+        if (f && fclose(f) != 0) ok = false;
+        if (ok) ok = rename(tmp, path) == 0;
+        if (!ok) unlink(tmp);
+    }
+    free(text);
+    return ok;
+}
+
+/* Manifest fields over whatever lib_probe found. */
+static void read_manifest(const char *name, lib_entry *e) {
+    char path[PATH_MAX];
+    if (!lib_path(name, ".json", path, sizeof path)) return;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    if (!o) return;
+#define GET(key, field)                                                                                                \
+    do {                                                                                                               \
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, key));                                             \
+        if (v) snprintf(e->field, sizeof e->field, "%s", v);                                                           \
+    } while (0)
+    GET("architecture", arch);
+    GET("quantization", quant);
+    GET("pulled_at", pulled_at);
+    GET("sha256", sha256);
+    GET("sha256_checked_against", verified_by);
+    GET("source", source);
+#undef GET
+    const cJSON *c = cJSON_GetObjectItem(o, "context");
+    if (cJSON_IsNumber(c)) e->n_ctx = c->valueint;
+    cJSON_Delete(o);
+}
+
+bool lib_get(const char *name, lib_entry *e) {
+    memset(e, 0, sizeof *e);
+    if (!lib_name_ok(name) || !lib_path(name, ".gguf", e->file, sizeof e->file)) return false;
+    struct stat st;
+    if (stat(e->file, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->size = (uint64_t)st.st_size;
+    char mpath[PATH_MAX];
+    if (lib_path(name, ".json", mpath, sizeof mpath) && access(mpath, R_OK) == 0) {
+        read_manifest(name, e);
+    } else { /* put here by hand: what the file says, and its time as "pulled" */
+        char why[256];
+        lib_probe(e->file, e, why, sizeof why);
+        struct tm tm;
+        gmtime_r(&st.st_mtime, &tm);
+        strftime(e->pulled_at, sizeof e->pulled_at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    return true;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const lib_entry *)a)->name, ((const lib_entry *)b)->name);
+}
+
+lib_entry *lib_list(int *n) {
+    *n = 0;
+    DIR *d = opendir(lib_dir());
+    if (!d) return NULL;
+    lib_entry *v = NULL;
+    int cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l <= 5 || strcmp(de->d_name + l - 5, ".gguf") != 0 || l - 5 > LIB_NAME_MAX) continue;
+        char name[LIB_NAME_MAX + 1];
+        memcpy(name, de->d_name, l - 5);
+        name[l - 5] = 0;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            lib_entry *nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        if (lib_get(name, &v[*n])) (*n)++;
+    }
+    closedir(d);
+    if (*n) qsort(v, (size_t)*n, sizeof *v, by_name);
+    return v;
+}
+
+int lib_lock(const char *name, bool wait) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/.%s.lock", lib_dir(), name) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno == EWOULDBLOCK && !wait) {
+        close(fd);
+        return -2;
+    }
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+    }
+    return fd;
+}
+
+void lib_unlock(int fd) {
+    if (fd >= 0) close(fd); /* closing the last descriptor releases the flock */
+}
+
+const char *cli_model_arg(const char *cmd, const char *arg) {
+    static char path[PATH_MAX];
+    struct stat st;
+    if (!arg) return NULL;
+    if (stat(arg, &st) == 0 || strchr(arg, '/')) return arg; /* a path (a missing one fails at open, named) */
+    lib_entry e;
+    if (lib_get(arg, &e)) {
+        snprintf(path, sizeof path, "%s", e.file);
+        return path;
+    }
+    catalog_hit h;
+    char why[512], tagged[LIB_NAME_MAX + 40];
+    if (!strchr(arg, ':') && catalog_find(arg, &h, why, sizeof why) == 1) { /* "gemma-2-2b-it" -> ":q4_k_m" */
+        snprintf(tagged, sizeof tagged, "%s:%s", h.name, h.quant);
+        if (lib_get(tagged, &e)) {
+            snprintf(path, sizeof path, "%s", e.file);
+            return path;
+        }
+    }
+    cli_err(cmd, "model '%s' is neither a file nor a model in the library (%s); see 'pocketbrain models'%s", arg,
+            lib_dir(), catalog_find(arg, &h, why, sizeof why) == 1 ? ", or get it with 'pocketbrain pull'" : "");
+    return NULL;
+}

@@ -1,0 +1,58 @@
+/* library.h -- the model library of the CLI: where pulled models live ($PB_MODELS, else
+ * $XDG_DATA_HOME/pocketbrain/models, else ~/.local/share/pocketbrain/models), their manifests, per-model
+ * locks, and resolving `-m NAME` to a file. No network here (tools/fetch.c downloads). */
+#ifndef PB_LIBRARY_H
+#define PB_LIBRARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LIB_NAME_MAX 128
+
+/* The library directory (static storage; not created). */
+const char *lib_dir(void);
+/* Creates the library directory (and its parents). false with a message on stderr naming cmd. */
+bool lib_ensure_dir(const char *cmd);
+
+/* A name is 1..128 bytes of [A-Za-z0-9._:-], not starting with '.' or '-'. */
+bool lib_name_ok(const char *name);
+/* "<dir>/<name><suffix>" into buf; false when it does not fit. */
+bool lib_path(const char *name, const char *suffix, char *buf, size_t cap);
+
+/* What `models` shows about one model; read from its manifest (<name>.json), or from the GGUF itself
+ * for a file put into the library by hand. */
+typedef struct lib_entry {
+    char name[LIB_NAME_MAX + 1];
+    char file[4096];
+    uint64_t size;
+    char arch[32], quant[32];
+    int n_ctx;
+    char pulled_at[32]; /* "2026-12-02T01:57:05Z" or "" */
+    char sha256[65];    /* "" when unknown */
+    char verified_by[32];
+    char source[2048];
+} lib_entry;
+
+/* Reads the GGUF facts (arch, quant, n_ctx, size) of path into e. false with the reason in why. */
+bool lib_probe(const char *path, lib_entry *e, char *why, size_t cap);
+/* Writes <name>.json atomically (tmp + rename). false with errno set. */
+bool lib_write_manifest(const lib_entry *e);
+/* Fills e for a library name; false when <name>.gguf is not there. */
+bool lib_get(const char *name, lib_entry *e);
+
+/* Every model in the library, sorted by name (malloc'd array, *n entries; free() it). NULL + *n = 0 when
+ * the directory does not exist or is empty. */
+lib_entry *lib_list(int *n);
+
+/* Per-model lock (flock on "<dir>/.<name>.lock"): wait = block until free, else fail at once. Returns the
+ * descriptor (>= 0), -1 on error (errno), -2 when busy and !wait. lib_unlock(-1) is a no-op. */
+int lib_lock(const char *name, bool wait);
+void lib_unlock(int fd);
+
+/* Resolves a `-m` argument: an existing file path is returned as is; otherwise a library name (or a
+ * catalog name without quantization: its default one) gives the library file. When nothing matches, prints
+ * "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage. */
+const char *cli_model_arg(const char *cmd, const char *arg);
+
+#endif

@@ -275,8 +275,10 @@ pb_status pb_vocab_from_gguf(const pb_gguf *g, pb_vocab **out) {
     pb_status st = pb_gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (st == PB_ERR_NOT_FOUND) return pb_error(PB_ERR_NOT_FOUND, "vocab: no tokenizer.ggml.model key in the file");
     if (st != PB_OK) return st;
-    if (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0)
-        return pb_error(PB_ERR_UNSUPPORTED, "vocab: tokenizer.ggml.model '%.*s' is not supported (want 'llama')",
+    bool gemma4 = model.len == 6 && memcmp(model.ptr, "gemma4", 6) == 0; /* BPE pieces with merges */
+    if (!gemma4 && (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0))
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "vocab: tokenizer.ggml.model '%.*s' is not supported (want 'llama' or 'gemma4')",
                         (int)PB_MIN(model.len, 64), model.ptr);
     int64_t ki = pb_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (ki < 0) return pb_error(PB_ERR_NOT_FOUND, "vocab: no tokenizer.ggml.tokens array in the file");

@@ -42,7 +42,7 @@ struct pb_forward_ctx {
     float *ple_g, *ple_u;         /* [n_batch, P] PLE gate and the layer's slice of pli */
     float *ple_row;               /* [L*P] one row of the PLE table */
     float *moe_out;               /* [n_batch, d] experts' output */
-    float *moe_y, *moe_p, *moe_h; /* [d] router / expert input, [E] router probabilities, [3 I] expert rows */
+    float *moe_y, *moe_p, *moe_h; /* [d] router / expert input, [E] router probabilities, [2 I + d] expert rows */
     void *mem;
     size_t bytes;
 };
@@ -125,7 +125,7 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, int a
                       hp->n_expert ? fsize(B * d) : 0,
                       hp->n_expert ? fsize(d) : 0,
                       hp->n_expert ? fsize(hp->n_expert) : 0,
-                      hp->n_expert ? fsize(3 * (int64_t)hp->n_ff_exp) : 0};
+                      hp->n_expert ? fsize(2 * (int64_t)hp->n_ff_exp + d) : 0};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
     fc->mem = pb_aligned_alloc(total);

@@ -1,0 +1,124 @@
+/* test_gemma4_ref.c -- tiny random Gemma 4 models (tests/data/model/gemma4_*, made by tools/reference/gemma4_tiny.py
+ * with transformers 5.17 and converted by llama.cpp's convert_hf_to_gguf.py): our logits vs transformers float64 at
+ * every position, prefill at once == chunked == token by token, and `pocketbrain convert` of the HF folder giving
+ * the same logits as llama.cpp's file. e2b: 4:1 sliding:full, PLE, KV sharing, double-wide MLP; keqv: k_eq_v full
+ * layers with 1 KV head (2 on sliding layers); moe: 8 experts top 2 beside the dense MLP. Window 8 < 40 tokens. */
+#include "forward_common.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { NTOK = 40, NV = 2048 };
+
+static int sh(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static cmp cmpn(const float *a, const float *b) { return compare(a, b, NTOK, NV); }
+
+static double range_of(const float *x, size_t n) {
+    float lo = x[0], hi = x[0];
+    for (size_t i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    return (double)hi - (double)lo;
+}
+
+static void check_geometry(const char *name, const pb_hparams *hp) {
+    if (strcmp(name, "gemma4_e2b") == 0)
+        CHECK(hp->arch == PB_ARCH_GEMMA4 && hp->n_layer == 10 && hp->hd_swa == 16 && hp->hd_full == 32 &&
+                  hp->head_dim_l[4] == 32 && hp->head_dim_l[3] == 16 && hp->n_kv_shared == 5 && hp->kv_src[5] == 3 &&
+                  hp->kv_src[8] == 3 && hp->kv_src[9] == 4 && hp->kv_src[4] == 4 && hp->n_ff_l[4] == 64 &&
+                  hp->n_ff_l[5] == 128 && hp->n_embd_per_layer == 8 && hp->query_scale == 1.0f &&
+                  hp->final_softcap == 30.0f && hp->rope_base_local == 1e4f && hp->rope_base == 1e6f,
+              "%s: 4:1 layers, head dims 16/32, layers 5..9 share K/V of 3 (sliding) / 4 (full), MLP 64/128, PLE 8",
+              name);
+    if (strcmp(name, "gemma4_keqv") == 0)
+        CHECK(hp->n_layer == 6 && hp->n_head_kv_l[0] == 2 && hp->n_head_kv_l[5] == 1 && hp->head_dim_l[5] == 32,
+              "%s: 2 KV heads on sliding layers, 1 on the full layer (head dim 32)", name);
+    if (strcmp(name, "gemma4_moe") == 0)
+        CHECK(hp->n_expert == 8 && hp->n_expert_used == 2 && hp->n_ff_exp == 16, "%s: 8 experts, top 2, width 16",
+              name);
+}
+
+static void test_model(const char *bin, const char *name) {
+    char dir[256], path[512], ours[256], cmd[1024];
+    snprintf(dir, sizeof dir, "tests/data/model/%s", name);
+    snprintf(path, sizeof path, "%s/llama.f32.gguf", dir);
+    pb_model *m = NULL;
+    if (pb_model_open(path, NULL, &m) != PB_OK) {
+        CHECK(0, "%s: llama.cpp-converted file opens (%s)", name, pb_last_error());
+        return;
+    }
+    check_geometry(name, pb_model_hparams(m));
+    int32_t toks[NTOK];
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    FILE *f = fopen(path, "rb");
+    CHECK(f && fread(toks, 4, NTOK, f) == NTOK, "%s: tokens.bin", name);
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "%s/logits.f64.f32", dir);
+    size_t n = (size_t)NTOK * NV;
+    float *hf = read_f32(path, n);
+    float *ex = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4), *h16 = malloc(n * 4);
+    bool ok = hf && run_ex(m, toks, NTOK, NTOK, PB_KV_F32, 2, true, ex) == PB_OK &&
+              run(m, toks, NTOK, NTOK, PB_KV_F32, 2, a) == PB_OK && run(m, toks, NTOK, 7, PB_KV_F32, 2, b) == PB_OK &&
+              run(m, toks, NTOK, 1, PB_KV_F32, 1, c) == PB_OK && run(m, toks, NTOK, NTOK, PB_KV_F16, 2, h16) == PB_OK;
+    CHECK(ok, "%s: reference read, forward runs (%s)", name, ok ? "" : pb_last_error());
+    if (ok) {
+        double range = range_of(hf, n);
+        cmp vex = cmpn(ex, hf), va = cmpn(a, hf), ab = cmpn(a, b), ac = cmpn(a, c), k16 = cmpn(h16, hf);
+        NOTE("== %s (logit range %.1f)", name, range);
+        NOTE("exact vs HF f64        max|d| %.3g (%.2g of range) top-1 %d/%d", vex.max, vex.max / range, vex.top1,
+             NTOK);
+        NOTE("default vs HF f64      max|d| %.3g top-1 %d/%d; F16 KV %.3g", va.max, va.top1, NTOK, k16.max);
+        CHECK(vex.max <= 1e-3 * range && vex.top1 == NTOK,
+              "%s: exact: max|dlogit| %.3g <= 1e-3 x range vs transformers f64, top-1 at all %d positions", name,
+              vex.max, NTOK);
+        CHECK(va.max <= 1e-3 * range && va.top1 == NTOK, "%s: default path within 1e-3 x range, top-1 identical", name);
+        CHECK(ab.max == 0.0 && ac.max == 0.0, "%s: prefill at once == chunks of 7 == token by token (bit-identical)",
+              name);
+        CHECK(k16.top1 == NTOK, "%s: F16 KV cache keeps top-1 (max|d| %.3g)", name, k16.max);
+    }
+    /* our converter over the HF folder: the same logits as llama.cpp's file */
+    snprintf(ours, sizeof ours, "/tmp/pb_gemma4_ref_%d_%s.gguf", (int)getpid(), name);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s --type f32 >/dev/null 2>&1", bin, dir, ours);
+    int rc = bin ? sh(cmd) : -1;
+    pb_model *m2 = NULL;
+    if (strcmp(name, "gemma4_moe") == 0) { /* not converted yet: refused, no file left */
+        CHECK(!bin || (rc == 1 && access(ours, F_OK) != 0), "%s: convert refuses the MoE block (rc %d), no output",
+              name, rc);
+        rc = -2;
+    } else
+        CHECK(rc == 0 && pb_model_open(ours, NULL, &m2) == PB_OK, "%s: pocketbrain convert --type f32 opens (rc %d)",
+              name, rc);
+    if (m2 && ok) {
+        bool ok2 = run_ex(m2, toks, NTOK, NTOK, PB_KV_F32, 2, true, b) == PB_OK;
+        cmp d = cmpn(b, ex);
+        CHECK(ok2 && d.max <= 1e-4, "%s: our conversion == llama.cpp's (max|d| %.3g <= 1e-4)", name, d.max);
+    }
+    pb_model_close(m2);
+    remove(ours);
+    free(ex);
+    free(a);
+    free(b);
+    free(c);
+    free(h16);
+    free(hf);
+    pb_model_close(m);
+}
+
+int main(void) {
+    const char *bin = getenv("PB_BIN");
+    if (!bin || access(bin, X_OK) != 0) {
+        const char *ci = getenv("CI");
+        if (ci && strcmp(ci, "true") == 0)
+            CHECK(0, "PB_BIN (%s) is not an executable pocketbrain", bin ? bin : "unset");
+        bin = NULL;
+    }
+    const char *names[] = {"gemma4_e2b", "gemma4_keqv", "gemma4_moe"};
+    for (int i = 0; i < 3; i++) test_model(bin, names[i]);
+    TEST_DONE();
+}

@@ -101,6 +101,28 @@ static void test_model(const char *bin, const char *name) {
     }
     pb_model_close(m2);
     remove(ours);
+
+    /* quantized: our error vs transformers no worse than llama.cpp's on the same file + 10% (llama_quant_err.txt:
+     * tools/reference/gemma4_llama_quant.sh, llama.cpp run on our quantize output) */
+    snprintf(path, sizeof path, "%s/llama_quant_err.txt", dir);
+    f = fopen(path, "r");
+    char qn[16];
+    double lmean, lmax;
+    while (bin && hf && f && fscanf(f, "%15s %lf %lf", qn, &lmean, &lmax) == 3) {
+        snprintf(cmd, sizeof cmd, "%s quantize %s/llama.f32.gguf %s %s >/dev/null 2>&1", bin, dir, ours, qn);
+        pb_model *mq = NULL;
+        bool okq = sh(cmd) == 0 && pb_model_open(ours, NULL, &mq) == PB_OK &&
+                   run(mq, toks, NTOK, NTOK, PB_KV_F16, 2, a) == PB_OK;
+        cmp e = okq ? cmpn(a, hf) : (cmp){1e9, 1e9, 0};
+        NOTE("%s %s: ours mean|d| %.4g max %.4g, llama.cpp mean %.4g max %.4g", name, qn, e.mean, e.max, lmean, lmax);
+        CHECK(okq && e.mean <= 1.1 * lmean && e.max <= 1.1 * lmax,
+              "%s %s: error vs transformers within llama.cpp's + 10%% (mean %.4g <= %.4g, max %.4g <= %.4g)", name, qn,
+              e.mean, 1.1 * lmean, e.max, 1.1 * lmax);
+        pb_model_close(mq);
+        remove(ours);
+    }
+    CHECK(f != NULL, "%s: llama_quant_err.txt present", name);
+    if (f) fclose(f);
     free(ex);
     free(a);
     free(b);

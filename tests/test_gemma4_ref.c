@@ -3,6 +3,7 @@
  * every position, prefill at once == chunked == token by token, and `pocketbrain convert` of the HF folder giving
  * the same logits as llama.cpp's file. e2b: 4:1 sliding:full, PLE, KV sharing, double-wide MLP; keqv: k_eq_v full
  * layers with 1 KV head (2 on sliding layers); moe: 8 experts top 2 beside the dense MLP. Window 8 < 40 tokens. */
+#include "engine/engine.h"
 #include "forward_common.h"
 
 #include <sys/stat.h>
@@ -81,6 +82,28 @@ static void test_model(const char *bin, const char *name) {
         CHECK(ab.max == 0.0 && ac.max == 0.0, "%s: prefill at once == chunks of 7 == token by token (bit-identical)",
               name);
         CHECK(k16.top1 == NTOK, "%s: F16 KV cache keeps top-1 (max|d| %.3g)", name, k16.max);
+    }
+    if (strcmp(name, "gemma4_e2b") == 0 && ok) {
+        /* KV sized per layer: layers 0-3 sliding (window 8 rows of 1 x 16), layer 4 full (40 rows of 1 x 32), the
+         * shared layers 5-9 nothing -- F32: 2 x 4 x (4 x 8 x 16) + 2 x 4 x (40 x 32) bytes */
+        pb_kv_cache *kv = NULL, *kv2 = NULL;
+        pb_forward_ctx *fc = NULL;
+        bool okk = pb_kv_new(m, NTOK, PB_KV_F32, &kv) == PB_OK && pb_kv_new(m, NTOK, PB_KV_F32, &kv2) == PB_OK &&
+                   pb_forward_ctx_new_kv(m, NTOK, kv, &fc) == PB_OK;
+        size_t want_b = 2 * 4 * (4 * 8 * 16) + 2 * 4 * (40 * 32);
+        CHECK(okk && pb_kv_bytes(kv) == want_b && pb_engine_kv_estimate(pb_model_hparams(m), NTOK, PB_KV_F32) == want_b,
+              "%s: KV cache %zu bytes (shared layers hold none), estimate agrees", name, okk ? pb_kv_bytes(kv) : 0);
+        /* session state: save after 30 tokens, restore into a fresh cache, the last 10 give the same logits */
+        size_t cap = okk ? pb_kv_state_size(kv) + (1 << 16) : 0, len = 0;
+        void *buf = malloc(cap + 1);
+        okk = okk && pb_forward(m, kv, fc, NULL, toks, 30, b, true, NULL) == PB_OK &&
+              pb_kv_state_write(kv, buf, cap, &len) == PB_OK && pb_kv_state_read(kv2, buf, len) == PB_OK &&
+              pb_forward(m, kv2, fc, NULL, toks + 30, 10, b + (size_t)30 * NV, true, NULL) == PB_OK;
+        CHECK(okk && cmpn(b, a).max == 0.0, "%s: KV state saved at 30 tokens and restored: same logits", name);
+        free(buf);
+        pb_forward_ctx_free(fc);
+        pb_kv_free(kv);
+        pb_kv_free(kv2);
     }
     /* our converter over the HF folder: the same logits as llama.cpp's file */
     snprintf(ours, sizeof ours, "/tmp/pb_gemma4_ref_%d_%s.gguf", (int)getpid(), name);

@@ -214,6 +214,7 @@ static pb_status read_specials(pb_vocab *v, const pb_gguf *g) {
     if ((st = get_id(g, "tokenizer.ggml.padding_token_id", v->n, &v->pad)) != PB_OK) return st;
     if ((st = get_id(g, "tokenizer.ggml.eot_token_id", v->n, &v->eot)) != PB_OK) return st;
     if (v->eot < 0) v->eot = find_cstr(v, "<end_of_turn>");
+    if (v->eot < 0) v->eot = find_cstr(v, "<turn|>"); /* Gemma 4 */
 
     /* llama.cpp's SPM defaults, then the keys; Gemma never adds a space prefix (converter writes false,
      * files converted before July 2024 lack the key). */
@@ -232,8 +233,8 @@ static pb_status read_specials(pb_vocab *v, const pb_gguf *g) {
 
     add_eog(v, v->eos);
     add_eog(v, v->eot);
-    static const char *const eog_texts[] = {"<end_of_turn>", "<eos>",   "<|eot_id|>",
-                                            "<|im_end|>",    "<|end|>", "<|endoftext|>"};
+    static const char *const eog_texts[] = {
+        "<end_of_turn>", "<eos>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<turn|>" /* Gemma 4 */, "<|endoftext|>"};
     for (size_t i = 0; i < sizeof eog_texts / sizeof eog_texts[0]; i++) {
         int32_t id = find_cstr(v, eog_texts[i]);
         if (id >= 0 && (v->type[id] == PB_TOK_CONTROL || v->type[id] == PB_TOK_USER_DEFINED)) add_eog(v, id);
@@ -259,7 +260,9 @@ static pb_status read_specials(pb_vocab *v, const pb_gguf *g) {
     if (tmpl.len) memcpy(v->chat_template, tmpl.ptr, tmpl.len);
     v->chat_template[tmpl.len] = 0;
     bool has_turns = find_cstr(v, "<start_of_turn>") >= 0 && find_cstr(v, "<end_of_turn>") >= 0;
-    if (strstr(v->chat_template, "<start_of_turn>"))
+    if (find_cstr(v, "<|turn>") >= 0 && find_cstr(v, "<turn|>") >= 0)
+        v->chat_kind = PB_CHAT_GEMMA4; /* Gemma 4 vocabulary: its turn markers, whatever the template says */
+    else if (strstr(v->chat_template, "<start_of_turn>"))
         v->chat_kind = PB_CHAT_GEMMA;
     else if (has_turns)
         v->chat_kind = PB_CHAT_GEMMA; /* unknown or missing template, Gemma vocabulary */

@@ -17,7 +17,8 @@ typedef enum pb_tok_type {
     PB_TOK_BYTE = 6, /* <0xNN> byte-fallback piece                                  */
 } pb_tok_type;
 
-typedef enum pb_chat_kind { PB_CHAT_NONE = 0, PB_CHAT_GEMMA = 1 } pb_chat_kind;
+/* PB_CHAT_GEMMA4: <|turn>role\n...<turn|>\n turns, system messages as their own turn. */
+typedef enum pb_chat_kind { PB_CHAT_NONE = 0, PB_CHAT_GEMMA = 1, PB_CHAT_GEMMA4 = 2 } pb_chat_kind;
 
 /* Builds a vocabulary from g's tokenizer.* keys (tokenizer.ggml.model "llama", i.e. SentencePiece merging by
  * score, or "gemma4": BPE merging by the rank of tokenizer.ggml.merges).

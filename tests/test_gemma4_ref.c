@@ -155,6 +155,69 @@ static void test_model(const char *bin, const char *name) {
     pb_model_close(m);
 }
 
+/* A copy of src with one change: drop_tensor removed, and/or key set to u32 value v (n_arr > 0: an array of n_arr
+ * u32 v). Written to path. */
+static bool mutate(const char *src, const char *path, const char *drop_tensor, const char *key, const char *key2,
+                   uint32_t v, int n_arr) {
+    pb_gguf *g = NULL;
+    if (pb_gguf_open(src, &g) != PB_OK) return false;
+    pb_gguf_writer *w = pb_gguf_writer_new();
+    pb_status s = PB_OK;
+    for (int64_t i = 0; i < pb_gguf_n_kv(g) && s == PB_OK; i++) s = pb_gguf_copy_kv(w, g, i);
+    if (key && s == PB_OK) {
+        uint32_t arr[64];
+        for (int i = 0; i < 64; i++) arr[i] = v;
+        s = pb_gguf_remove_key(w, key);
+        s = n_arr > 0 ? pb_gguf_set_arr(w, key, PB_GGUF_UINT32, arr, (uint64_t)n_arr) : pb_gguf_set_u32(w, key, v);
+        if (key2 && s == PB_OK) s = pb_gguf_set_u32(w, key2, v);
+    }
+    for (int64_t i = 0; i < pb_gguf_n_tensors(g) && s == PB_OK; i++) {
+        const pb_gguf_tensor *t = pb_gguf_tensor_at(g, i);
+        if (drop_tensor && strcmp(t->name, drop_tensor) == 0) continue;
+        s = pb_gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    if (s == PB_OK) s = pb_gguf_write(w, path);
+    pb_gguf_writer_free(w);
+    pb_gguf_close(g);
+    return s == PB_OK;
+}
+
+/* Malformed gemma4 files are refused with a message naming the key or tensor (also written to the fuzz corpus
+ * directory when PB_G4_CORPUS names one). */
+static void malformed(void) {
+    const char *src = "tests/data/model/gemma4_e2b/llama.f32.gguf";
+    static const struct {
+        const char *what, *drop, *key, *key2;
+        uint32_t v;
+        int n_arr;
+        const char *want;
+    } cases[] = {
+        {"missing PLE tensor", "blk.3.inp_gate.weight", NULL, NULL, 0, 0, "blk.3.inp_gate.weight"},
+        {"missing PLE table", "per_layer_token_embd.weight", NULL, NULL, 0, 0, "per_layer_token_embd.weight"},
+        {"per-layer array of 9 for 10 layers", NULL, "gemma4.feed_forward_length", NULL, 64, 9,
+         "gemma4.feed_forward_length"},
+        {"shared_kv_layers = layer count", NULL, "gemma4.attention.shared_kv_layers", NULL, 10, 0, "shared_kv_layers"},
+        {"sliding head dim 8 vs tensors of 16", NULL, "gemma4.attention.key_length_swa",
+         "gemma4.attention.value_length_swa", 8, 0, "blk.0.attn_q.weight"},
+        {"full head dim 64 vs tensors of 32", NULL, "gemma4.attention.key_length", "gemma4.attention.value_length", 64,
+         0, "rope_freqs.weight"},
+        {"value_length differs from key_length", NULL, "gemma4.attention.value_length_swa", NULL, 8, 0,
+         "gemma4.attention.value_length_swa"},
+    };
+    char path[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "/tmp/pb_g4_bad_%d_%zu.gguf", (int)getpid(), i);
+        bool made = mutate(src, path, cases[i].drop, cases[i].key, cases[i].key2, cases[i].v, cases[i].n_arr);
+        pb_model *m = NULL;
+        pb_status st = made ? pb_model_open(path, NULL, &m) : PB_OK;
+        const char *msg = pb_last_error();
+        CHECK(made && st != PB_OK && m == NULL && strstr(msg, cases[i].want),
+              "malformed gemma4 (%s): refused, message names '%s' (%s)", cases[i].what, cases[i].want, msg);
+        pb_model_close(m);
+        remove(path);
+    }
+}
+
 int main(void) {
     const char *bin = getenv("PB_BIN");
     if (!bin || access(bin, X_OK) != 0) {
@@ -165,5 +228,6 @@ int main(void) {
     }
     const char *names[] = {"gemma4_e2b", "gemma4_keqv", "gemma4_moe"};
     for (int i = 0; i < 3; i++) test_model(bin, names[i]);
+    malformed();
     TEST_DONE();
 }

@@ -162,8 +162,14 @@ static pb_status hparams_gemma4(const pb_gguf *g, pb_hparams *hp) {
         (s = get_int(g, a, "expert_used_count", false, 0, 4096, &hp->n_expert_used)) ||
         (s = get_int(g, a, "expert_feed_forward_length", false, 0, 1 << 20, &hp->n_ff_exp)))
         return s;
-    if ((v_full != -1 && v_full != hp->hd_full) || (v_swa != -1 && v_swa != hp->hd_swa))
-        return pb_error(PB_ERR_UNSUPPORTED, "model: gemma4 value_length differs from key_length");
+    if (v_full != -1 && v_full != hp->hd_full)
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "model: key 'gemma4.attention.value_length' = %d differs from key_length %d", v_full,
+                        hp->hd_full);
+    if (v_swa != -1 && v_swa != hp->hd_swa)
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "model: key 'gemma4.attention.value_length_swa' = %d differs from key_length_swa %d", v_swa,
+                        hp->hd_swa);
     if (hp->hd_full % 2 || hp->hd_swa % 2)
         return pb_error(PB_ERR_FORMAT, "model: key 'gemma4.attention.key_length(_swa)' must be even (%d, %d)",
                         hp->hd_full, hp->hd_swa);
@@ -832,6 +838,12 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
                * the rotated pairs and 1e30 for the others (HF: inverse frequency 0), so those become exactly 0. */
         float ff[PB_MAX_HEAD_DIM / 2];
         copy_norm(rf, ff);
+        for (int i = 0; i < m->hp.hd_full / 2; i++)
+            if (!(ff[i] > 0.0f)) {
+                s = pb_error(PB_ERR_FORMAT, "model: tensor 'rope_freqs.weight'[%d] = %g is not a positive factor", i,
+                             (double)ff[i]);
+                goto fail;
+            }
         for (int i = 0; i < m->hp.hd_full / 2; i++)
             m->rope_inv_global[i] = ff[i] >= 1e29f ? 0.0f : m->rope_inv_global[i] / ff[i];
     }

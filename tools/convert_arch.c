@@ -309,8 +309,51 @@ static const preset presets[] = {
     {CV_GEMMA3, "tiny", 6, 256, 512, 4, 1, 64, 4096, 8192, 32, 1000000, 0},
 };
 
+/* Gemma 4 E2B / E4B text models (shared/docs/gemma4-architecture.md §4): layer pattern, KV sharing, PLE. */
+static bool gemma4_preset(const char *size, cv_hparams *hp) {
+    static const struct {
+        const char *size;
+        uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, hd, hd_full, n_shared, P, period, window, n_vocab;
+        bool double_wide;
+    } g4[] = {
+        {"e2b", 35, 1536, 6144, 8, 1, 256, 512, 20, 256, 5, 512, 262144, true},
+        {"e4b", 42, 2560, 10240, 8, 2, 256, 512, 18, 256, 6, 512, 262144, false},
+        {"tiny", 10, 256, 512, 4, 1, 64, 128, 4, 32, 5, 32, 4096, true},
+    };
+    for (size_t i = 0; i < sizeof g4 / sizeof g4[0]; i++) {
+        if (strcmp(g4[i].size, size) != 0) continue;
+        hp->arch = CV_GEMMA4;
+        hp->n_layer = g4[i].n_layer;
+        hp->n_embd = g4[i].n_embd;
+        hp->n_ff = g4[i].n_ff;
+        hp->n_head = g4[i].n_head;
+        hp->n_head_kv = g4[i].n_head_kv;
+        hp->head_dim = g4[i].hd;
+        hp->head_dim_full = g4[i].hd_full;
+        hp->n_kv_shared = g4[i].n_shared;
+        hp->n_embd_per_layer = g4[i].P;
+        hp->double_wide = g4[i].double_wide;
+        hp->sliding_window = g4[i].window;
+        hp->n_vocab = g4[i].n_vocab;
+        hp->n_ctx_train = 131072;
+        hp->rms_eps = 1e-6f;
+        hp->final_softcap = 30.0f;
+        hp->rope_base = 1000000.0f;
+        hp->rope_base_swa = 10000.0f;
+        hp->rope_partial = 0.25f;
+        for (uint32_t il = 0; il < hp->n_layer; il++) hp->swa[il] = il % g4[i].period != g4[i].period - 1;
+        hp->swa[hp->n_layer - 1] = 0; /* the last layer is always full */
+        return true;
+    }
+    return false;
+}
+
 pb_status cv_hparams_preset(cv_arch arch, const char *size, cv_hparams *hp) {
     memset(hp, 0, sizeof *hp);
+    if (arch == CV_GEMMA4) {
+        if (gemma4_preset(size, hp)) return PB_OK;
+        return pb_error(PB_ERR_NOT_FOUND, "no gemma4 size '%s' (known: %s)", size, cv_preset_names(arch));
+    }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         const preset *p = &presets[i];
         if (p->arch != arch || strcmp(p->size, size) != 0) continue;
@@ -341,7 +384,7 @@ const char *cv_preset_names(cv_arch arch) {
     case CV_GEMMA: return "2b, 7b, tiny";
     case CV_GEMMA2: return "2b, 9b, 27b, tiny";
     case CV_GEMMA3: return "270m, 1b, 4b, tiny";
-    case CV_GEMMA4: return "";
+    case CV_GEMMA4: return "e2b, e4b, tiny";
     }
     return "";
 }

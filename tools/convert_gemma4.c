@@ -135,6 +135,7 @@ int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
         ADD("per_layer_proj_norm.weight", "per_layer_projection_norm.weight", -1, CV_VEC, P, 0);
         ADD("per_layer_token_embd.weight", "embed_tokens_per_layer.weight", -1, CV_MAT, L * P, hp->n_vocab);
     }
+    if (out) qsort(out, (size_t)n, sizeof *out, by_name); /* non-layer tensors by name, as llama.cpp's order */
     for (int il = 0; il < (int)hp->n_layer; il++) {
         int first = n;
         char g[64], h[80];

@@ -89,6 +89,7 @@ static pb_status bind_tensors(conv *c) {
     char name[256], got[96], want[96];
     for (int i = 0; i < c->n_plan; i++) {
         const cv_tensor *t = &c->plan[i];
+        if (t->kind == CV_GEN) continue; /* made here (Gemma 4 rope_freqs) */
         snprintf(name, sizeof name, "%s%s", c->prefix, t->hf);
         const pb_st_tensor *s = pb_st_find(c->st, name);
         if (!s) return pb_error(PB_ERR_NOT_FOUND, "missing tensor '%s' (for %s)", name, t->name);
@@ -130,6 +131,10 @@ static pb_status conv_rows(void *user, int64_t ti, int64_t r0, int64_t r1, float
     conv *c = user;
     const cv_tensor *t = &c->plan[ti];
     int64_t n = (r1 - r0) * t->ne[0];
+    if (t->kind == CV_GEN) {
+        cv_gemma4_gen(&c->hp, t, r0, r1, buf);
+        return PB_OK;
+    }
     pb_status s = pb_st_read_f32(c->src[ti], r0 * t->ne[0], n, buf);
     if (s != PB_OK) return s;
     /* llama.cpp's converter adds in the tensor's torch dtype: f32 for F32/BF16 sources (BF16 is upcast

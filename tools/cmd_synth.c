@@ -16,9 +16,9 @@
 #include <string.h>
 
 static const char *usage =
-    "pocketbrain synth --arch gemma|gemma2|gemma3 --size SIZE --type f32|f16|bf16|q8_0|MIX -o FILE\n"
+    "pocketbrain synth --arch gemma|gemma2|gemma3|gemma4 --size SIZE --type f32|f16|bf16|q8_0|MIX -o FILE\n"
     "                  [--vocab tokenizer.json] [--seed N] [--threads N] [--name NAME] [--print-table]\n"
-    "  sizes: gemma 2b 7b tiny; gemma2 2b 9b 27b tiny; gemma3 270m 1b 4b tiny\n"
+    "  sizes: gemma 2b 7b tiny; gemma2 2b 9b 27b tiny; gemma3 270m 1b 4b tiny; gemma4 e2b e4b tiny\n"
     "  --vocab uses a real Hugging Face tokenizer (tokenizer_config.json next to it); else a synthetic one.\n"
     "  --print-table prints the tensor table (name, type, shape, bytes) and writes nothing.";
 
@@ -52,7 +52,7 @@ typedef struct synth {
  * stores them. */
 static float tensor_std(const cv_tensor *t) {
     if (t->kind == CV_EMBD) return 0.03f;
-    if (t->kind == CV_NORM) return 0.1f;
+    if (t->kind == CV_NORM || t->kind == CV_VEC) return 0.1f;
     return 1.0f / sqrtf((float)t->ne[0]);
 }
 
@@ -66,7 +66,11 @@ static pb_status synth_rows(void *user, int64_t ti, int64_t r0, int64_t r1, floa
     const float std = tensor_std(t);
     /* Irwin-Hall n=4 of U(0, 65536) has sd 65536*sqrt(1/3); the x4 tail adds 15/512 to the variance. */
     const float scale = std / (65536.0f * 0.57735027f * sqrtf(1.0f + 15.0f / 512.0f));
-    const float bias = t->kind == CV_NORM ? 1.0f : 0.0f;
+    const float bias = t->kind == CV_NORM || t->kind == CV_VEC ? 1.0f : 0.0f;
+    if (t->kind == CV_GEN) { /* Gemma 4 rope_freqs: what the converter writes */
+        cv_gemma4_gen(&sy->hp, t, r0, r1, buf);
+        return PB_OK;
+    }
     const uint64_t base = sy->seed * 0xD1B54A32D192ED03ull ^ fnv1a(t->name);
     for (int64_t r = r0; r < r1; r++) {
         uint64_t st = base ^ ((uint64_t)r * 0x9E3779B97F4A7C15ull);
@@ -97,7 +101,7 @@ static void synth_progress(void *user, size_t done, size_t total) {
 /* ---- command --------------------------------------------------------------------------------- */
 
 static int parse_arch(const char *s, cv_arch *out) {
-    for (int a = CV_GEMMA; a <= CV_GEMMA3; a++)
+    for (int a = CV_GEMMA; a <= CV_GEMMA4; a++)
         if (strcmp(s, cv_arch_name((cv_arch)a)) == 0) {
             *out = (cv_arch)a;
             return 1;
@@ -161,7 +165,7 @@ static int parse_args(int argc, char **argv, synth_opts *o) {
         }
     }
     if (!o->arch_s || !parse_arch(o->arch_s, &o->arch))
-        return cli_usage_error("synth", usage, "--arch must be gemma, gemma2 or gemma3 (got '%s')",
+        return cli_usage_error("synth", usage, "--arch must be gemma, gemma2, gemma3 or gemma4 (got '%s')",
                                o->arch_s ? o->arch_s : "nothing");
     if (!o->size)
         return cli_usage_error("synth", usage, "--size is required (%s: %s)", o->arch_s, cv_preset_names(o->arch));

@@ -17,6 +17,7 @@ const char *cv_arch_name(cv_arch a) {
     case CV_GEMMA: return "gemma";
     case CV_GEMMA2: return "gemma2";
     case CV_GEMMA3: return "gemma3";
+    case CV_GEMMA4: return "gemma4";
     }
     return "?";
 }
@@ -28,16 +29,16 @@ static const struct {
     cv_arch arch;
     bool multimodal;
 } archs[] = {
-    {"GemmaForCausalLM", CV_GEMMA, false},
-    {"Gemma2ForCausalLM", CV_GEMMA2, false},
-    {"Gemma3ForCausalLM", CV_GEMMA3, false},
-    {"Gemma3ForConditionalGeneration", CV_GEMMA3, true},
+    {"GemmaForCausalLM", CV_GEMMA, false},   {"Gemma2ForCausalLM", CV_GEMMA2, false},
+    {"Gemma3ForCausalLM", CV_GEMMA3, false}, {"Gemma3ForConditionalGeneration", CV_GEMMA3, true},
+    {"Gemma4ForCausalLM", CV_GEMMA4, false}, {"Gemma4ForConditionalGeneration", CV_GEMMA4, true},
 };
 
 static const struct {
     const char *model_type;
     cv_arch arch;
-} model_types[] = {{"gemma", CV_GEMMA}, {"gemma2", CV_GEMMA2}, {"gemma3_text", CV_GEMMA3}, {"gemma3", CV_GEMMA3}};
+} model_types[] = {{"gemma", CV_GEMMA},   {"gemma2", CV_GEMMA2},      {"gemma3_text", CV_GEMMA3},
+                   {"gemma3", CV_GEMMA3}, {"gemma4_text", CV_GEMMA4}, {"gemma4", CV_GEMMA4}};
 
 static void warnf(cv_warn_fn warn, void *user, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void warnf(cv_warn_fn warn, void *user, const char *fmt, ...) {
@@ -164,14 +165,15 @@ static pb_status detect_arch(const cJSON *config, cv_hparams *hp, const cJSON **
                     c = cJSON_GetObjectItemCaseSensitive(config, "text_config");
                     if (!cJSON_IsObject(c))
                         return pb_error(PB_ERR_FORMAT, "config.json: %s without an object 'text_config'", a);
-                    *prefix = "language_model.model.";
+                    *prefix = archs[i].arch == CV_GEMMA4 ? "model.language_model." : "language_model.model.";
                     model_type = get_str(c, "model_type");
                 }
             }
         if (!found)
             return pb_error(PB_ERR_UNSUPPORTED,
                             "config.json: unsupported architecture '%s' (supported: GemmaForCausalLM, "
-                            "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration)",
+                            "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma4ForCausalLM, "
+                            "Gemma4ForConditionalGeneration)",
                             a);
     }
     if (model_type) {
@@ -180,7 +182,8 @@ static pb_status detect_arch(const cJSON *config, cv_hparams *hp, const cJSON **
             if (strcmp(model_type, model_types[i].model_type) == 0) mt = (int)model_types[i].arch;
         if (!mt)
             return pb_error(PB_ERR_UNSUPPORTED,
-                            "config.json: unsupported model_type '%s' (supported: gemma, gemma2, gemma3, gemma3_text)",
+                            "config.json: unsupported model_type '%s' (supported: gemma, gemma2, gemma3, gemma3_text, "
+                            "gemma4, gemma4_text)",
                             model_type);
         if (found && (cv_arch)mt != hp->arch)
             return pb_error(PB_ERR_FORMAT, "config.json: model_type '%s' contradicts the architecture (%s)", model_type,
@@ -196,6 +199,7 @@ static pb_status detect_arch(const cJSON *config, cv_hparams *hp, const cJSON **
 /* Keys that only some versions have: softcaps, sliding window, rope, layer pattern, query scale. */
 static pb_status arch_specific(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user) {
     pb_status s;
+    if (hp->arch == CV_GEMMA4) return cv_gemma4_config(c, hp, warn, user);
     bool g3 = hp->arch == CV_GEMMA3;
     const char *act = get_str(c, "hidden_activation");
     if (act && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu_tanh") != 0)
@@ -305,8 +309,51 @@ static const preset presets[] = {
     {CV_GEMMA3, "tiny", 6, 256, 512, 4, 1, 64, 4096, 8192, 32, 1000000, 0},
 };
 
+/* Gemma 4 E2B / E4B text models (shared/docs/gemma4-architecture.md §4): layer pattern, KV sharing, PLE. */
+static bool gemma4_preset(const char *size, cv_hparams *hp) {
+    static const struct {
+        const char *size;
+        uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, hd, hd_full, n_shared, P, period, window, n_vocab;
+        bool double_wide;
+    } g4[] = {
+        {"e2b", 35, 1536, 6144, 8, 1, 256, 512, 20, 256, 5, 512, 262144, true},
+        {"e4b", 42, 2560, 10240, 8, 2, 256, 512, 18, 256, 6, 512, 262144, false},
+        {"tiny", 10, 256, 512, 4, 1, 64, 128, 4, 32, 5, 32, 4096, true},
+    };
+    for (size_t i = 0; i < sizeof g4 / sizeof g4[0]; i++) {
+        if (strcmp(g4[i].size, size) != 0) continue;
+        hp->arch = CV_GEMMA4;
+        hp->n_layer = g4[i].n_layer;
+        hp->n_embd = g4[i].n_embd;
+        hp->n_ff = g4[i].n_ff;
+        hp->n_head = g4[i].n_head;
+        hp->n_head_kv = g4[i].n_head_kv;
+        hp->head_dim = g4[i].hd;
+        hp->head_dim_full = g4[i].hd_full;
+        hp->n_kv_shared = g4[i].n_shared;
+        hp->n_embd_per_layer = g4[i].P;
+        hp->double_wide = g4[i].double_wide;
+        hp->sliding_window = g4[i].window;
+        hp->n_vocab = g4[i].n_vocab;
+        hp->n_ctx_train = 131072;
+        hp->rms_eps = 1e-6f;
+        hp->final_softcap = 30.0f;
+        hp->rope_base = 1000000.0f;
+        hp->rope_base_swa = 10000.0f;
+        hp->rope_partial = 0.25f;
+        for (uint32_t il = 0; il < hp->n_layer; il++) hp->swa[il] = il % g4[i].period != g4[i].period - 1;
+        hp->swa[hp->n_layer - 1] = 0; /* the last layer is always full */
+        return true;
+    }
+    return false;
+}
+
 pb_status cv_hparams_preset(cv_arch arch, const char *size, cv_hparams *hp) {
     memset(hp, 0, sizeof *hp);
+    if (arch == CV_GEMMA4) {
+        if (gemma4_preset(size, hp)) return PB_OK;
+        return pb_error(PB_ERR_NOT_FOUND, "no gemma4 size '%s' (known: %s)", size, cv_preset_names(arch));
+    }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         const preset *p = &presets[i];
         if (p->arch != arch || strcmp(p->size, size) != 0) continue;
@@ -337,6 +384,7 @@ const char *cv_preset_names(cv_arch arch) {
     case CV_GEMMA: return "2b, 7b, tiny";
     case CV_GEMMA2: return "2b, 9b, 27b, tiny";
     case CV_GEMMA3: return "270m, 1b, 4b, tiny";
+    case CV_GEMMA4: return "e2b, e4b, tiny";
     }
     return "";
 }
@@ -358,6 +406,7 @@ static int by_name(const void *a, const void *b) {
 }
 
 int cv_tensor_plan(const cv_hparams *hp, cv_tensor *out) {
+    if (hp->arch == CV_GEMMA4) return cv_gemma4_plan(hp, out);
     const int per_layer = hp->arch == CV_GEMMA ? 9 : hp->arch == CV_GEMMA2 ? 11 : 13;
     const int total = 2 + per_layer * (int)hp->n_layer;
     if (!out) return total;
@@ -420,6 +469,11 @@ pb_status cv_write_arch_kv(pb_gguf_writer *w, const cv_hparams *hp, const char *
     s = pb_gguf_set_str(w, "general.architecture", a);
     if (s == PB_OK) s = pb_gguf_set_str(w, "general.type", "model");
     if (s == PB_OK && name && *name) s = pb_gguf_set_str(w, "general.name", name);
+    if (hp->arch == CV_GEMMA4) {
+        if (s == PB_OK) s = cv_gemma4_write_kv(w, hp);
+        if (s == PB_OK) s = pb_gguf_set_u32(w, "general.file_type", file_type);
+        return s;
+    }
     /* Key order as convert_hf_to_gguf.py's set_gguf_parameters for each arch. */
     U32("context_length", hp->n_ctx_train);
     U32("embedding_length", hp->n_embd);

@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-typedef enum cv_arch { CV_GEMMA = 1, CV_GEMMA2 = 2, CV_GEMMA3 = 3 } cv_arch;
+typedef enum cv_arch { CV_GEMMA = 1, CV_GEMMA2 = 2, CV_GEMMA3 = 3, CV_GEMMA4 = 4 } cv_arch;
 
 typedef struct cv_hparams {
     cv_arch arch;
@@ -28,6 +28,12 @@ typedef struct cv_hparams {
     float final_softcap;     /* gemma2 */
     float rope_base;         /* gemma3 (global layers) */
     float rope_scale_linear; /* gemma3: linear rope scaling factor, 0 = none */
+    /* gemma4 (convert_gemma4.c): head_dim is the sliding layers', head_dim_full the full layers' */
+    uint32_t head_dim_full, n_head_kv_full; /* n_head_kv_full 0: as n_head_kv (scalar head_count_kv key) */
+    uint32_t n_kv_shared, n_embd_per_layer;
+    bool double_wide, k_eq_v;
+    float rope_base_swa, rope_partial; /* sliding theta; rotated fraction of the full layers' pairs */
+    uint8_t swa[256];                  /* layer il is sliding */
 } cv_hparams;
 
 /* "gemma" / "gemma2" / "gemma3". */
@@ -49,7 +55,8 @@ pb_status cv_hparams_preset(cv_arch arch, const char *size, cv_hparams *hp);
 /* Comma-separated size names of an arch, for usage text. */
 const char *cv_preset_names(cv_arch arch);
 
-typedef enum cv_kind { CV_EMBD, CV_NORM, CV_MAT } cv_kind;
+/* CV_VEC: a vector stored as is (Gemma 4 norms, layer scales); CV_GEN: made by the converter (rope_freqs). */
+typedef enum cv_kind { CV_EMBD, CV_NORM, CV_MAT, CV_VEC, CV_GEN } cv_kind;
 
 typedef struct cv_tensor {
     char name[64]; /* GGUF name, e.g. "blk.3.attn_q.weight" */
@@ -96,5 +103,17 @@ typedef pb_status (*cv_rows_fn)(void *user, int64_t ti, int64_t r0, int64_t r1, 
  * never the whole tensor in float32. Output is independent of the thread count. */
 pb_status cv_fill_tensor(pb_pool *pool, const cv_tensor *t, int type, cv_rows_fn rows, void *user, int64_t ti,
                          void *dst, size_t nbytes);
+
+/* ---- Gemma 4 (convert_gemma4.c) ----------------------------------------------------------------- */
+/* Gemma 4 fields of config.json's (text_)config c into hp (the common ones are read already). Refuses the MoE
+ * block (enable_moe_block) with PB_ERR_UNSUPPORTED. */
+pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user);
+/* Tensor table as llama.cpp's converter writes it (KV-shared layers without attn_k/attn_v/attn_k_norm, k_eq_v
+ * full layers without attn_v); out NULL: count. */
+int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out);
+/* gemma4.* keys (after general.*). */
+pb_status cv_gemma4_write_kv(pb_gguf_writer *w, const cv_hparams *hp);
+/* Values of a CV_GEN tensor (rope_freqs: 1 for the rotated pairs, 1e30 for the others), rows r0..r1. */
+void cv_gemma4_gen(const cv_hparams *hp, const cv_tensor *t, int64_t r0, int64_t r1, float *buf);
 
 #endif

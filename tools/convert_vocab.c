@@ -134,7 +134,6 @@ pb_status cv_vocab_synthetic(const cv_hparams *hp, cv_vocab **out) {
 /* ---- from Hugging Face files ----------------------------------------------------------------- */
 
 pb_status cv_vocab_load(const char *dir, const cv_hparams *hp, cv_vocab **out) {
-    (void)hp;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     pb_status s = hf_vocab_load(path, NULL, out);
@@ -145,6 +144,7 @@ pb_status cv_vocab_load(const char *dir, const cv_hparams *hp, cv_vocab **out) {
     /* llama.cpp's converter stores USER_DEFINED pieces with every U+2581 turned into a plain space
      * (tokenizer.md §1 step 4): Gemma's whitespace-run tokens hold real spaces in GGUF files. */
     cv_vocab *v = *out;
+    if (hp->arch == CV_GEMMA4) v->bpe_merges = true; /* llama.cpp's "gemma4" tokenizer: BPE with merges */
     for (uint32_t i = 0; i < v->n; i++) {
         if (v->types[i] != TT_USER_DEFINED) continue;
         char *src = v->tokens[i], *dst = v->tokens[i];

@@ -260,6 +260,18 @@ static pb_status load(hf_vocab *v, const cJSON *root, const char *path, const ch
         }
         memcpy(cat, a, la);
         memcpy(cat + la, b, lb);
+        if (!v->merges) v->merges = calloc((size_t)n_merges, sizeof *v->merges);
+        char *ms = malloc(la + lb + 2);
+        if (!v->merges || !ms) {
+            free(ms);
+            st = pb_error(PB_ERR_NOMEM, "hf_vocab: out of memory");
+            goto out;
+        }
+        memcpy(ms, a, la);
+        ms[la] = ' ';
+        memcpy(ms + la + 1, b, lb);
+        ms[la + lb + 1] = 0;
+        v->merges[v->n_merges++] = ms;
         int32_t id = smap_get(&m, cat, la + lb);
         if (id >= 0 && !seen[id]) {
             seen[id] = true;
@@ -281,6 +293,7 @@ static pb_status load(hf_vocab *v, const cJSON *root, const char *path, const ch
         v->types[id] = (cJSON_IsTrue(sp) || looks_special(token_text(it))) ? PB_TOK_CONTROL : PB_TOK_USER_DEFINED;
     }
 
+    v->bpe_merges = smap_get(&m, "<|turn>", 7) >= 0; /* Gemma 4 vocabulary layout */
     v->bos = smap_get(&m, "<bos>", 5);
     v->eos = smap_get(&m, "<eos>", 5);
     v->unk = smap_get(&m, "<unk>", 5);
@@ -334,6 +347,8 @@ void hf_vocab_free(hf_vocab *v) {
     free(v->scores);
     free(v->types);
     free(v->chat_template);
+    for (uint32_t i = 0; v->merges && i < v->n_merges; i++) free(v->merges[i]);
+    free(v->merges);
     free(v);
 }
 
@@ -366,8 +381,8 @@ pb_status hf_vocab_write(const hf_vocab *v, pb_gguf_writer *w) {
     pb_status st;
 #define TRY(x)                                                                                                         \
     if ((st = (x)) != PB_OK) return st
-    TRY(pb_gguf_set_str(w, "tokenizer.ggml.model", "llama"));
-    TRY(pb_gguf_set_str(w, "tokenizer.ggml.pre", "default"));
+    TRY(pb_gguf_set_str(w, "tokenizer.ggml.model", v->bpe_merges ? "gemma4" : "llama"));
+    TRY(pb_gguf_set_str(w, "tokenizer.ggml.pre", v->bpe_merges ? "gemma4" : "default"));
     TRY(pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, NULL, v->n));
     TRY(pb_gguf_set_arr(w, "tokenizer.ggml.scores", PB_GGUF_FLOAT32, v->scores, v->n));
     TRY(pb_gguf_set_arr(w, "tokenizer.ggml.token_type", PB_GGUF_INT32, v->types, v->n));
@@ -379,6 +394,8 @@ pb_status hf_vocab_write(const hf_vocab *v, pb_gguf_writer *w) {
     TRY(pb_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos));
     TRY(pb_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix));
     if (v->chat_template) TRY(pb_gguf_set_str(w, "tokenizer.chat_template", v->chat_template));
+    if (v->bpe_merges)
+        TRY(pb_gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, NULL, v->n_merges));
 #undef TRY
     return PB_OK;
 }

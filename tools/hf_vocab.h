@@ -15,6 +15,11 @@ typedef struct hf_vocab {
     int32_t bos, eos, unk, pad; /* -1 when the tokenizer names none */
     bool add_bos, add_eos, add_space_prefix;
     char *chat_template; /* NULL when tokenizer_config.json has none */
+    /* BPE merges "left right" in rank order (owned). Written (tokenizer.ggml.model "gemma4") when bpe_merges is
+     * set: a Gemma 4 layout (the <|turn> control token) or a caller's choice (convert of a gemma4 model). */
+    char **merges;
+    uint32_t n_merges;
+    bool bpe_merges;
 } hf_vocab;
 
 /* Loads tokenizer_json (a BPE model with byte_fallback, as GemmaTokenizerFast writes it) and tokenizer_config

@@ -84,7 +84,8 @@ struct pb_session {
     pb_session_params params;
     int32_t n_vocab;
     int n_ctx, n_batch, n_threads;
-    int32_t bos, eos, eot, sot; /* special ids (-1 when absent); sot = <start_of_turn> */
+    int32_t bos, eos, eot, sot; /* special ids (-1 when absent); sot = <start_of_turn> (Gemma 4: <|turn>) */
+    bool turn_system;           /* Gemma 4: the system prompt is a turn of its own */
 
     pb_kv_cache *kv;
     pb_forward_ctx *fc;

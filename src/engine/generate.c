@@ -186,7 +186,8 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
     pb_status status = check_gen(s, params);
     if (status != PB_OK) return status;
     if (s->sot < 0 || s->eot < 0)
-        return pb_error(PB_ERR_UNSUPPORTED, "chat: the vocabulary has no <start_of_turn>/<end_of_turn> tokens");
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "chat: the vocabulary has no <start_of_turn>/<end_of_turn> (or <|turn>/<turn|>) tokens");
     double t0 = pb_time_ms();
     begin(s, st);
     status = pb_sampler_start(s->smp, &params->sampler);
@@ -198,6 +199,13 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
     int64_t n = 0, n_open;
     if (first) {
         if (s->bos >= 0 && (status = put_id(s, s->bos, &n)) != PB_OK) goto fail;
+        if (s->turn_system && system && *system) { /* Gemma 4: <|turn>system\n{system}<turn|>\n */
+            if ((status = put_id(s, s->sot, &n)) != PB_OK || (status = put_text(s, "system\n", &n)) != PB_OK ||
+                (status = put_text(s, system, &n)) != PB_OK || (status = put_id(s, s->eot, &n)) != PB_OK ||
+                (status = put_text(s, "\n", &n)) != PB_OK)
+                goto fail;
+            system = NULL;
+        }
         if ((status = put_id(s, s->sot, &n)) != PB_OK || (status = put_text(s, "user\n", &n)) != PB_OK) goto fail;
         if (system && *system) {
             if ((status = put_text(s, system, &n)) != PB_OK || (status = put_text(s, "\n\n", &n)) != PB_OK) goto fail;

@@ -18,8 +18,9 @@ static size_t kv_row_bytes(int64_t n, pb_kv_type type) {
 
 size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type) {
     size_t total = 0;
-    int64_t width = (int64_t)hp->n_head_kv * hp->head_dim;
     for (int il = 0; il < hp->n_layer; il++) {
+        /* per layer: Gemma 4 head dims and KV heads differ, KV-shared layers hold nothing */
+        int64_t width = hp->kv_src[il] == il ? (int64_t)hp->n_head_kv_l[il] * hp->head_dim_l[il] : 0;
         int cells = n_ctx;
         if (hp->sliding_window > 0 && hp->swa_layer[il] && hp->sliding_window < n_ctx) cells = hp->sliding_window;
         total += 2 * (size_t)cells * kv_row_bytes(width, type); /* K and V */
@@ -40,6 +41,7 @@ size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) 
     size_t stash = (size_t)n_swa * 2 * nb * kv * 4;
     size_t tiles = pb_forward_tiles_bytes(hp, n_ctx, n_batch); /* prefill attention: K/V rows as floats */
     size_t logits = 2 * (size_t)hp->n_vocab * 4;               /* forward's + the session's */
+    act += nb * (size_t)hp->n_layer * (size_t)hp->n_embd_per_layer * 4; /* Gemma 4 per-layer inputs */
     size_t session = pb_sampler_bytes(hp->n_vocab) + (size_t)n_ctx * 8 + PB_STOP_BUF_CAP;
     return act + stash + tiles + logits + session + (4u << 20); /* + thread stacks, tables, slack */
 }

@@ -63,6 +63,9 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     s->eos = pb_vocab_eos(s->vocab);
     s->eot = pb_vocab_eot(s->vocab);
     s->sot = find_special(s->vocab, "<start_of_turn>");
+    s->turn_system = false;
+    if (s->sot < 0 && (s->sot = find_special(s->vocab, "<|turn>")) >= 0) /* Gemma 4: eot is <turn|> (vocab.c) */
+        s->turn_system = true;
 
     pb_status st;
     if ((st = pb_kv_new(m, n_ctx, p.kv_type, &s->kv)) != PB_OK) goto fail;

@@ -37,6 +37,12 @@ struct pb_forward_ctx {
     float *attkv; /* prefill: [PB_FWD_MAX_THREADS][2][att_bcap][hd] float K/V rows of one key block */
     int att_bcap; /* key block size that scratch holds (0: no tiles, n_batch 1) */
     void *act;    /* pb_matmul activation scratch */
+    /* Gemma 4 (NULL when unused) */
+    float *pli;                   /* [n_batch, L*P] per-layer inputs of the batch */
+    float *ple_g, *ple_u;         /* [n_batch, P] PLE gate and the layer's slice of pli */
+    float *ple_row;               /* [L*P] one row of the PLE table */
+    float *moe_out;               /* [n_batch, d] experts' output */
+    float *moe_y, *moe_p, *moe_h; /* [d] router / expert input, [E] router probabilities, [2 I + d] expert rows */
     void *mem;
     size_t bytes;
 };
@@ -69,24 +75,30 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, int a
     const pb_hparams *hp = &m->hp;
     int64_t B = n_batch, d = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
     int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    int64_t P = hp->n_embd_per_layer, LP = (int64_t)hp->n_layer * P;
     pb_forward_ctx *fc = pb_calloc(1, sizeof *fc);
     if (!fc) return PB_ERR_NOMEM;
     fc->m = m;
     fc->n_batch = n_batch;
     if (n_batch == 1) att_bcap = 0; /* decode only: no token tiles */
     int n_swa = 0;
-    for (int il = 0; il < hp->n_layer; il++) fc->swa_slot[il] = hp->swa_layer[il] ? n_swa++ : -1;
+    for (int il = 0; il < hp->n_layer; il++)
+        fc->swa_slot[il] = hp->swa_layer[il] && hp->kv_src[il] == il ? n_swa++ : -1;
     fc->stash_row = stash_row;
     fc->stash_layer = PB_PAD(2 * (size_t)B * stash_row, 64);
     /* activation scratch: the largest any matrix of the model needs */
     size_t act = pb_matmul_scratch_size(m->output.t->type, m->output.t->ne[0], B);
     for (int il = 0; il < hp->n_layer; il++) {
         const pb_layer_w *w = &m->layers[il];
-        const pb_gguf_tensor *ts[] = {w->wq.t, w->wk.t, w->wv.t, w->wo.t, w->gate.t, w->up.t, w->down.t};
+        const pb_gguf_tensor *ts[] = {w->wq.t,        w->wk.t,     w->wv.t,   w->wo.t,       w->gate.t,
+                                      w->up.t,        w->down.t,   w->proj.t, w->inp_gate.t, w->gate_inp.t,
+                                      w->exp_gate_up, w->exp_gate, w->exp_up, w->exp_down,   m->ple_proj.t};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-            act = PB_MAX(act, pb_matmul_scratch_size(ts[i]->type, ts[i]->ne[0], B));
+            if (ts[i]) act = PB_MAX(act, pb_matmul_scratch_size(ts[i]->type, ts[i]->ne[0], B));
         /* fused groups over the normed rows: q, k, v and gate, up */
-        pb_mm_op qkv[] = {{.type = w->wq.t->type}, {.type = w->wk.t->type}, {.type = w->wv.t->type}};
+        pb_mm_op qkv[] = {{.type = w->wq.t->type},
+                          {.type = (w->wk.t ? w->wk.t : w->wq.t)->type},
+                          {.type = (w->wv.t ? w->wv.t : w->wq.t)->type}};
         pb_mm_op gu[] = {{.type = w->gate.t->type}, {.type = w->up.t->type}};
         act = PB_MAX(act, pb_matmul_group_scratch_size(qkv, 3, d, B));
         act = PB_MAX(act, pb_matmul_group_scratch_size(gu, 2, d, B));
@@ -105,7 +117,15 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, int a
                       fsize((int64_t)PB_FWD_MAX_THREADS * PB_MAX(PB_MAX(d, F), q_dim)),
                       fc->stash_layer * (size_t)n_swa,
                       fsize((int64_t)PB_MAX(2 * B, PB_ATT_MAX_BLOCKS + 1) * hp->n_head * (hd + 2)),
-                      fsize((int64_t)PB_FWD_MAX_THREADS * 2 * att_bcap * hd)};
+                      fsize((int64_t)PB_FWD_MAX_THREADS * 2 * att_bcap * hd),
+                      fsize(B * LP),
+                      fsize(B * P),
+                      fsize(B * P),
+                      fsize(LP),
+                      hp->n_expert ? fsize(B * d) : 0,
+                      hp->n_expert ? fsize(d) : 0,
+                      hp->n_expert ? fsize(hp->n_expert) : 0,
+                      hp->n_expert ? fsize(2 * (int64_t)hp->n_ff_exp + d) : 0};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
     fc->mem = pb_aligned_alloc(total);
@@ -134,9 +154,16 @@ static pb_status ctx_new(const pb_model *m, int n_batch, size_t stash_row, int a
     fc->stash = p;
     p += fc->stash_layer * (size_t)n_swa;
     fc->part = (float *)p;
-    p += sizes[sizeof sizes / sizeof sizes[0] - 2];
+    p += sizes[sizeof sizes / sizeof sizes[0] - 10];
     fc->attkv = (float *)p; /* pages of parts that never run stay untouched */
     fc->att_bcap = att_bcap;
+    size_t n_sizes = sizeof sizes / sizeof sizes[0];
+    p += sizes[n_sizes - 9];
+    float **g4[] = {&fc->pli, &fc->ple_g, &fc->ple_u, &fc->ple_row, &fc->moe_out, &fc->moe_y, &fc->moe_p, &fc->moe_h};
+    for (size_t i = 0; i < 8; i++) {
+        *g4[i] = sizes[n_sizes - 8 + i] ? (float *)p : NULL;
+        p += sizes[n_sizes - 8 + i];
+    }
     *out = fc;
     return PB_OK;
 }
@@ -239,7 +266,8 @@ typedef struct {
     const pb_model *m;
     const pb_kv_cache *kv;
     pb_forward_ctx *fc;
-    int il, n, n_past;
+    int il, n, n_past;                /* il: the layer whose cache is read (Gemma 4 KV sharing: the producer) */
+    int hd, hkv;                      /* head dim and kv heads of that cache (the query layer has the same) */
     const uint8_t *stash_k, *stash_v; /* ring layers: rows of positions n_past.. (else NULL) */
 } attn_job;
 
@@ -247,7 +275,8 @@ typedef struct {
  * commit; the cache is head-major, kv_impl.h). */
 static const uint8_t *kv_head(const attn_job *j, uint8_t *cache, const uint8_t *stash, int t, int g) {
     const pb_kv_cache *kv = j->kv;
-    if (stash && t >= j->n_past) return stash + (size_t)(t - j->n_past) * kv->row_bytes + (size_t)g * kv->head_bytes;
+    if (stash && t >= j->n_past)
+        return stash + (size_t)(t - j->n_past) * kv->row_b[j->il] + (size_t)g * kv->head_b[j->il];
     return pb_kv_head_row(kv, cache, j->il, g, kv->ring[j->il] ? t % kv->cap[j->il] : t);
 }
 
@@ -289,13 +318,13 @@ static float att_chunk_weights(const pb_hparams *hp, float *x, float *s, int cn)
 static int kv_run(const attn_job *j, int t, int end, size_t *ld) {
     const pb_kv_cache *kv = j->kv;
     if (j->stash_k && t >= j->n_past) {
-        *ld = kv->row_bytes;
+        *ld = kv->row_b[j->il];
         return end - t + 1;
     }
     int last = end;
     if (j->stash_k) last = PB_MIN(last, j->n_past - 1);
     if (kv->ring[j->il]) last = PB_MIN(last, t + (kv->cap[j->il] - 1 - t % kv->cap[j->il]));
-    *ld = kv->head_bytes;
+    *ld = kv->head_b[j->il];
     return last - t + 1;
 }
 
@@ -306,7 +335,7 @@ static inline __attribute__((always_inline)) void prefetch_keys(const attn_job *
         size_t ld;
         m = kv_run(j, t, b, &ld);
         const uint8_t *p = kv_head(j, cache, stash, t, g);
-        for (size_t o = 0; o < (size_t)(m - 1) * ld + j->kv->head_bytes; o += 64) PB_PREFETCH(p + o);
+        for (size_t o = 0; o < (size_t)(m - 1) * ld + j->kv->head_b[j->il]; o += 64) PB_PREFETCH(p + o);
     }
 }
 
@@ -319,7 +348,7 @@ static inline __attribute__((always_inline)) void prefetch_keys(const attn_job *
 static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st) {
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
-    int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
+    int hd = j->hd, n_rep = hp->n_head / j->hkv;
     const float *q = j->fc->q + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd; /* [n_rep, hd] */
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
     float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA][ATT_CHUNK], cr[PB_MAX_GQA], ones[PB_MAX_GQA];
@@ -387,7 +416,7 @@ static void att_merge(float *dst, const float *src, int n_rep, int hd, bool firs
 /* softmax . V = (sum of exp * v) / (sum of exp), into att rows of the group's query heads. */
 static void att_finish(const attn_job *j, int t, int g, const float *st) {
     const pb_hparams *hp = &j->m->hp;
-    int hd = hp->head_dim, n_rep = hp->n_head / hp->n_head_kv;
+    int hd = j->hd, n_rep = hp->n_head / j->hkv;
     float *out = j->fc->att + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd;
     for (int r = 0; r < n_rep; r++) {
         const float *x = st + r * ST(hd);
@@ -410,7 +439,7 @@ static void key_range(const attn_job *j, int t, int *lo, int *hi) {
 static void att_rows_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
     const pb_hparams *hp = &j->m->hp;
-    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
+    int Hkv = j->hkv, hd = j->hd, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
     size_t slot = (size_t)n_rep * ST(hd);
     int64_t lo, hi;
     pb_split((int64_t)j->n * Hkv, ith, nth, &lo, &hi);
@@ -438,7 +467,7 @@ static void att_rows_worker(void *ctx, int ith, int nth) {
 static void att_tile_block(const attn_job *j, int g, int t0, int t1, int b0, const float *kf, const float *vf,
                            int base) {
     const pb_hparams *hp = &j->m->hp;
-    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
+    int Hkv = j->hkv, hd = j->hd, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
     size_t slot = (size_t)n_rep * ST(hd);
     int per = ATT_ROWS / n_rep; /* tokens per walk */
     int ka[ATT_QT], kb[ATT_QT], k0s[ATT_QT];
@@ -503,7 +532,7 @@ static void att_tiles_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
     const pb_hparams *hp = &j->m->hp;
     const pb_kv_cache *kv = j->kv;
-    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = kv->attn_block;
+    int Hkv = j->hkv, hd = j->hd, n_rep = hp->n_head / Hkv, B = kv->attn_block;
     size_t slot = (size_t)n_rep * ST(hd);
     pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
     float *kf = j->fc->attkv + (size_t)ith * 2 * (size_t)j->fc->att_bcap * (size_t)hd;
@@ -531,7 +560,7 @@ static void att_tiles_worker(void *ctx, int ith, int nth) {
 static void att_blocks_worker(void *ctx, int ith, int nth) {
     const attn_job *j = ctx;
     const pb_hparams *hp = &j->m->hp;
-    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
+    int Hkv = j->hkv, hd = j->hd, n_rep = hp->n_head / Hkv, B = j->kv->attn_block;
     size_t slot = (size_t)n_rep * ST(hd);
     int k0, k1;
     key_range(j, 0, &k0, &k1);
@@ -558,12 +587,12 @@ static void attend(attn_job *j, pb_pool *pool) {
             att_tiles_worker(j, 0, 1);
         return;
     }
-    if (j->n > 1 || nb == 1 || hp->n_head_kv >= nth) {
+    if (j->n > 1 || nb == 1 || j->hkv >= nth) {
         run_pool(pool, att_rows_worker, j);
         return;
     }
     run_pool(pool, att_blocks_worker, j);
-    int Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = hp->n_head / Hkv;
+    int Hkv = j->hkv, hd = j->hd, n_rep = hp->n_head / Hkv;
     size_t slot = (size_t)n_rep * ST(hd);
     float *run = j->fc->part + (size_t)nb * Hkv * slot;
     for (int g = 0; g < Hkv; g++) {
@@ -574,25 +603,29 @@ static void attend(attn_job *j, pb_pool *pool) {
 
 // --- one transformer block -----------------------------------------------------------------------------
 
-/* Appends this block's new K/V rows (converted to the cache type) and runs attention for n tokens. */
+/* Appends this block's new K/V rows (converted to the cache type) and runs attention for n tokens. A Gemma 4
+ * KV-shared layer appends nothing and reads its producer's cache (and the producer's stash of this call). */
 static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
-    int64_t kv_dim = kv->kv_dim;
+    int src = m->hp.kv_src[il];
+    int64_t kv_dim = kv->kvd[src];
+    int hd = kv->hdl[src];
     pb_from_float_fn from_f = pb_type_get(kv->st)->from_float;
-    attn_job j = {m, kv, fc, il, n, kv->n_past, NULL, NULL};
-    if (fc->swa_slot[il] >= 0 && kv->n_past + n > kv->cap[il]) {
+    attn_job j = {m, kv, fc, src, n, kv->n_past, hd, (int)(kv_dim / hd), NULL, NULL};
+    size_t rb = kv->row_b[src];
+    if (fc->swa_slot[src] >= 0 && kv->n_past + n > kv->cap[src]) {
         /* ring layer that wraps in this call: keep new rows aside (position-major) until the whole call
          * succeeded (they would overwrite live positions); a ring not yet full takes them in place, in slots
          * nobody reads */
-        uint8_t *dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
-        uint8_t *dv = dk + (size_t)fc->n_batch * kv->row_bytes;
+        uint8_t *dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[src];
+        uint8_t *dv = dk + (size_t)fc->n_batch * rb;
         j.stash_k = dk;
         j.stash_v = dv;
-        for (int t = 0; t < n; t++) {
-            from_f(fc->k + t * kv_dim, dk + (size_t)t * kv->row_bytes, kv_dim);
-            from_f(fc->v + t * kv_dim, dv + (size_t)t * kv->row_bytes, kv_dim);
-        }
-    } else { /* full layer or ring with room: positions >= n_past are free, write in place, head by head */
-        int hd = kv->head_dim;
+        if (src == il)
+            for (int t = 0; t < n; t++) {
+                from_f(fc->k + t * kv_dim, dk + (size_t)t * rb, kv_dim);
+                from_f(fc->v + t * kv_dim, dv + (size_t)t * rb, kv_dim);
+            }
+    } else if (src == il) { /* full layer or ring with room: positions >= n_past are free, write in place */
         for (int g = 0; g < kv_dim / hd; g++)
             for (int t = 0; t < n; t++) {
                 from_f(fc->k + t * kv_dim + g * hd, pb_kv_head_row(kv, kv->k[il], il, g, kv->n_past + t), hd);
@@ -602,40 +635,150 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
     attend(&j, pool);
 }
 
+/* A [K, N] slice of a 3-D expert tensor [K, N, E] as a weight matrix (file layout, never packed). */
+static pb_wmat expert_slice(const pb_gguf_tensor *t, int e, pb_gguf_tensor *view) {
+    *view = *t;
+    view->ne[2] = 1;
+    view->nbytes = pb_row_size(t->type, t->ne[0]) * (size_t)t->ne[1];
+    view->data = (const uint8_t *)t->data + view->nbytes * (size_t)e;
+    return (pb_wmat){view, view->data, false};
+}
+
+/* Gemma 4 MoE block for n tokens: out[t] = sum over the top-k experts of w_e * down_e(gelu(gate_e y) * up_e y),
+ * y = RMSNorm(x; pre_ffw_norm_2). Router (HF Gemma4TextRouter): z = rms0(x) * scale * d^-0.5, softmax over all
+ * experts, top-k, renormalised, times per_expert_scale. One token at a time (experts differ per token). */
+static pb_status moe(pb_forward_ctx *fc, pb_pool *pool, const pb_layer_w *w, int n, float *out) {
+    const pb_hparams *hp = &fc->m->hp;
+    int64_t d = hp->n_embd, E = hp->n_expert, I = hp->n_ff_exp, K = hp->n_expert_used;
+    float inv_sqrt_d = 1.0f / sqrtf((float)d);
+    pb_status s;
+    for (int t = 0; t < n; t++) {
+        const float *x = fc->x + t * d;
+        float *z = fc->moe_y, *p = fc->moe_p, *o = out + t * d;
+        pb_rmsnorm(z, x, w->router_scale, d, hp->norm_eps);
+        pb_vec_scale(z, d, inv_sqrt_d);
+        if ((s = linear(fc, pool, &w->gate_inp, z, 1, p))) return s;
+        float mx = p[0], sum = 0.0f;
+        for (int e = 1; e < E; e++) mx = PB_MAX(mx, p[e]);
+        for (int e = 0; e < E; e++) sum += (p[e] = expf(p[e] - mx));
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        int idx[64];
+        float wt[64], wsum = 0.0f;
+        for (int k = 0; k < K; k++) { /* top-k, ties to the lower index as torch.topk */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                bool used = false;
+                for (int q = 0; q < k; q++) used |= idx[q] == e;
+                if (!used && (best < 0 || p[e] > p[best])) best = e;
+            }
+            idx[k] = best, wt[k] = p[best], wsum += p[best];
+        }
+        pb_rmsnorm(z, x, w->pre_ffw_norm_2, d, hp->norm_eps);
+        memset(o, 0, sizeof(float) * (size_t)d);
+        for (int k = 0; k < K; k++) {
+            int e = idx[k];
+            float we = wt[k] / wsum * (w->expert_scale ? w->expert_scale[e] : 1.0f);
+            pb_gguf_tensor v1, v2;
+            float *gt = fc->moe_h, *up = fc->moe_h + I, *y = fc->moe_h + 2 * I;
+            if (w->exp_gate_up) { /* rows 0..I-1 gate, I..2I-1 up */
+                pb_wmat gu = expert_slice(w->exp_gate_up, e, &v1);
+                if ((s = linear(fc, pool, &gu, z, 1, gt))) return s;
+            } else {
+                pb_wmat gm = expert_slice(w->exp_gate, e, &v1), um = expert_slice(w->exp_up, e, &v2);
+                if ((s = linear(fc, pool, &gm, z, 1, gt)) || (s = linear(fc, pool, &um, z, 1, up))) return s;
+            }
+            pb_kernels_geglu(gt, up, I);
+            pb_wmat dm = expert_slice(w->exp_down, e, &v1);
+            if ((s = linear(fc, pool, &dm, gt, 1, y))) return s;
+            for (int64_t i = 0; i < d; i++) o[i] += we * y[i];
+        }
+    }
+    return PB_OK;
+}
+
+/* Gemma 4 per-layer input of layer il after the FFN: x += RMSNorm(W_proj (gelu(W_gate x) * pli[il]); post_norm). */
+static pb_status ple_block(pb_forward_ctx *fc, pb_pool *pool, const pb_layer_w *w, int il, int n) {
+    const pb_hparams *hp = &fc->m->hp;
+    int64_t d = hp->n_embd, P = hp->n_embd_per_layer, LP = (int64_t)hp->n_layer * P;
+    pb_status s;
+    if ((s = linear(fc, pool, &w->inp_gate, fc->x, n, fc->ple_g))) return s; /* [n, P] */
+    for (int t = 0; t < n; t++) memcpy(fc->ple_u + t * P, fc->pli + t * LP + il * P, sizeof(float) * (size_t)P);
+    pb_kernels_geglu(fc->ple_g, fc->ple_u, (int64_t)n * P);
+    if ((s = linear(fc, pool, &w->proj, fc->ple_g, n, fc->o))) return s; /* [n, d] */
+    norm_rows(fc->o, fc->o, w->ple_post_norm, n, d, hp->norm_eps);
+    pb_vec_add(fc->x, fc->o, n * d);
+    return PB_OK;
+}
+
 static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
     const pb_hparams *hp = &m->hp;
     const pb_layer_w *w = &m->layers[il];
-    int64_t d = hp->n_embd, hd = hp->head_dim;
-    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    int hkv = hp->n_head_kv_l[il];
+    int64_t d = hp->n_embd, hd = hp->head_dim_l[il];
+    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hkv * hd;
     float eps = hp->norm_eps;
+    bool own_kv = hp->kv_src[il] == il;
     pb_status s;
 
-    /* --- attention: h = RMSNorm(x; attn_norm); q,k,v = Wq h, Wk h, Wv h --- */
+    /* --- attention: h = RMSNorm(x; attn_norm); q,k,v = Wq h, Wk h, Wv h (Gemma 4: q only on KV-shared layers; V
+     * = the raw K projection on k_eq_v layers) --- */
     const pb_wmat *qkv[] = {&w->wq, &w->wk, &w->wv};
     float *qkv_y[] = {fc->q, fc->k, fc->v}; /* [n, H*hd], [n, Hkv*hd], [n, Hkv*hd] */
-    if ((s = normed_group(fc, pool, w->attn_norm, qkv, qkv_y, 3, NULL, n))) return s;
-    if (hp->has_qk_norm) { /* Gemma 3: per-head RMSNorm of q and k, before RoPE */
+    int n_ops = !own_kv ? 1 : w->wv.t ? 3 : 2;
+    if ((s = normed_group(fc, pool, w->attn_norm, qkv, qkv_y, n_ops, NULL, n))) return s;
+    if (own_kv && !w->wv.t) memcpy(fc->v, fc->k, sizeof(float) * (size_t)(n * kv_dim));
+    if (hp->has_qk_norm) { /* Gemma 3/4: per-head RMSNorm of q and k, before RoPE */
         norm_rows(fc->q, fc->q, w->q_norm, n * hp->n_head, hd, eps);
-        norm_rows(fc->k, fc->k, w->k_norm, n * hp->n_head_kv, hd, eps);
+        if (own_kv) norm_rows(fc->k, fc->k, w->k_norm, n * hkv, hd, eps);
     }
+    if (own_kv && hp->has_v_norm) norm_rows(fc->v, fc->v, m->ones, n * hkv, hd, eps); /* Gemma 4: weightless */
     bool local = hp->swa_layer[il] != 0;
     const float *cs = local ? fc->cos_l : fc->cos_g, *sn = local ? fc->sin_l : fc->sin_g;
-    for (int t = 0; t < n; t++) { /* RoPE (NeoX halves) at position n_past + t */
-        pb_rope_neox(fc->q + t * q_dim, hp->n_head, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
-        pb_rope_neox(fc->k + t * kv_dim, hp->n_head_kv, (int)hd, cs + t * hd / 2, sn + t * hd / 2);
+    int64_t half = (local ? hp->hd_swa : hp->hd_full) / 2; /* row stride of the angle tables */
+    for (int t = 0; t < n; t++) {                          /* RoPE (NeoX halves) at position n_past + t */
+        pb_rope_neox(fc->q + t * q_dim, hp->n_head, (int)hd, cs + t * half, sn + t * half);
+        if (own_kv) pb_rope_neox(fc->k + t * kv_dim, hkv, (int)hd, cs + t * half, sn + t * half);
     }
     attention(m, kv, fc, pool, il, n);                               /* att: [n, H*hd] */
     if ((s = linear(fc, pool, &w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
     if (w->post_attn_norm) norm_rows(fc->o, fc->o, w->post_attn_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
 
-    /* --- MLP: x += [post-norm] W_down (gelu(W_gate h) * W_up h), h = RMSNorm(x; ffn_norm) --- */
+    /* --- MLP: x += [post-norm] W_down (gelu(W_gate h) * W_up h), h = RMSNorm(x; ffn_norm); Gemma 4 MoE layers add
+     * the experts' output, each branch with its own post-norm, before the shared post-norm --- */
+    if (w->gate_inp.t && (s = moe(fc, pool, w, n, fc->moe_out))) return s; /* reads x before the MLP changes it */
     const pb_wmat *gu[] = {&w->gate, &w->up};
     float *gu_y[] = {fc->gate, fc->up}; /* [n, F]; gate becomes gelu(gate) * up (SIMD, kernels room) */
     if ((s = normed_group(fc, pool, w->ffn_norm, gu, gu_y, 2, pb_kernels_geglu, n))) return s;
     if ((s = linear(fc, pool, &w->down, fc->gate, n, fc->o))) return s; /* [n, d] */
+    if (w->gate_inp.t) {
+        norm_rows(fc->o, fc->o, w->post_ffw_norm_1, n, d, eps);
+        norm_rows(fc->moe_out, fc->moe_out, w->post_ffw_norm_2, n, d, eps);
+        pb_vec_add(fc->o, fc->moe_out, n * d);
+    }
     if (w->post_ffw_norm) norm_rows(fc->o, fc->o, w->post_ffw_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
+    if (w->inp_gate.t && (s = ple_block(fc, pool, w, il, n))) return s;
+    if (w->out_scale != 1.0f) pb_vec_scale(fc->x, n * d, w->out_scale); /* Gemma 4 layer_scalar */
+    return PB_OK;
+}
+
+/* Gemma 4 per-layer inputs of the n tokens (HF get_per_layer_inputs + project_per_layer_inputs):
+ * pli[t][l] = (RMSNorm(W_plmp x0[t] * d^-0.5 over each P-chunk; proj_norm) + E_ple[tok][l] * sqrt(P)) * 2^-0.5.
+ * x0 is the scaled main embedding (fc->x on entry). Only the n rows of the PLE table are read. */
+static pb_status ple_inputs(const pb_model *m, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens, int n) {
+    const pb_hparams *hp = &m->hp;
+    int64_t P = hp->n_embd_per_layer, LP = (int64_t)hp->n_layer * P;
+    pb_status s = linear(fc, pool, &m->ple_proj, fc->x, n, fc->pli); /* [n, L*P] */
+    if (s) return s;
+    float ps = 1.0f / sqrtf((float)hp->n_embd), ts = sqrtf((float)P), r2 = 1.0f / sqrtf(2.0f);
+    for (int t = 0; t < n; t++) {
+        float *c = fc->pli + t * LP;
+        pb_vec_scale(c, LP, ps);
+        norm_rows(c, c, m->ple_proj_norm, hp->n_layer, P, hp->norm_eps);
+        row_to_float(&m->ple_tok, tokens[t], fc->ple_row);
+        for (int64_t i = 0; i < LP; i++) c[i] = (c[i] + fc->ple_row[i] * ts) * r2;
+    }
     return PB_OK;
 }
 
@@ -646,13 +789,13 @@ static void commit_rings(pb_kv_cache *kv, const pb_forward_ctx *fc, int n) {
     for (int il = 0; il < kv->n_layer; il++) {
         if (fc->swa_slot[il] < 0 || kv->n_past + n <= kv->cap[il]) continue; /* written in place */
         const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
-        const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_bytes;
+        const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_b[il];
         int cap = kv->cap[il];
         for (int t = PB_MAX(0, n - cap); t < n; t++)
-            for (int g = 0; g < kv->kv_dim / kv->head_dim; g++) {
-                size_t o = (size_t)t * kv->row_bytes + (size_t)g * kv->head_bytes;
-                memcpy(pb_kv_head_row(kv, kv->k[il], il, g, (kv->n_past + t) % cap), sk + o, kv->head_bytes);
-                memcpy(pb_kv_head_row(kv, kv->v[il], il, g, (kv->n_past + t) % cap), sv + o, kv->head_bytes);
+            for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
+                size_t o = (size_t)t * kv->row_b[il] + (size_t)g * kv->head_b[il];
+                memcpy(pb_kv_head_row(kv, kv->k[il], il, g, (kv->n_past + t) % cap), sk + o, kv->head_b[il]);
+                memcpy(pb_kv_head_row(kv, kv->v[il], il, g, (kv->n_past + t) % cap), sv + o, kv->head_b[il]);
             }
     }
 }
@@ -675,7 +818,7 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return pb_error(PB_ERR_INVALID_ARG, "forward: token %d at index %d is outside the vocabulary (0..%d)",
                             tokens[t], t, hp->n_vocab - 1);
-    int64_t d = hp->n_embd, half = hp->head_dim / 2;
+    int64_t d = hp->n_embd, half_g = hp->hd_full / 2, half_l = hp->hd_swa / 2;
 
     /* x = E[tok] * sqrt(d) */
     for (int t = 0; t < n; t++) {
@@ -683,8 +826,12 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
         pb_vec_scale(fc->x + t * d, d, m->embd_scale);
     }
     for (int t = 0; t < n; t++) { /* RoPE angles of each position, for global and local layers */
-        pb_rope_angles(fc->cos_g + t * half, fc->sin_g + t * half, m->rope_inv_global, (int)half, kv->n_past + t);
-        pb_rope_angles(fc->cos_l + t * half, fc->sin_l + t * half, m->rope_inv_local, (int)half, kv->n_past + t);
+        pb_rope_angles(fc->cos_g + t * half_g, fc->sin_g + t * half_g, m->rope_inv_global, (int)half_g, kv->n_past + t);
+        pb_rope_angles(fc->cos_l + t * half_l, fc->sin_l + t * half_l, m->rope_inv_local, (int)half_l, kv->n_past + t);
+    }
+    if (hp->n_embd_per_layer > 0) {
+        pb_status s = ple_inputs(m, fc, pool, tokens, n);
+        if (s) return s;
     }
 
     for (int il = 0; il < hp->n_layer; il++) {

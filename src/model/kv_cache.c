@@ -28,9 +28,10 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
     if (st < 0) return pb_error(PB_ERR_INVALID_ARG, "kv: unknown cache type %d", (int)type);
     if (n_ctx < 1 || n_ctx > (1 << 24)) return pb_error(PB_ERR_INVALID_ARG, "kv: n_ctx %d out of range", n_ctx);
     const pb_type_traits *tr = pb_type_get(st);
-    if (hp->head_dim % tr->blck != 0)
-        return pb_error(PB_ERR_UNSUPPORTED, "kv: cache type %s needs head_dim %% %lld == 0 (head_dim %d)", tr->name,
-                        (long long)tr->blck, hp->head_dim);
+    for (int il = 0; il < hp->n_layer; il++)
+        if (hp->head_dim_l[il] % tr->blck != 0)
+            return pb_error(PB_ERR_UNSUPPORTED, "kv: cache type %s needs head_dim %% %lld == 0 (head_dim %d)", tr->name,
+                            (long long)tr->blck, hp->head_dim_l[il]);
     pb_kv_cache *kv = pb_calloc(1, sizeof *kv);
     if (!kv) return PB_ERR_NOMEM;
     kv->type = type;
@@ -40,15 +41,19 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
     kv->kv_dim = hp->n_head_kv * hp->head_dim;
     kv->head_dim = hp->head_dim;
     kv->row_bytes = pb_row_size(st, kv->kv_dim);
-    kv->head_bytes = pb_row_size(st, hp->head_dim);
     kv->window = hp->sliding_window;
     kv->attn_block = PB_MAX(128, (n_ctx + PB_ATT_MAX_BLOCKS - 1) / PB_ATT_MAX_BLOCKS);
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        kv->ring[il] = hp->swa_layer[il] != 0;
-        kv->cap[il] = kv->ring[il] ? PB_MIN(n_ctx, hp->sliding_window) : n_ctx;
+        bool own = hp->kv_src[il] == il; /* Gemma 4 KV-shared layers hold nothing */
+        kv->hdl[il] = hp->head_dim_l[il];
+        kv->kvd[il] = own ? hp->n_head_kv_l[il] * hp->head_dim_l[il] : 0;
+        kv->row_b[il] = pb_row_size(st, kv->kvd[il]);
+        kv->head_b[il] = pb_row_size(st, hp->head_dim_l[il]);
+        kv->ring[il] = own && hp->swa_layer[il] != 0;
+        kv->cap[il] = !own ? 0 : kv->ring[il] ? PB_MIN(n_ctx, hp->sliding_window) : n_ctx;
         size_t b;
-        if (!pb_mul_ok(kv->row_bytes, (size_t)kv->cap[il] * 2, &b) || !pb_add_ok(total, b, &total)) {
+        if (!pb_mul_ok(kv->row_b[il], (size_t)kv->cap[il] * 2, &b) || !pb_add_ok(total, b, &total)) {
             free(kv);
             return pb_error(PB_ERR_NOMEM, "kv: size overflow");
         }
@@ -62,9 +67,9 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
     uint8_t *p = kv->mem;
     for (int il = 0; il < hp->n_layer; il++) {
         kv->k[il] = p;
-        p += kv->row_bytes * (size_t)kv->cap[il];
+        p += kv->row_b[il] * (size_t)kv->cap[il];
         kv->v[il] = p;
-        p += kv->row_bytes * (size_t)kv->cap[il];
+        p += kv->row_b[il] * (size_t)kv->cap[il];
     }
     *out = kv;
     return PB_OK;
@@ -120,7 +125,7 @@ static int held_rows(const pb_kv_cache *kv, int il) { return kv->n_past - first_
 size_t pb_kv_state_size(const pb_kv_cache *kv) {
     if (!kv) return 0;
     size_t n = KV_HDR;
-    for (int il = 0; il < kv->n_layer; il++) n += 8 + 2 * kv->row_bytes * (size_t)held_rows(kv, il);
+    for (int il = 0; il < kv->n_layer; il++) n += 8 + 2 * kv->row_b[il] * (size_t)held_rows(kv, il);
     return n;
 }
 
@@ -145,9 +150,9 @@ pb_status pb_kv_state_write(const pb_kv_cache *kv, void *buf, size_t cap, size_t
         for (int w = 0; w < 2; w++) {
             const uint8_t *base = w ? kv->v[il] : kv->k[il];
             for (int t = p0; t < p0 + r; t++) /* a position's row: its kv heads in order */
-                for (int g = 0; g < kv->kv_dim / kv->head_dim; g++) {
-                    memcpy(p, pb_kv_head_row(kv, (uint8_t *)base, il, g, t % kv->cap[il]), kv->head_bytes);
-                    p += kv->head_bytes;
+                for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
+                    memcpy(p, pb_kv_head_row(kv, (uint8_t *)base, il, g, t % kv->cap[il]), kv->head_b[il]);
+                    p += kv->head_b[il];
                 }
         }
     }
@@ -179,7 +184,7 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
             return pb_error(PB_ERR_FORMAT, "kv: state layer %d holds rows %u..+%u, expected up to position %u", il, p0,
                             r, np);
         q += 8;
-        size_t b = 2 * kv->row_bytes * (size_t)r;
+        size_t b = 2 * kv->row_b[il] * (size_t)r;
         if ((size_t)(end - q) < b) return pb_error(PB_ERR_FORMAT, "kv: state truncated in layer %d rows", il);
         q += b;
     }
@@ -192,10 +197,10 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
             for (uint32_t t = p0; t < p0 + r; t++) {
                 /* rows older than this cache's ring keeps are skipped (they are not needed) */
                 if ((int)t >= (int)np - kv->cap[il])
-                    for (int g = 0; g < kv->kv_dim / kv->head_dim; g++)
+                    for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++)
                         memcpy(pb_kv_head_row(kv, base, il, g, (int)(t % (uint32_t)kv->cap[il])),
-                               p + (size_t)g * kv->head_bytes, kv->head_bytes);
-                p += kv->row_bytes;
+                               p + (size_t)g * kv->head_b[il], kv->head_b[il]);
+                p += kv->row_b[il];
             }
         }
     }

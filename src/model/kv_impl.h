@@ -8,13 +8,16 @@ struct pb_kv_cache {
     pb_kv_type type;
     int st; /* storage type id (PB_TYPE_F16 / Q8_0 / F32) */
     int n_ctx, n_past, n_layer;
-    int kv_dim, head_dim, window;
-    size_t row_bytes;          /* bytes of one position's row (n_head_kv * head_dim values) */
-    size_t head_bytes;         /* bytes of one kv head inside a row */
-    int attn_block;            /* keys per attention block: max(128, ceil(n_ctx / PB_ATT_MAX_BLOCKS)) */
-    bool ring[PB_MAX_LAYERS];  /* sliding-window layer: ring of cap rows */
-    int cap[PB_MAX_LAYERS];    /* rows held per layer */
-    uint8_t *k[PB_MAX_LAYERS]; /* [n_head_kv][cap][head_bytes]: one kv head's rows are contiguous (see below) */
+    int kv_dim, head_dim, window; /* kv_dim, head_dim: the widest layer's (Gemma 4 layers differ) */
+    size_t row_bytes;             /* bytes of the widest layer's row (the forward's stash is sized by it) */
+    int kvd[PB_MAX_LAYERS];       /* layer il: n_head_kv * head_dim values per position (0: KV-shared layer) */
+    int hdl[PB_MAX_LAYERS];       /* layer il: head dim */
+    size_t row_b[PB_MAX_LAYERS];  /* layer il: bytes of one position's row */
+    size_t head_b[PB_MAX_LAYERS]; /* layer il: bytes of one kv head inside a row */
+    int attn_block;               /* keys per attention block: max(128, ceil(n_ctx / PB_ATT_MAX_BLOCKS)) */
+    bool ring[PB_MAX_LAYERS];     /* sliding-window layer: ring of cap rows */
+    int cap[PB_MAX_LAYERS];       /* rows held per layer */
+    uint8_t *k[PB_MAX_LAYERS];    /* [n_head_kv][cap][head_bytes]: one kv head's rows are contiguous (see below) */
     uint8_t *v[PB_MAX_LAYERS];
     void *mem;
     size_t bytes;
@@ -22,9 +25,9 @@ struct pb_kv_cache {
 
 /* Row of kv head g in cache slot `slot` of layer il (base: kv->k[il] or kv->v[il]). Head-major, so attention,
  * which walks one head's keys in position order, reads a contiguous stream the hardware prefetches; with
- * position-major rows it read head_bytes out of every row_bytes, and decode at 2k context ran at 2-3 GB/s. */
+ * position-major rows it read head_b out of every row_b, and decode at 2k context ran at 2-3 GB/s. */
 static inline uint8_t *pb_kv_head_row(const struct pb_kv_cache *kv, uint8_t *base, int il, int g, int slot) {
-    return base + ((size_t)g * (size_t)kv->cap[il] + (size_t)slot) * kv->head_bytes;
+    return base + ((size_t)g * (size_t)kv->cap[il] + (size_t)slot) * kv->head_b[il];
 }
 
 #endif

@@ -19,6 +19,7 @@ static const char *arch_name(pb_arch a) {
     case PB_ARCH_GEMMA: return "gemma";
     case PB_ARCH_GEMMA2: return "gemma2";
     case PB_ARCH_GEMMA3: return "gemma3";
+    case PB_ARCH_GEMMA4: return "gemma4";
     }
     return "?";
 }
@@ -68,15 +69,178 @@ static pb_status arch_from_gguf(const pb_gguf *g, pb_arch *out) {
     static const struct {
         const char *name;
         pb_arch a;
-    } known[] = {{"gemma", PB_ARCH_GEMMA}, {"gemma2", PB_ARCH_GEMMA2}, {"gemma3", PB_ARCH_GEMMA3}};
+    } known[] = {
+        {"gemma", PB_ARCH_GEMMA}, {"gemma2", PB_ARCH_GEMMA2}, {"gemma3", PB_ARCH_GEMMA3}, {"gemma4", PB_ARCH_GEMMA4}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (s.len == strlen(known[i].name) && memcmp(s.ptr, known[i].name, s.len) == 0) {
             *out = known[i].a;
             return PB_OK;
         }
     int n = s.len > 64 ? 64 : (int)s.len;
-    return pb_error(PB_ERR_UNSUPPORTED, "model: architecture '%.*s' is not supported (gemma, gemma2, gemma3)", n,
-                    s.ptr);
+    return pb_error(PB_ERR_UNSUPPORTED, "model: architecture '%.*s' is not supported (gemma, gemma2, gemma3, gemma4)",
+                    n, s.ptr);
+}
+
+/* n_vocab: rows of token_embd (the tokenizer may list fewer or more pieces). */
+static pb_status n_vocab_from_gguf(const pb_gguf *g, pb_hparams *hp) {
+    const pb_gguf_tensor *te = pb_gguf_find_tensor(g, "token_embd.weight");
+    if (te) {
+        if (te->ne[1] < 1 || te->ne[1] > (1 << 24))
+            return pb_error(PB_ERR_FORMAT, "model: tensor 'token_embd.weight' has %lld rows", (long long)te->ne[1]);
+        hp->n_vocab = (int)te->ne[1];
+    } else {
+        int64_t ki = pb_gguf_find_key(g, "tokenizer.ggml.tokens");
+        pb_gguf_vtype et;
+        uint64_t n = 0;
+        const void *d;
+        if (ki >= 0 && pb_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &d) == PB_OK && n <= (1u << 24))
+            hp->n_vocab = (int)n;
+    }
+    return PB_OK;
+}
+
+/* A per-layer key that is either one integer or an array of n_layer integers (llama.cpp writes arrays only when
+ * layers differ). Kept as is when absent and not required. PB_ERR_FORMAT names the key on a wrong length, type
+ * or value. */
+static pb_status get_layer_ints(const pb_gguf *g, pb_arch a, const char *suffix, bool required, int64_t lo, int64_t hi,
+                                int n_layer, int32_t *out) {
+    char k[128];
+    akey(k, sizeof k, a, suffix);
+    pb_gguf_vtype et;
+    uint64_t n;
+    const void *data;
+    pb_status s = pb_gguf_get_arr(g, k, &et, &n, &data);
+    if (s == PB_OK) {
+        if (n != (uint64_t)n_layer)
+            return pb_error(PB_ERR_FORMAT, "model: key '%s' has %llu entries, expected one per layer (%d)", k,
+                            (unsigned long long)n, n_layer);
+        for (int il = 0; il < n_layer; il++) {
+            int64_t v;
+            const uint8_t *p = (const uint8_t *)data;
+            if (et == PB_GGUF_INT32 || et == PB_GGUF_UINT32) {
+                uint32_t u;
+                memcpy(&u, p + 4 * il, 4);
+                v = et == PB_GGUF_INT32 ? (int64_t)(int32_t)u : (int64_t)u;
+            } else
+                return pb_error(PB_ERR_FORMAT, "model: key '%s' is an array of type %d, expected 32-bit integers", k,
+                                (int)et);
+            if (v < lo || v > hi)
+                return pb_error(PB_ERR_FORMAT, "model: key '%s'[%d] = %lld is out of range [%lld, %lld]", k, il,
+                                (long long)v, (long long)lo, (long long)hi);
+            out[il] = (int32_t)v;
+        }
+        return PB_OK;
+    }
+    int v = -1;
+    if ((s = get_int(g, a, suffix, required, lo, hi, &v))) return s;
+    if (v != -1)
+        for (int il = 0; il < n_layer; il++) out[il] = v;
+    return PB_OK;
+}
+
+/* Gemma 4 (llama.cpp's keys, docs/gemma4 notes): per-layer head dims (full key_length, sliding key_length_swa),
+ * KV-head counts and MLP widths, the sliding pattern as a bool array, KV sharing, PLE width, MoE sizes. */
+static pb_status hparams_gemma4(const pb_gguf *g, pb_hparams *hp) {
+    pb_arch a = PB_ARCH_GEMMA4;
+    int L = hp->n_layer;
+    int32_t ff[PB_MAX_LAYERS], hkv[PB_MAX_LAYERS];
+    for (int il = 0; il < L; il++) hkv[il] = hp->n_head, ff[il] = 0;
+    pb_status s;
+    int v_full = -1, v_swa = -1;
+    hp->hd_full = 512;
+    hp->hd_swa = 256;
+    if ((s = get_layer_ints(g, a, "feed_forward_length", true, 1, 1 << 20, L, ff)) ||
+        (s = get_layer_ints(g, a, "attention.head_count_kv", false, 1, 1024, L, hkv)) ||
+        (s = get_int(g, a, "attention.key_length", false, 2, PB_MAX_HEAD_DIM, &hp->hd_full)) ||
+        (s = get_int(g, a, "attention.value_length", false, 2, PB_MAX_HEAD_DIM, &v_full)) ||
+        (s = get_int(g, a, "attention.key_length_swa", false, 2, PB_MAX_HEAD_DIM, &hp->hd_swa)) ||
+        (s = get_int(g, a, "attention.value_length_swa", false, 2, PB_MAX_HEAD_DIM, &v_swa)) ||
+        (s = get_int(g, a, "attention.sliding_window", true, 1, 1 << 24, &hp->sliding_window)) ||
+        (s = get_int(g, a, "attention.shared_kv_layers", false, 0, PB_MAX_LAYERS, &hp->n_kv_shared)) ||
+        (s = get_int(g, a, "embedding_length_per_layer_input", false, 0, 1 << 16, &hp->n_embd_per_layer)) ||
+        (s = get_int(g, a, "expert_count", false, 0, 4096, &hp->n_expert)) ||
+        (s = get_int(g, a, "expert_used_count", false, 0, 4096, &hp->n_expert_used)) ||
+        (s = get_int(g, a, "expert_feed_forward_length", false, 0, 1 << 20, &hp->n_ff_exp)))
+        return s;
+    if (v_full != -1 && v_full != hp->hd_full)
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "model: key 'gemma4.attention.value_length' = %d differs from key_length %d", v_full,
+                        hp->hd_full);
+    if (v_swa != -1 && v_swa != hp->hd_swa)
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "model: key 'gemma4.attention.value_length_swa' = %d differs from key_length_swa %d", v_swa,
+                        hp->hd_swa);
+    if (hp->hd_full % 2 || hp->hd_swa % 2)
+        return pb_error(PB_ERR_FORMAT, "model: key 'gemma4.attention.key_length(_swa)' must be even (%d, %d)",
+                        hp->hd_full, hp->hd_swa);
+    if (hp->n_kv_shared >= L)
+        return pb_error(PB_ERR_FORMAT,
+                        "model: key 'gemma4.attention.shared_kv_layers' = %d leaves no layer computing "
+                        "K/V (%d layers)",
+                        hp->n_kv_shared, L);
+    if (hp->n_expert > 0 && (hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp < 1))
+        return pb_error(PB_ERR_FORMAT,
+                        "model: gemma4 MoE keys: expert_count %d, expert_used_count %d, "
+                        "expert_feed_forward_length %d",
+                        hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
+    /* sliding pattern: one bool per layer (true = sliding) */
+    {
+        char k[128];
+        akey(k, sizeof k, a, "attention.sliding_window_pattern");
+        pb_gguf_vtype et;
+        uint64_t n;
+        const void *data;
+        s = pb_gguf_get_arr(g, k, &et, &n, &data);
+        if (s == PB_ERR_NOT_FOUND) return pb_error(PB_ERR_FORMAT, "model: required key '%s' is missing", k);
+        if (s) return s;
+        if (et != PB_GGUF_BOOL || n != (uint64_t)L)
+            return pb_error(PB_ERR_FORMAT, "model: key '%s' must be %d booleans (has %llu of type %d)", k, L,
+                            (unsigned long long)n, (int)et);
+        for (int il = 0; il < L; il++) hp->swa_layer[il] = ((const uint8_t *)data)[il] != 0;
+    }
+    hp->rope_base = 1000000.0f;
+    hp->rope_base_local = 10000.0f; /* never the full layers' base when the key is absent */
+    hp->rope_scale = 1.0f;
+    if ((s = get_float(g, a, "rope.freq_base", 1.0f, 1e12f, &hp->rope_base)) ||
+        (s = get_float(g, a, "rope.freq_base_swa", 1.0f, 1e12f, &hp->rope_base_local)) ||
+        (s = get_float(g, a, "final_logit_softcapping", 0.0f, 1e6f, &hp->final_softcap)))
+        return s;
+    int first_shared = L - hp->n_kv_shared;
+    hp->head_dim = hp->n_head_kv = hp->n_ff = 0;
+    for (int il = 0; il < L; il++) {
+        int hd = hp->swa_layer[il] ? hp->hd_swa : hp->hd_full;
+        if (hp->n_head % hkv[il] != 0 || hp->n_head / hkv[il] > PB_MAX_GQA)
+            return pb_error(PB_ERR_FORMAT,
+                            "model: key 'gemma4.attention.head_count_kv' of layer %d (%d) does not "
+                            "divide head_count %d (at most %d per kv head)",
+                            il, hkv[il], hp->n_head, PB_MAX_GQA);
+        hp->head_dim_l[il] = (int16_t)hd;
+        hp->n_head_kv_l[il] = (int16_t)hkv[il];
+        hp->n_ff_l[il] = ff[il];
+        hp->kv_src[il] = (int16_t)il;
+        if (il >= first_shared) { /* HF: the last layer of the same type that computes K/V */
+            int src = -1;
+            for (int j = first_shared - 1; j >= 0 && src < 0; j--)
+                if (hp->swa_layer[j] == hp->swa_layer[il]) src = j;
+            if (src < 0)
+                return pb_error(PB_ERR_FORMAT,
+                                "model: key 'gemma4.attention.shared_kv_layers' = %d: layer %d has no "
+                                "earlier %s layer to share K/V with",
+                                hp->n_kv_shared, il, hp->swa_layer[il] ? "sliding" : "full");
+            if (hkv[src] != hkv[il])
+                return pb_error(PB_ERR_FORMAT, "model: layer %d shares the K/V of layer %d with another head_count_kv",
+                                il, src);
+            hp->kv_src[il] = (int16_t)src;
+        }
+        hp->head_dim = PB_MAX(hp->head_dim, hd);
+        hp->n_head_kv = PB_MAX(hp->n_head_kv, hkv[il]);
+        hp->n_ff = PB_MAX(hp->n_ff, ff[il]);
+    }
+    hp->query_scale = 1.0f; /* Gemma 4: no QK^T scaling (the q/k norm gains carry it) */
+    hp->has_qk_norm = true;
+    hp->has_post_norms = true;
+    hp->has_v_norm = true;
+    return PB_OK;
 }
 
 pb_status pb_hparams_from_gguf(const pb_gguf *g, pb_hparams *hp) {
@@ -88,9 +252,16 @@ pb_status pb_hparams_from_gguf(const pb_gguf *g, pb_hparams *hp) {
     if ((s = get_int(g, a, "context_length", false, 1, 1 << 24, &hp->n_ctx_train)) ||
         (s = get_int(g, a, "embedding_length", true, 1, 1 << 16, &hp->n_embd)) ||
         (s = get_int(g, a, "block_count", true, 1, PB_MAX_LAYERS, &hp->n_layer)) ||
-        (s = get_int(g, a, "feed_forward_length", true, 1, 1 << 20, &hp->n_ff)) ||
         (s = get_int(g, a, "attention.head_count", true, 1, 1024, &hp->n_head)))
         return s;
+    hp->norm_eps = 1e-6f;
+    if (a == PB_ARCH_GEMMA4) {
+        if ((s = get_float(g, a, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->norm_eps)) ||
+            (s = hparams_gemma4(g, hp)))
+            return s;
+        return n_vocab_from_gguf(g, hp);
+    }
+    if ((s = get_int(g, a, "feed_forward_length", true, 1, 1 << 20, &hp->n_ff))) return s;
     hp->n_head_kv = hp->n_head; /* llama.cpp: defaults to n_head */
     hp->head_dim = hp->n_embd / hp->n_head;
     int v_len = -1;
@@ -164,22 +335,15 @@ pb_status pb_hparams_from_gguf(const pb_gguf *g, pb_hparams *hp) {
 
     hp->has_qk_norm = a == PB_ARCH_GEMMA3;
     hp->has_post_norms = a != PB_ARCH_GEMMA;
-
-    /* n_vocab: rows of token_embd (the tokenizer may list fewer or more pieces). */
-    const pb_gguf_tensor *te = pb_gguf_find_tensor(g, "token_embd.weight");
-    if (te) {
-        if (te->ne[1] < 1 || te->ne[1] > (1 << 24))
-            return pb_error(PB_ERR_FORMAT, "model: tensor 'token_embd.weight' has %lld rows", (long long)te->ne[1]);
-        hp->n_vocab = (int)te->ne[1];
-    } else {
-        int64_t ki = pb_gguf_find_key(g, "tokenizer.ggml.tokens");
-        pb_gguf_vtype et;
-        uint64_t n = 0;
-        const void *d;
-        if (ki >= 0 && pb_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &d) == PB_OK && n <= (1u << 24))
-            hp->n_vocab = (int)n;
+    hp->hd_swa = hp->hd_full = hp->head_dim;
+    for (int il = 0; il < hp->n_layer; il++) {
+        hp->head_dim_l[il] = (int16_t)hp->head_dim;
+        hp->n_head_kv_l[il] = (int16_t)hp->n_head_kv;
+        hp->n_ff_l[il] = hp->n_ff;
+        hp->kv_src[il] = (int16_t)il;
     }
-    return PB_OK;
+
+    return n_vocab_from_gguf(g, hp);
 }
 
 // --- tensor table check -----------------------------------------------------------------------------
@@ -206,17 +370,18 @@ static void problem(checker *c, pb_status s, const char *tensor, const char *fmt
 }
 
 /* Checks one tensor: present (unless optional), n_dims, ne, and a type we can use. matrix: used by a matmul
- * (needs dequantization and a dot kernel); otherwise a norm vector (any readable type). */
-static const pb_gguf_tensor *check_one(checker *c, const pb_gguf *g, const char *name, int64_t ne0, int64_t ne1,
-                                       bool matrix, bool optional) {
+ * (needs dequantization and a dot kernel); otherwise a norm vector (any readable type). ne2: experts (else 1). */
+static const pb_gguf_tensor *check_t(checker *c, const pb_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                                     int64_t ne2, bool matrix, bool optional) {
     const pb_gguf_tensor *t = pb_gguf_find_tensor(g, name);
     if (!t) {
         if (!optional) problem(c, PB_ERR_FORMAT, name, "missing");
         return NULL;
     }
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        problem(c, PB_ERR_FORMAT, name, "shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", (long long)t->ne[0],
-                (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)ne0, (long long)ne1);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1) {
+        problem(c, PB_ERR_FORMAT, name, "shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)ne0,
+                (long long)ne1, (long long)ne2);
         return NULL;
     }
     const pb_type_traits *tr = pb_type_get(t->type);
@@ -236,27 +401,86 @@ static const pb_gguf_tensor *check_one(checker *c, const pb_gguf *g, const char 
     return t;
 }
 
-/* Binds (or only checks, when lw == NULL) every tensor of the architecture. */
+static const pb_gguf_tensor *check_one(checker *c, const pb_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                                       bool matrix, bool optional) {
+    return check_t(c, g, name, ne0, ne1, 1, matrix, optional);
+}
+
+static pb_wmat wm(const pb_gguf_tensor *t) { return (pb_wmat){t, t ? t->data : NULL, false}; }
+
+/* Gemma 4 extras of layer il: PLE block, layer scale, MoE block (see model_impl.h). */
+static void bind_gemma4_layer(const pb_gguf *g, const pb_hparams *hp, checker *c, int il, pb_layer_w *w) {
+    int64_t d = hp->n_embd, P = hp->n_embd_per_layer, E = hp->n_expert, I = hp->n_ff_exp;
+    char name[96];
+#define T(suffix, ne0, ne1, mat, opt)                                                                                  \
+    (snprintf(name, sizeof name, "blk.%d." suffix, il), check_one(c, g, name, ne0, ne1, mat, opt))
+    T("layer_output_scale.weight", 1, 1, false, true);
+    if (P > 0) {
+        w->inp_gate = wm(T("inp_gate.weight", d, P, true, false));
+        w->proj = wm(T("proj.weight", P, d, true, false));
+        T("post_norm.weight", d, 1, false, false);
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (E > 0 || pb_gguf_find_tensor(g, name)) {
+        if (E < 1) {
+            problem(c, PB_ERR_FORMAT, name, "present but key 'gemma4.expert_count' is missing");
+            return;
+        }
+        w->gate_inp = wm(T("ffn_gate_inp.weight", d, E, true, false));
+        T("ffn_gate_inp.scale", d, 1, false, false);
+        T("ffn_down_exps.scale", E, 1, false, true);
+        T("pre_ffw_norm_2.weight", d, 1, false, false);
+        T("post_ffw_norm_1.weight", d, 1, false, false);
+        T("post_ffw_norm_2.weight", d, 1, false, false);
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", il);
+        if (pb_gguf_find_tensor(g, name)) {
+            w->exp_gate_up = check_t(c, g, name, d, 2 * I, E, true, false);
+        } else {
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
+            w->exp_gate = check_t(c, g, name, d, I, E, true, false);
+            snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+            w->exp_up = check_t(c, g, name, d, I, E, true, false);
+        }
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
+        w->exp_down = check_t(c, g, name, I, d, E, true, false);
+    }
+#undef T
+}
+
+/* Binds (or only checks, when m == NULL) every tensor of the architecture, with each layer's own geometry. */
 static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c, pb_model *m) {
-    int64_t d = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, hd = hp->head_dim;
-    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    int64_t d = hp->n_embd, V = hp->n_vocab, L = hp->n_layer, P = hp->n_embd_per_layer;
     if (V < 1) problem(c, PB_ERR_FORMAT, "token_embd.weight", "missing (and no tokenizer.ggml.tokens)");
     const pb_gguf_tensor *te = check_one(c, g, "token_embd.weight", d, V, true, false);
     const pb_gguf_tensor *out = check_one(c, g, "output.weight", d, V, true, true);
     const pb_gguf_tensor *on = check_one(c, g, "output_norm.weight", d, 1, false, false);
     if (m) {
-        m->tok_embd = (pb_wmat){te, te ? te->data : NULL, false};
-        m->output = out ? (pb_wmat){out, out->data, false} : m->tok_embd; /* tied: HF tie_word_embeddings */
+        m->tok_embd = wm(te);
+        m->output = out ? wm(out) : m->tok_embd; /* tied: HF tie_word_embeddings */
         (void)on;
+    }
+    if (hp->arch == PB_ARCH_GEMMA4) {
+        check_one(c, g, "rope_freqs.weight", hp->hd_full / 2, 1, false, true);
+        if (P > 0) {
+            const pb_gguf_tensor *pt = check_one(c, g, "per_layer_token_embd.weight", L * P, V, false, false);
+            const pb_gguf_tensor *pp = check_one(c, g, "per_layer_model_proj.weight", d, L * P, true, false);
+            check_one(c, g, "per_layer_proj_norm.weight", P, 1, false, false);
+            if (m) m->ple_tok = wm(pt), m->ple_proj = wm(pp);
+        }
     }
     char name[96];
 #define T(suffix, ne0, ne1, mat, opt)                                                                                  \
     (snprintf(name, sizeof name, "blk.%d." suffix ".weight", il), check_one(c, g, name, ne0, ne1, mat, opt))
     for (int il = 0; il < hp->n_layer; il++) {
         pb_layer_w w = {0};
+        int64_t hd = hp->head_dim_l[il], F = hp->n_ff_l[il];
+        int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv_l[il] * hd;
+        bool own_kv = hp->kv_src[il] == il, g4 = hp->arch == PB_ARCH_GEMMA4;
         w.wq.t = T("attn_q", d, q_dim, true, false);
-        w.wk.t = T("attn_k", d, kv_dim, true, false);
-        w.wv.t = T("attn_v", d, kv_dim, true, false);
+        if (own_kv) {
+            w.wk.t = T("attn_k", d, kv_dim, true, false);
+            w.wv.t = T("attn_v", d, kv_dim, true, g4); /* Gemma 4 k_eq_v: absent, V = raw K */
+        }
         w.wo.t = T("attn_output", q_dim, d, true, false);
         w.gate.t = T("ffn_gate", d, F, true, false);
         w.up.t = T("ffn_up", d, F, true, false);
@@ -269,8 +493,9 @@ static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c
         }
         if (hp->has_qk_norm) {
             T("attn_q_norm", hd, 1, false, false);
-            T("attn_k_norm", hd, 1, false, false);
+            if (own_kv) T("attn_k_norm", hd, 1, false, false);
         }
+        if (g4) bind_gemma4_layer(g, hp, c, il, &w);
         if (m) {
             pb_wmat *ls[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
             for (int i = 0; i < 7; i++) ls[i]->data = ls[i]->t ? ls[i]->t->data : NULL;
@@ -438,38 +663,60 @@ static void fill_info(pb_model *m) {
 /* Copies a norm vector (any readable type) to float32. */
 static void copy_norm(const pb_gguf_tensor *t, float *dst) { pb_type_get(t->type)->to_float(t->data, dst, t->ne[0]); }
 
+/* Copies one norm-like vector when present (NULL otherwise); advances *p. */
+static float *norm_opt(pb_model *m, const char *name, float **p) {
+    const pb_gguf_tensor *t = pb_gguf_find_tensor(m->g, name);
+    if (!t) return NULL;
+    float *dst = *p;
+    copy_norm(t, dst);
+    *p += t->ne[0] * t->ne[1] * t->ne[2];
+    return dst;
+}
+
 static pb_status copy_norms(pb_model *m) {
     const pb_hparams *hp = &m->hp;
-    int64_t d = hp->n_embd, hd = hp->head_dim;
-    int64_t per_layer = 2 * d + (hp->has_post_norms ? 2 * d : 0) + (hp->has_qk_norm ? 2 * hd : 0);
-    m->norm_mem = pb_malloc(sizeof(float) * (size_t)(d + per_layer * hp->n_layer));
+    int64_t d = hp->n_embd, P = hp->n_embd_per_layer;
+    /* an upper bound: every optional vector of a layer counted (checked shapes: d, hd, E or 1 values) */
+    int64_t per_layer = 9 * d + 2 * PB_MAX_HEAD_DIM + hp->n_expert + 1;
+    int64_t total = d + P + 2 * PB_MAX_HEAD_DIM + per_layer * hp->n_layer;
+    m->norm_mem = pb_malloc(sizeof(float) * (size_t)total);
     if (!m->norm_mem) return PB_ERR_NOMEM;
     float *p = m->norm_mem;
-    m->output_norm = p;
-    copy_norm(pb_gguf_find_tensor(m->g, "output_norm.weight"), p);
-    p += d;
+    m->ones = p;
+    for (int i = 0; i < PB_MAX_HEAD_DIM; i++) p[i] = 1.0f;
+    p += PB_MAX_HEAD_DIM;
+    m->output_norm = norm_opt(m, "output_norm.weight", &p);
+    m->ple_proj_norm = norm_opt(m, "per_layer_proj_norm.weight", &p);
     char name[96];
     for (int il = 0; il < hp->n_layer; il++) {
         pb_layer_w *w = &m->layers[il];
-#define NORM(field, suffix, n)                                                                                         \
-    do {                                                                                                               \
-        snprintf(name, sizeof name, "blk.%d." suffix ".weight", il);                                                   \
-        w->field = p;                                                                                                  \
-        copy_norm(pb_gguf_find_tensor(m->g, name), p);                                                                 \
-        p += (n);                                                                                                      \
-    } while (0)
-        NORM(attn_norm, "attn_norm", d);
-        NORM(ffn_norm, "ffn_norm", d);
+#define NORM(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), norm_opt(m, name, &p))
+        w->attn_norm = NORM("attn_norm.weight");
+        w->ffn_norm = NORM("ffn_norm.weight");
         if (hp->has_post_norms) {
-            NORM(post_attn_norm, "post_attention_norm", d);
-            NORM(post_ffw_norm, "post_ffw_norm", d);
+            w->post_attn_norm = NORM("post_attention_norm.weight");
+            w->post_ffw_norm = NORM("post_ffw_norm.weight");
         }
         if (hp->has_qk_norm) {
-            NORM(q_norm, "attn_q_norm", hd);
-            NORM(k_norm, "attn_k_norm", hd);
+            w->q_norm = NORM("attn_q_norm.weight");
+            w->k_norm = hp->kv_src[il] == il ? NORM("attn_k_norm.weight") : NULL;
+        }
+        w->out_scale = 1.0f;
+        if (hp->arch == PB_ARCH_GEMMA4) {
+            const float *sc = NORM("layer_output_scale.weight");
+            if (sc) w->out_scale = *sc;
+            if (hp->n_embd_per_layer > 0) w->ple_post_norm = NORM("post_norm.weight");
+            if (w->gate_inp.t) {
+                w->router_scale = NORM("ffn_gate_inp.scale");
+                w->expert_scale = NORM("ffn_down_exps.scale");
+                w->pre_ffw_norm_2 = NORM("pre_ffw_norm_2.weight");
+                w->post_ffw_norm_1 = NORM("post_ffw_norm_1.weight");
+                w->post_ffw_norm_2 = NORM("post_ffw_norm_2.weight");
+            }
         }
 #undef NORM
     }
+    PB_ASSERT(p <= m->norm_mem + total);
     return PB_OK;
 }
 
@@ -503,7 +750,8 @@ static pb_status pack_weights(pb_model *m) {
     for (int il = 0; il < m->hp.n_layer; il++) {
         pb_layer_w *w = &m->layers[il];
         pb_wmat *ls[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate, &w->up, &w->down};
-        for (int i = 0; i < 7; i++) all[n++] = ls[i];
+        for (int i = 0; i < 7; i++)
+            if (ls[i]->t) all[n++] = ls[i]; /* Gemma 4: no K/V on shared layers, no V on k_eq_v layers */
     }
     /* With huge pages, the other matrices are copied too: decode streams every weight byte per token, and
      * 2 MiB pages spare the TLB misses of 4 KiB file pages (measured ~10% faster decode on the 2B model). */
@@ -583,8 +831,22 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
     if ((s = copy_norms(m))) goto fail;
     if (m->params.repack && (s = pack_weights(m))) goto fail;
     m->info.n_repacked = m->n_packed;
-    pb_rope_inv_freq(m->rope_inv_global, m->hp.head_dim, m->hp.rope_base, m->hp.rope_scale);
-    pb_rope_inv_freq(m->rope_inv_local, m->hp.head_dim, m->hp.rope_base_local, 1.0f);
+    pb_rope_inv_freq(m->rope_inv_global, m->hp.hd_full, m->hp.rope_base, m->hp.rope_scale);
+    pb_rope_inv_freq(m->rope_inv_local, m->hp.hd_swa, m->hp.rope_base_local, 1.0f);
+    const pb_gguf_tensor *rf = m->hp.arch == PB_ARCH_GEMMA4 ? pb_gguf_find_tensor(m->g, "rope_freqs.weight") : NULL;
+    if (rf) { /* llama.cpp freq factors of the full layers: angle / factor. Gemma 4's proportional RoPE writes 1 for
+               * the rotated pairs and 1e30 for the others (HF: inverse frequency 0), so those become exactly 0. */
+        float ff[PB_MAX_HEAD_DIM / 2];
+        copy_norm(rf, ff);
+        for (int i = 0; i < m->hp.hd_full / 2; i++)
+            if (!(ff[i] > 0.0f)) {
+                s = pb_error(PB_ERR_FORMAT, "model: tensor 'rope_freqs.weight'[%d] = %g is not a positive factor", i,
+                             (double)ff[i]);
+                goto fail;
+            }
+        for (int i = 0; i < m->hp.hd_full / 2; i++)
+            m->rope_inv_global[i] = ff[i] >= 1e29f ? 0.0f : m->rope_inv_global[i] / ff[i];
+    }
     /* h0 = E[tok] * sqrt(d) with the float32 sqrt(d): what HF computes in a float32 run and what llama.cpp
      * uses. (HF in bf16 rounds the factor to bf16 -- 48.0 for d = 2304, exact; 45.25 for 2048, -0.01%;
      * 34.0 for 1152, +0.17% -- a difference of the checkpoint dtype, not of the model.) */

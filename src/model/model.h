@@ -6,7 +6,7 @@
 #include "base/base.h"
 #include "gguf/gguf.h"
 
-typedef enum pb_arch { PB_ARCH_GEMMA = 1, PB_ARCH_GEMMA2 = 2, PB_ARCH_GEMMA3 = 3 } pb_arch;
+typedef enum pb_arch { PB_ARCH_GEMMA = 1, PB_ARCH_GEMMA2 = 2, PB_ARCH_GEMMA3 = 3, PB_ARCH_GEMMA4 = 4 } pb_arch;
 
 typedef struct pb_hparams {
     pb_arch arch;
@@ -22,8 +22,20 @@ typedef struct pb_hparams {
     int sliding_window;    /* 0 = none */
     /* layer il uses the sliding window when swa_layer[il] != 0 */
     uint8_t swa_layer[256];
-    bool has_qk_norm;    /* Gemma 3 */
-    bool has_post_norms; /* Gemma 2/3: post-attention and post-FFN norms */
+    bool has_qk_norm;    /* Gemma 3/4 */
+    bool has_post_norms; /* Gemma 2/3/4: post-attention and post-FFN norms */
+    /* Per-layer geometry (filled for every arch; Gemma 1-3 repeat the scalars above, which are the maxima over
+     * layers and size the scratch). Gemma 4: sliding layers hd_swa, full layers hd_full. */
+    int16_t head_dim_l[256]; /* head dim of layer il (q, k, v and the q/k norms) */
+    int16_t n_head_kv_l[256];
+    int32_t n_ff_l[256];  /* dense MLP width of layer il (Gemma 4 E2B: doubled on the KV-shared layers) */
+    int16_t kv_src[256];  /* layer whose K/V cache layer il attends to: il itself, or (Gemma 4 KV sharing) the last
+                             layer of its type below n_layer - n_kv_shared */
+    int hd_swa, hd_full;  /* head dims of sliding / full layers (equal before Gemma 4) */
+    int n_kv_shared;      /* Gemma 4: the last n layers compute no K/V */
+    bool has_v_norm;      /* Gemma 4: weightless RMSNorm of V heads */
+    int n_embd_per_layer; /* Gemma 4 PLE width P (0 = none) */
+    int n_expert, n_expert_used, n_ff_exp; /* Gemma 4 MoE block (0 = none) */
 } pb_hparams;
 
 /* Reads hyperparameters from metadata (llama.cpp's defaults where keys are absent). */

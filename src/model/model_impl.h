@@ -32,7 +32,20 @@ typedef struct pb_layer_w {
     float *post_attn_norm;  /* [d]  Gemma 2/3 post_attention_layernorm, else NULL */
     float *ffn_norm;        /* [d]  Gemma 1 post_attention_layernorm / Gemma 2/3 pre_feedforward_layernorm */
     float *post_ffw_norm;   /* [d]  Gemma 2/3 post_feedforward_layernorm, else NULL */
-    float *q_norm, *k_norm; /* [hd] Gemma 3 per-head q/k norms, else NULL */
+    float *q_norm, *k_norm; /* [hd] Gemma 3/4 per-head q/k norms, else NULL (k_norm: NULL on KV-shared layers) */
+    /* Gemma 4 (wk.t / wv.t NULL: KV-shared layer / V = raw K projection, attention_k_eq_v) */
+    float out_scale;      /* layer_output_scale: multiplies the whole hidden state (1 when absent) */
+    pb_wmat inp_gate;     /* PLE inp_gate [d, P] */
+    pb_wmat proj;         /* PLE proj     [P, d] */
+    float *ple_post_norm; /* [d] PLE post_norm, else NULL */
+    /* MoE block (gate_inp.t NULL: none) */
+    pb_wmat gate_inp;                                          /* ffn_gate_inp [d, E] router */
+    const pb_gguf_tensor *exp_gate_up;                         /* ffn_gate_up_exps [d, 2I, E] (or NULL: split below) */
+    const pb_gguf_tensor *exp_gate, *exp_up;                   /* ffn_gate_exps / ffn_up_exps [d, I, E] */
+    const pb_gguf_tensor *exp_down;                            /* ffn_down_exps [I, d, E] */
+    float *router_scale;                                       /* [d] ffn_gate_inp.scale */
+    float *expert_scale;                                       /* [E] ffn_down_exps.scale (NULL: 1) */
+    float *pre_ffw_norm_2, *post_ffw_norm_1, *post_ffw_norm_2; /* [d] */
 } pb_layer_w;
 
 struct pb_model {
@@ -48,6 +61,11 @@ struct pb_model {
     float *output_norm; /* [d] */
     pb_layer_w *layers; /* [n_layer] */
     float *norm_mem;    /* one block holding every norm copy */
+    /* Gemma 4 per-layer embeddings (PLE): the table stays mapped, one row read per token */
+    pb_wmat ple_tok;      /* per_layer_token_embd [L*P, V] */
+    pb_wmat ple_proj;     /* per_layer_model_proj [d, L*P] */
+    float *ple_proj_norm; /* [P] */
+    float *ones;          /* [PB_MAX_HEAD_DIM] gains of the weightless V norm */
     float rope_inv_global[PB_MAX_HEAD_DIM / 2];
     float rope_inv_local[PB_MAX_HEAD_DIM / 2];
     float embd_scale; /* sqrt(n_embd) in float32 (HF f32 run) */

@@ -63,7 +63,7 @@ bool pb_recipe_is_quantizable(const char *name, int n_dims) {
         "ffn_gate_inp.weight",        "pos_embd.weight",          "token_types.weight",
         "ssm_conv1d.weight",          "time_mix_first.weight",    "time_mix_w1.weight",
         "time_mix_w2.weight",         "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
-        "time_mix_lerp_fused.weight", "attn_rel_b.weight"};
+        "time_mix_lerp_fused.weight", "attn_rel_b.weight",        "per_layer_model_proj.weight" /* Gemma 4 PLE */};
     for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
         if (strstr(name, skip[i])) return false;
     return true;
@@ -106,8 +106,11 @@ static int fallback(int type, int64_t ne0) {
 static int choose(pb_recipe *r, const char *name, int64_t ne0) {
     const int ft = r->ftype;
     int t = r->default_type;
+    /* tied models: the token embeddings (Gemma 4: also the per-layer table, llama.cpp's TOKEN_EMBD category) take
+     * the output tensor's type */
     const bool is_output =
-        strcmp(name, "output.weight") == 0 || (!r->has_output && strcmp(name, "token_embd.weight") == 0);
+        strcmp(name, "output.weight") == 0 || (!r->has_output && (strcmp(name, "token_embd.weight") == 0 ||
+                                                                  strcmp(name, "per_layer_token_embd.weight") == 0));
     if (is_output) {
         if (ne0 % pb_type_get(t)->blck != 0) return PB_TYPE_Q8_0;
         return t != PB_TYPE_Q8_0 ? PB_TYPE_Q6_K : t;

@@ -1,4 +1,5 @@
-/* chat.c -- chat messages -> Gemma turns, as prompt text or as ids (markers as control tokens). */
+/* chat.c -- chat messages -> Gemma turns (Gemma 1-3 <start_of_turn>, Gemma 4 <|turn>), as prompt text or as ids
+ * (markers as control tokens; text between them never parses control tokens). */
 #include "tokenizer/vocab_impl.h"
 
 #include <stdlib.h>
@@ -55,8 +56,15 @@ static void trimmed(sink *o, const char *s) {
     put(o, s + a, n - a);
 }
 
+static const char *open_marker(const sink *o) {
+    return o->v->chat_kind == PB_CHAT_GEMMA4 ? "<|turn>" : "<start_of_turn>";
+}
+static const char *close_marker(const sink *o) {
+    return o->v->chat_kind == PB_CHAT_GEMMA4 ? "<turn|>" : "<end_of_turn>";
+}
+
 static void turn(sink *o, const char *role, const char *prefix, const char *content) {
-    marker(o, "<start_of_turn>");
+    marker(o, open_marker(o));
     text(o, role);
     text(o, "\n");
     if (prefix) {
@@ -64,12 +72,12 @@ static void turn(sink *o, const char *role, const char *prefix, const char *cont
         text(o, "\n\n");
     }
     trimmed(o, content);
-    marker(o, "<end_of_turn>");
+    marker(o, close_marker(o));
     text(o, "\n");
 }
 
 static pb_status check_msgs(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs) {
-    if (v->chat_kind != PB_CHAT_GEMMA)
+    if (v->chat_kind != PB_CHAT_GEMMA && v->chat_kind != PB_CHAT_GEMMA4)
         return pb_error(PB_ERR_UNSUPPORTED, "chat: the vocabulary has no <start_of_turn>/<end_of_turn> and its chat "
                                             "template is not a Gemma template");
     for (int i = 0; i < n_msgs; i++) {
@@ -87,6 +95,10 @@ static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_genera
     const char *pending_system = NULL; /* waits for the next user turn */
     for (int i = 0; i < n_msgs; i++) {
         const char *r = msgs[i].role;
+        if (strcmp(r, "system") == 0 && o->v->chat_kind == PB_CHAT_GEMMA4) { /* Gemma 4 has a system turn */
+            turn(o, "system", NULL, msgs[i].content);
+            continue;
+        }
         if (strcmp(r, "system") == 0) {
             if (pending_system) turn(o, "user", NULL, pending_system); /* two in a row: the first stands alone */
             pending_system = msgs[i].content;
@@ -102,7 +114,7 @@ static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_genera
     }
     if (pending_system) turn(o, "user", NULL, pending_system);
     if (add_generation_prompt) {
-        marker(o, "<start_of_turn>");
+        marker(o, open_marker(o));
         text(o, "model\n");
     }
 }

@@ -8,6 +8,8 @@
  *     UTF-8 characters (an invalid byte is a character of its own), then repeatedly merge the adjacent pair
  *     whose concatenation is the best-scoring piece (ties: leftmost). Only pairs of two known pieces merge.
  *  3. A character that is not a piece becomes its byte-fallback tokens <0xNN> (or <unk> if one is missing).
+ * Gemma 4 vocabularies (tokenizer.ggml.model "gemma4") carry BPE merges: step 2 then merges the adjacent pair of
+ * lowest merge rank (HF `tokenizers` BPE; ties leftmost), the rest is the same.
  */
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab_impl.h"
@@ -82,9 +84,16 @@ static void try_pair(enc *e, int32_t l, int32_t r) {
     const sym *a = &e->syms[l], *b = &e->syms[r];
     if (a->id < 0 || b->id < 0) return;
     int32_t size = a->len + b->len;
+    float score = 0.0f;
+    if (e->v->merge_mask) { /* BPE with merges (Gemma 4): the pair's rank, lowest first */
+        int32_t rank = pb_vocab_merge_rank(e->v, a->id, b->id);
+        if (rank < 0) return;
+        score = -(float)rank;
+    }
     int32_t id = pb_vocab_lookup(e->v, e->norm + a->start, (size_t)size);
     if (id < 0 || !mergeable_type(e->v->type[id])) return;
-    heap_push(e, (cand){e->v->score[id], l, r, size, id});
+    if (!e->v->merge_mask) score = e->v->score[id];
+    heap_push(e, (cand){score, l, r, size, id});
 }
 
 /* True when symbol i starts a new word: it is U+2581 and the character before it is not, and no piece joins

@@ -214,6 +214,7 @@ static pb_status read_specials(pb_vocab *v, const pb_gguf *g) {
     if ((st = get_id(g, "tokenizer.ggml.padding_token_id", v->n, &v->pad)) != PB_OK) return st;
     if ((st = get_id(g, "tokenizer.ggml.eot_token_id", v->n, &v->eot)) != PB_OK) return st;
     if (v->eot < 0) v->eot = find_cstr(v, "<end_of_turn>");
+    if (v->eot < 0) v->eot = find_cstr(v, "<turn|>"); /* Gemma 4 */
 
     /* llama.cpp's SPM defaults, then the keys; Gemma never adds a space prefix (converter writes false,
      * files converted before July 2024 lack the key). */
@@ -232,8 +233,8 @@ static pb_status read_specials(pb_vocab *v, const pb_gguf *g) {
 
     add_eog(v, v->eos);
     add_eog(v, v->eot);
-    static const char *const eog_texts[] = {"<end_of_turn>", "<eos>",   "<|eot_id|>",
-                                            "<|im_end|>",    "<|end|>", "<|endoftext|>"};
+    static const char *const eog_texts[] = {
+        "<end_of_turn>", "<eos>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<turn|>" /* Gemma 4 */, "<|endoftext|>"};
     for (size_t i = 0; i < sizeof eog_texts / sizeof eog_texts[0]; i++) {
         int32_t id = find_cstr(v, eog_texts[i]);
         if (id >= 0 && (v->type[id] == PB_TOK_CONTROL || v->type[id] == PB_TOK_USER_DEFINED)) add_eog(v, id);
@@ -259,12 +260,53 @@ static pb_status read_specials(pb_vocab *v, const pb_gguf *g) {
     if (tmpl.len) memcpy(v->chat_template, tmpl.ptr, tmpl.len);
     v->chat_template[tmpl.len] = 0;
     bool has_turns = find_cstr(v, "<start_of_turn>") >= 0 && find_cstr(v, "<end_of_turn>") >= 0;
-    if (strstr(v->chat_template, "<start_of_turn>"))
+    if (find_cstr(v, "<|turn>") >= 0 && find_cstr(v, "<turn|>") >= 0)
+        v->chat_kind = PB_CHAT_GEMMA4; /* Gemma 4 vocabulary: its turn markers, whatever the template says */
+    else if (strstr(v->chat_template, "<start_of_turn>"))
         v->chat_kind = PB_CHAT_GEMMA;
     else if (has_turns)
         v->chat_kind = PB_CHAT_GEMMA; /* unknown or missing template, Gemma vocabulary */
     else
         v->chat_kind = PB_CHAT_NONE;
+    return PB_OK;
+}
+
+/* tokenizer.ggml.merges ("left right", rank = index) into the pair table. A merge naming an unknown piece or
+ * whose result is not a piece can never apply and is skipped (as HF's BPE, which looks the result up). */
+static pb_status read_merges(pb_vocab *v, const pb_gguf *g) {
+    int64_t ki = pb_gguf_find_key(g, "tokenizer.ggml.merges");
+    if (ki < 0) return pb_error(PB_ERR_FORMAT, "vocab: tokenizer.ggml.model 'gemma4' needs tokenizer.ggml.merges");
+    pb_gguf_vtype et;
+    uint64_t n;
+    const void *data;
+    pb_status st = pb_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n, &data);
+    if (st != PB_OK) return st;
+    if (et != PB_GGUF_STRING || n >= (uint64_t)INT32_MAX)
+        return pb_error(PB_ERR_FORMAT, "vocab: tokenizer.ggml.merges is not a string array");
+    uint64_t cap = 16;
+    while (cap < 2 * n + 2) cap <<= 1;
+    v->merge_key = pb_calloc(cap, sizeof *v->merge_key);
+    v->merge_rank = pb_malloc(cap * sizeof *v->merge_rank);
+    if (!v->merge_key || !v->merge_rank) return PB_ERR_NOMEM;
+    v->merge_mask = cap - 1;
+    for (uint64_t r = 0; r < n; r++) {
+        pb_gguf_str m;
+        if ((st = pb_gguf_get_arr_str(g, ki, r, &m)) != PB_OK) return st;
+        const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
+        if (!sp)
+            return pb_error(PB_ERR_FORMAT, "vocab: tokenizer.ggml.merges[%llu] is not \"left right\"",
+                            (unsigned long long)r);
+        size_t la = (size_t)(sp - m.ptr), lb = m.len - la - 1;
+        int32_t a = pb_vocab_lookup(v, m.ptr, la), b = lb ? pb_vocab_lookup(v, sp + 1, lb) : -1;
+        if (a < 0 || b < 0) continue;
+        uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+        uint64_t i = (key * 0x9E3779B97F4A7C15ULL) >> 20 & v->merge_mask;
+        while (v->merge_key[i] != 0 && v->merge_key[i] != key) i = (i + 1) & v->merge_mask;
+        if (v->merge_key[i] == key) continue; /* a repeated pair keeps its first (best) rank */
+        v->merge_key[i] = key;
+        v->merge_rank[i] = (int32_t)r;
+        v->n_merges++;
+    }
     return PB_OK;
 }
 
@@ -275,8 +317,10 @@ pb_status pb_vocab_from_gguf(const pb_gguf *g, pb_vocab **out) {
     pb_status st = pb_gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (st == PB_ERR_NOT_FOUND) return pb_error(PB_ERR_NOT_FOUND, "vocab: no tokenizer.ggml.model key in the file");
     if (st != PB_OK) return st;
-    if (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0)
-        return pb_error(PB_ERR_UNSUPPORTED, "vocab: tokenizer.ggml.model '%.*s' is not supported (want 'llama')",
+    bool gemma4 = model.len == 6 && memcmp(model.ptr, "gemma4", 6) == 0; /* BPE pieces with merges */
+    if (!gemma4 && (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0))
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "vocab: tokenizer.ggml.model '%.*s' is not supported (want 'llama' or 'gemma4')",
                         (int)PB_MIN(model.len, 64), model.ptr);
     int64_t ki = pb_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (ki < 0) return pb_error(PB_ERR_NOT_FOUND, "vocab: no tokenizer.ggml.tokens array in the file");
@@ -303,6 +347,7 @@ pb_status pb_vocab_from_gguf(const pb_gguf *g, pb_vocab **out) {
     if ((st = build_hash(v)) != PB_OK) goto fail;
     if ((st = build_prefixes(v)) != PB_OK) goto fail;
     find_space_joins(v);
+    if (gemma4 && (st = read_merges(v, g)) != PB_OK) goto fail;
     if ((st = read_specials(v, g)) != PB_OK) goto fail;
     *out = v;
     return PB_OK;
@@ -335,6 +380,8 @@ void pb_vocab_free(pb_vocab *v) {
     free(v->pre_len);
     free(v->pre_flags);
     free(v->chat_template);
+    free(v->merge_key);
+    free(v->merge_rank);
     free(v);
 }
 

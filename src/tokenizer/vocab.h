@@ -17,9 +17,11 @@ typedef enum pb_tok_type {
     PB_TOK_BYTE = 6, /* <0xNN> byte-fallback piece                                  */
 } pb_tok_type;
 
-typedef enum pb_chat_kind { PB_CHAT_NONE = 0, PB_CHAT_GEMMA = 1 } pb_chat_kind;
+/* PB_CHAT_GEMMA4: <|turn>role\n...<turn|>\n turns, system messages as their own turn. */
+typedef enum pb_chat_kind { PB_CHAT_NONE = 0, PB_CHAT_GEMMA = 1, PB_CHAT_GEMMA4 = 2 } pb_chat_kind;
 
-/* Builds a vocabulary from g's tokenizer.* keys (tokenizer.ggml.model must be "llama", i.e. SentencePiece).
+/* Builds a vocabulary from g's tokenizer.* keys (tokenizer.ggml.model "llama", i.e. SentencePiece merging by
+ * score, or "gemma4": BPE merging by the rank of tokenizer.ggml.merges).
  * Everything is copied: g may be closed afterwards. Errors: PB_ERR_NOT_FOUND (no tokenizer.ggml.tokens),
  * PB_ERR_UNSUPPORTED (another tokenizer model), PB_ERR_FORMAT (array types/lengths disagree),
  * PB_ERR_NOMEM. One text arena, a few flat arrays and two open-addressing hash tables: no per-token malloc. */

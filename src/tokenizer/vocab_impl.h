@@ -28,6 +28,12 @@ struct pb_vocab {
     /* joins_space[b]: some piece holds a character ending in byte b right before a U+2581 (b not part of a
      * U+2581). Where that is false, no merge can cross "X|▁" and the encoder splits the text there. */
     uint8_t joins_space[256];
+    /* BPE merges (tokenizer.ggml.model "gemma4"): pair (left id, right id) -> rank, open addressing; empty
+     * (merge_mask 0) for SentencePiece vocabularies, which merge by piece score */
+    uint64_t *merge_key; /* (left << 32 | right) + 1; 0 = empty slot */
+    int32_t *merge_rank;
+    uint64_t merge_mask;
+    int32_t n_merges;
     int32_t bos, eos, eot, unk, pad;
     int32_t eog[PB_VOCAB_MAX_EOG];
     int n_eog;
@@ -36,6 +42,15 @@ struct pb_vocab {
     char *chat_template;
     char arch[32];
 };
+
+/* Rank of the merge of pieces a and b, or -1. */
+static inline int32_t pb_vocab_merge_rank(const struct pb_vocab *v, int32_t a, int32_t b) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    for (uint64_t i = (key * 0x9E3779B97F4A7C15ULL) >> 20 & v->merge_mask;; i = (i + 1) & v->merge_mask) {
+        if (v->merge_key[i] == key) return v->merge_rank[i];
+        if (v->merge_key[i] == 0) return -1;
+    }
+}
 
 static inline uint64_t pb_tok_hash(const char *s, size_t n) {
     /* 64-bit multiply-xorshift over 8-byte words; good enough spread for short pieces. */

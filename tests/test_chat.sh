@@ -100,6 +100,15 @@ if [ -z "$(screen)" ] || screen | grep -qE '(^|[ [(])([A-Za-z][a-z ]*[a-z]): \2:
 tmux send-keys -t $S C-d
 if wait_for "EXITED-0" 1 20; then ok "Ctrl-D after Ctrl-C at the prompt leaves (not swallowed)"; else nok "Ctrl-D after Ctrl-C swallowed"; screen; fi
 tmux kill-session -t $S 2>/dev/null
+# Ctrl-C at the prompt, then straight away Ctrl-D: it leaves
+tmux new-session -d -s $S -x 160 -y 50 "cd '$T' && '$ABS_BIN' chat -m '$ABS_M' -t 1 -c 64; echo EXITED-\$?; sleep 30"
+wait_for "pocketbrain chat --" 1 30
+sleep 0.3
+tmux send-keys -t $S C-c
+wait_for "Ctrl-D or /quit leaves" 1 10
+tmux send-keys -t $S C-d
+if wait_for "EXITED-0" 1 10; then ok "Ctrl-D right after Ctrl-C at the prompt leaves (not swallowed)"; else nok "Ctrl-D right after Ctrl-C swallowed"; screen; fi
+tmux kill-session -t $S 2>/dev/null
 
 # a corrupt session file is refused with a clear error and left as it is
 printf 'garbage that is not a session' >"$T/bad.pbs"

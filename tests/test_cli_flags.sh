@@ -33,7 +33,7 @@ if [ $n_cmd -ge 10 ] && [ $n_help = $n_cmd ]; then ok "help CMD shows the help o
 # flag value: each must exit 2 with a message naming the flag, without loading anything
 bad_count=0; bad_list=""
 try_bad() { # cmd... (the last argument is the value)
-  "$@" >"$T/o" 2>"$T/e" </dev/null; rc=$?
+  timeout 20 "$@" >"$T/o" 2>"$T/e" </dev/null; rc=$?
   if [ $rc != 2 ]; then bad_count=$((bad_count + 1)); bad_list="$bad_list [$* -> rc $rc]"; fi
 }
 for v in -1 18446744073709551616 99999999999999999999999 abc 12abc "" " 5" "+5" 1.5 0x10; do

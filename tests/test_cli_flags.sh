@@ -89,6 +89,11 @@ if [ $rc = 0 ] && grep -q "this line is not valid UTF-8" "$T/e" && grep -q "0 tu
   ok "chat: a line that is not UTF-8 is refused, the chat goes on"
 else nok "chat non-UTF-8 line: rc $rc $(cat "$T/e") $(cat "$T/o")"; fi
 
+# a prompt with more tokens than bytes (each " " of "x x x" is 3 byte tokens in the tiny vocabulary)
+xs=$(i=0; while [ $i -lt 60 ]; do printf 'x '; i=$((i + 1)); done)
+$R --raw -p "$xs" -n 1 >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 0 ]; then ok "--raw: a prompt of more tokens than bytes is generated from"; else nok "--raw many tokens: rc $rc $(cat "$T/e")"; fi
+
 # ---- info --mem -c N agrees with run -c N (tiny model: n_ctx_train 8192; -c at least 16) ----
 train=$("$BIN" info "$M" --json | grep -o '"n_ctx_train":[0-9]*' | grep -o '[0-9]*$')
 [ -n "$train" ] || train=8192

@@ -167,6 +167,11 @@ PB_CMD(run) {
         int64_t n = 0, cap = (int64_t)len + 16;
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
         st = ids ? pb_tokenize(v, text, len, PB_TOK_ADD_BOS, ids, cap, &n) : PB_ERR_NOMEM;
+        if (st == PB_ERR_INVALID_ARG && n > cap) { /* more tokens than bytes + 16 (byte tokens): n says how many */
+            int32_t *more = realloc(ids, (size_t)n * sizeof *ids);
+            st = more ? pb_tokenize(v, text, len, PB_TOK_ADD_BOS, more, cap = n, &n) : PB_ERR_NOMEM;
+            ids = more ? more : ids;
+        }
         if (st == PB_OK)
             st = pb_session_generate(s, ids, n, &gp, on_piece, &out, &gs);
         else

@@ -2,6 +2,7 @@
 #   make            build everything (runtime CPU dispatch: one binary for any x86-64)
 #   make run        build, then chat with the embedded default model
 #   make test       build, then run every test; ends with "N passed, N failed"
+#   make install    PREFIX=/usr/local DESTDIR=: CLI, libpocketbrain.a, pocketbrain.h, man page, pocketbrain.pc
 #   make SAN=address,undefined test    sanitizer build of the tests (objects in build-san/)
 #   make SAN=thread test               ThreadSanitizer build (objects in build-tsan/)
 #   make NATIVE=1   -march=native (opt-in; the binary then needs this CPU)
@@ -101,7 +102,7 @@ ITEST_BIN  := $(ITEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SRC   := $(wildcard tests/fuzz_*.c)
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench
+.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench install uninstall
 all: lib cli tests
 
 lib: $(LIB)
@@ -180,8 +181,9 @@ fuzz:
 	    $$f $(FUZZ_BUILD)/libpocketbrain.a -o $(FUZZ_BUILD)/$$n -lm -lpthread || exit 1; \
 	done
 
+# deps: `make run` installs what building and running need; `make test` adds the test toolchain
 deps:
-	@sh $(DEPS_SCRIPT)
+	@sh $(DEPS_SCRIPT) test
 
 # run / test install the packages first and build in a sub-make: the sub-make parses this file again, so
 # flags taken from pkg-config (poppler-glib) see the packages deps just installed on a fresh machine.
@@ -189,13 +191,42 @@ deps:
 DEPS_SCRIPT ?= scripts/deps.sh
 BUILD_GOALS ?= all
 TEST_RUNNER ?= sh tests/run.sh
-run: deps
-	@$(MAKE) --no-print-directory $(BUILD_GOALS)
+run:
+	@sh $(DEPS_SCRIPT) run
+	@$(MAKE) --no-print-directory $(BIN)
 	@sh scripts/run_default.sh $(BIN)
 
-test: deps
+test:
+	@sh $(DEPS_SCRIPT) test
 	@$(MAKE) --no-print-directory $(BUILD_GOALS)
 	@$(TEST_RUNNER) $(BUILD)
+
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: the CLI, the static library, the public header,
+# the man page and a pkg-config file (pkg-config --cflags --libs pocketbrain).
+PREFIX     ?= /usr/local
+BINDIR     := $(PREFIX)/bin
+LIBDIR     := $(PREFIX)/lib
+INCDIR     := $(PREFIX)/include
+MANDIR     := $(PREFIX)/share/man/man1
+PCDIR      := $(LIBDIR)/pkgconfig
+PB_VER     := $(shell sed -n 's/^\#define PB_VERSION_STRING "\(.*\)"/\1/p' include/pocketbrain.h)
+$(BUILD)/pocketbrain.pc: include/pocketbrain.h Makefile
+	@mkdir -p $(dir $@)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: pocketbrain' 'Description: local LLM engine for Gemma models (C API, pb_ prefix)' \
+	  'Version: $(PB_VER)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lpocketbrain -lm -lpthread' >$@
+
+install: $(BIN) $(LIB) $(BUILD)/pocketbrain.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(PCDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/pocketbrain
+	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libpocketbrain.a
+	install -m 644 include/pocketbrain.h $(DESTDIR)$(INCDIR)/pocketbrain.h
+	install -m 644 docs/pocketbrain.1 $(DESTDIR)$(MANDIR)/pocketbrain.1
+	install -m 644 $(BUILD)/pocketbrain.pc $(DESTDIR)$(PCDIR)/pocketbrain.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/pocketbrain $(DESTDIR)$(LIBDIR)/libpocketbrain.a $(DESTDIR)$(INCDIR)/pocketbrain.h \
+	  $(DESTDIR)$(MANDIR)/pocketbrain.1 $(DESTDIR)$(PCDIR)/pocketbrain.pc
 
 cross-test:
 	@sh scripts/cross_test.sh

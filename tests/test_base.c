@@ -252,6 +252,15 @@ int main(void) {
     pb_status s = pb_error(PB_ERR_FORMAT, "gguf: field %s at offset %d", "x", 12);
     CHECK(s == PB_ERR_FORMAT && strcmp(pb_last_error(), "gguf: field x at offset 12") == 0, "pb_error sets text");
     CHECK(strcmp(pb_status_name(PB_ERR_IO), "PB_ERR_IO") == 0, "status names");
+    /* a prefix the message already starts with is not added again ("session: session: ...") */
+    pb_error(PB_ERR_INVALID_ARG, "session: n_ctx 9 is too small");
+    pb_error_prefix(PB_ERR_INVALID_ARG, "session: ");
+    CHECK(strcmp(pb_last_error(), "session: n_ctx 9 is too small") == 0, "pb_error_prefix keeps one copy: %s",
+          pb_last_error());
+    pb_error_prefix(PB_ERR_INVALID_ARG, "model.gguf: ");
+    pb_error_prefix(PB_ERR_INVALID_ARG, "model.gguf: ");
+    CHECK(strcmp(pb_last_error(), "model.gguf: session: n_ctx 9 is too small") == 0,
+          "pb_error_prefix prefixes once: %s", pb_last_error());
 
     const char *path = "build-test-atomic.bin";
     pb_atomic_file f;

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
-# (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit.
+# (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit; Ctrl-C
+# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once.
 BIN=${PB_BIN:-build/pocketbrain}
 # the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -76,6 +77,38 @@ tmux send-keys -t $S "/load $T/copy.pbs" Enter
 if wait_for "\[loaded [0-9]* tokens, 2 turns" 1 10; then ok "/load FILE restores a saved conversation"; else nok "/load"; screen; fi
 tmux send-keys -t $S C-d
 if wait_for "EXITED-0" 1 20; then ok "Ctrl-D leaves with exit 0"; else nok "Ctrl-D"; screen; fi
+
+# ---- third session: Ctrl-C at the prompt, a full context ----
+tmux kill-session -t $S 2>/dev/null
+tmux new-session -d -s $S -x 160 -y 50 "cd '$T' && '$ABS_BIN' chat -m '$ABS_M' -t 1 -c 48 -n 4; echo EXITED-\$?; sleep 30"
+if wait_for "pocketbrain chat --" 1 30; then :; else nok "third chat starts"; screen; fi
+sleep 0.3
+tmux send-keys -t $S C-c
+if wait_for "Ctrl-D or /quit leaves" 1 10; then ok "Ctrl-C at an empty prompt says how to leave"; else nok "Ctrl-C at the prompt: no feedback"; screen; fi
+tmux send-keys -t $S "half a line"
+sleep 0.3
+tmux send-keys -t $S C-c
+if wait_for "Ctrl-D or /quit leaves" 2 10 && alive; then ok "Ctrl-C drops a half-typed line, the chat goes on"; else nok "Ctrl-C on a half line"; screen; fi
+long="$(i=0; while [ $i -lt 40 ]; do printf 'word%d ' $i; i=$((i + 1)); done)"
+tmux send-keys -t $S "$long" Enter
+if wait_for "context full" 1 20; then
+  l=$(screen | grep "context full" | tr -d '\n')
+  if [ "$(echo "$l" | grep -o "context full" | wc -l)" = 1 ] && [ "$(echo "$l" | grep -o "context-shift" | wc -l)" = 1 ] &&
+    echo "$l" | grep -q "/reset"; then ok "a full context is said once, with what to do once: $l"; else nok "context full line: $l"; fi
+else nok "no context full message"; screen; fi
+if [ -z "$(screen)" ] || screen | grep -qE '(^|[ [(])([A-Za-z][a-z ]*[a-z]): \2:'; then nok "doubled prefix on the chat screen"; screen; else ok "no doubled error prefix on the chat screen"; fi
+tmux send-keys -t $S C-d
+if wait_for "EXITED-0" 1 20; then ok "Ctrl-D after Ctrl-C at the prompt leaves (not swallowed)"; else nok "Ctrl-D after Ctrl-C swallowed"; screen; fi
+tmux kill-session -t $S 2>/dev/null
+# Ctrl-C at the prompt, then straight away Ctrl-D: it leaves
+tmux new-session -d -s $S -x 160 -y 50 "cd '$T' && '$ABS_BIN' chat -m '$ABS_M' -t 1 -c 64; echo EXITED-\$?; sleep 30"
+wait_for "pocketbrain chat --" 1 30
+sleep 0.3
+tmux send-keys -t $S C-c
+wait_for "Ctrl-D or /quit leaves" 1 10
+tmux send-keys -t $S C-d
+if wait_for "EXITED-0" 1 10; then ok "Ctrl-D right after Ctrl-C at the prompt leaves (not swallowed)"; else nok "Ctrl-D right after Ctrl-C swallowed"; screen; fi
+tmux kill-session -t $S 2>/dev/null
 
 # a corrupt session file is refused with a clear error and left as it is
 printf 'garbage that is not a session' >"$T/bad.pbs"

@@ -91,6 +91,14 @@ $BIN bench -m "$M" -t 1 -p 16 -n 4 -r 2 --json >"$T/benchj" 2>&1; rc=$?
 check "bench --json has runs with median/min/max" '[ $rc = 0 ] && grep -q "\"runs\"" "$T/benchj" && grep -q "\"median\"" "$T/benchj" && grep -q "\"peak_rss_bytes\"" "$T/benchj"'
 $BIN bench -m "$M" -t 1 -p 8 -n 4 -d 24 -r 1 >"$T/benchd" 2>&1; rc=$?
 check "bench --depth runs pp / tg after a 24-token context (rows pp8 @ d24 / tg4 @ d24)" '[ $rc = 0 ] && grep -q "| pp8 @ d24 |" "$T/benchd" && grep -q "| tg4 @ d24 |" "$T/benchd"'
+$BIN bench -m "$M" -t 1 --cold -r 2 >"$T/cold" 2>&1; rc=$?
+check "bench --cold: a cold-start row (fresh processes, page cache state said)" \
+  '[ $rc = 0 ] && grep -q "process start -> first token (24-token prompt)" "$T/cold" && grep -qE "^\| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ([0-9]+% \(evicted|unknown)" "$T/cold"'
+$BIN bench -m "$M" -t 1 --cold -r 1 --json >"$T/coldj" 2>&1; rc=$?
+check "bench --cold --json: cold_ms, open_ms, first_token_ms, resident_before" \
+  '[ $rc = 0 ] && grep -q "\"cold_ms\"" "$T/coldj" && grep -q "\"first_token_ms\"" "$T/coldj" && grep -q "\"resident_before\"" "$T/coldj"'
+$BIN bench -m /nonexistent.gguf -t 1 --cold -r 1 >"$T/out" 2>"$T/err"; rc=$?
+check "bench --cold on a missing model fails with a message (rc $rc)" '[ $rc != 0 ] && grep -q "nonexistent" "$T/err"'
 $BIN bench -m "$M" -t 1 -d -5 >"$T/out" 2>"$T/err"; rc=$?
 check "bench -d -5: exit 2 naming the flag" '[ $rc = 2 ] && grep -q -- "-d" "$T/err"'
 $BIN bench -m "$M" -t 0 >"$T/out" 2>"$T/err"; rc=$?

@@ -36,11 +36,16 @@ int cmd_rm(int argc, char **argv);
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints the library's last error for a failed status: "pocketbrain <cmd>: <what>: <pb_last_error()>". */
 int cli_fail(const char *cmd, pb_status s, const char *what);
+/* "<prefix>: <pb_last_error()>", or the error alone when it already starts with "<prefix>:" (no "session:
+ * session:"). The text lives until the next call. */
+const char *cli_last_error_as(const char *prefix);
 /* Usage error naming the flag: prints the message and the command's usage line, returns 2. */
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Strict number parsing: false (and a message) when s is not entirely a number in [lo, hi]. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+/* Unsigned 64-bit (seeds): digits only, 0..2^64-1; negative, overflow and garbage are refused. */
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
 bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 /* Parses sizes like "512M", "2G", "1000000" (bytes). */
 bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out);

@@ -3,6 +3,7 @@
 #include "cli_common.h"
 #include "library.h"
 #include "base/base.h"
+#include "tokenizer/utf8.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -95,7 +96,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         if (r < 0 || !cli_parse_int(cmd, a, v, 1, 256, &l)) BAD();
         o->n_threads = (int)l;
     } else if ((r = VALUE("--ctx", "-c")) != 0) {
-        if (r < 0 || !cli_parse_int(cmd, a, v, 16, 1 << 20, &l)) BAD();
+        if (r < 0 || !cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l)) BAD();
         o->n_ctx = (int)l;
     } else if ((r = VALUE("--batch", "-b")) != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 1, 65536, &l)) BAD();
@@ -129,10 +130,7 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 20, &o->last_n)) BAD();
         o->has_last_n = true;
     } else if ((r = VALUE("--seed", "-s")) != 0) {
-        char *end;
-        if (r < 0 || !*v || *v == '-') BAD();
-        o->seed = strtoull(v, &end, 10);
-        if (*end) BAD();
+        if (r < 0 || !cli_parse_u64(cmd, a, v, &o->seed)) BAD();
         o->has_seed = true;
     } else if ((r = VALUE("--max-tokens", "-n")) != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 24, &l)) BAD();
@@ -141,9 +139,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         if (r < 0) return 2;
         if (o->n_stop >= CLI_MAX_STOP) return cli_usage_error(cmd, usage, "at most %d --stop strings", CLI_MAX_STOP);
         if (!*v || strlen(v) > 256) return cli_usage_error(cmd, usage, "--stop needs 1..256 bytes");
+        if (!cli_check_text(cmd, "--stop", v, strlen(v))) return 2;
         o->stop[o->n_stop++] = v;
     } else if ((r = VALUE("--system", NULL)) != 0) {
-        if (r < 0) return 2;
+        if (r < 0 || !cli_check_text(cmd, "--system", v, strlen(v))) return 2;
         o->system = v;
     } else if ((r = VALUE("--kv-type", NULL)) != 0) {
         if (r < 0 || !parse_kv(cmd, v, &o->kv_type)) BAD();
@@ -164,6 +163,25 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
     return 1;
 #undef VALUE
 #undef BAD
+}
+
+bool cli_check_text(const char *cmd, const char *what, const char *text, size_t len) {
+    const uint8_t *u = (const uint8_t *)text;
+    for (size_t i = 0; i < len;) {
+        int l = u[i] ? pb_utf8_char_len(u + i, len - i) : 0;
+        if (!l) {
+            if (u[i] == 0)
+                cli_err(cmd, "%s contains a NUL byte at byte %zu: it is not text", what, i);
+            else
+                cli_err(cmd,
+                        "%s is not valid UTF-8 (byte %zu is 0x%02x): convert it first, e.g. "
+                        "iconv -f WINDOWS-1252 -t UTF-8",
+                        what, i, u[i]);
+            return false;
+        }
+        i += (size_t)l;
+    }
+    return true;
 }
 
 pb_sampler_params cli_opts_sampler(const cli_opts *o) {
@@ -246,7 +264,7 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
         return 1;
     }
     if ((r = flag(argc, argv, i, "--ctx", "-c", &v)) != 0) {
-        if (r < 0 || !cli_parse_int(cmd, a, v, 1, 1 << 20, &l))
+        if (r < 0 || !cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l))
             return cli_usage_error(cmd, usage, "bad value for %s", a);
         o->n_ctx = (int)l;
         return 1;
@@ -270,12 +288,12 @@ static bool estimate(const char *path, const cli_mem_opts *o, pb_mem_estimate *e
     return pb_estimate_memory(path, &sp, o->mem_limit, e) == PB_OK;
 }
 
-void cli_mem_print(const char *path, const cli_mem_opts *o) {
+bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     pb_mem_estimate e;
-    if (!o->on) return;
+    if (!o->on) return true;
     if (!estimate(path, o, &e)) {
-        printf("memory:        (estimate failed: %s)\n", pb_last_error());
-        return;
+        printf("memory:        refused: %s\n", pb_last_error());
+        return false;
     }
     printf("memory:        n_ctx %d, %s KV: weights %.1f MiB + KV %.1f MiB + scratch %.1f MiB = %.1f MiB\n", e.n_ctx,
            cli_kv_name(e.kv_type), (double)e.weights / MIB, (double)e.kv / MIB, (double)e.scratch / MIB,
@@ -283,15 +301,16 @@ void cli_mem_print(const char *path, const cli_mem_opts *o) {
     printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d\n", (double)e.available / MIB,
            o->mem_limit ? "--mem-limit" : "MemAvailable/cgroup", e.total <= e.available ? "fits" : "does NOT fit",
            e.max_n_ctx);
+    return true;
 }
 
-void cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
+bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     pb_mem_estimate e;
-    if (!o->on) return;
+    if (!o->on) return true;
     cJSON *m = cJSON_AddObjectToObject((cJSON *)cjson_object, "memory");
     if (!estimate(path, o, &e)) {
         cJSON_AddStringToObject(m, "error", pb_last_error());
-        return;
+        return false;
     }
     cJSON_AddNumberToObject(m, "n_ctx", e.n_ctx);
     cJSON_AddStringToObject(m, "kv_type", cli_kv_name(e.kv_type));
@@ -302,4 +321,5 @@ void cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     cJSON_AddNumberToObject(m, "available", (double)e.available);
     cJSON_AddBoolToObject(m, "fits", e.total <= e.available);
     cJSON_AddNumberToObject(m, "max_n_ctx", e.max_n_ctx);
+    return true;
 }

@@ -6,6 +6,10 @@
 #include "cli.h"
 
 #define CLI_MAX_STOP 16
+/* -c / --ctx range of every command that opens a session (and of `info --mem -c`); the model's training
+ * context caps it further (pb_session_new and the estimates refuse the same values). */
+#define CLI_MIN_CTX 16
+#define CLI_MAX_CTX (1 << 20)
 
 typedef struct cli_opts {
     const char *model; /* -m; NULL = cli_default_model() */
@@ -36,6 +40,10 @@ void cli_opts_init(cli_opts *o);
  * Returns 1 when consumed, 0 when it is not a common flag, 2 after printing a usage error. */
 int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i);
 
+/* Text given to the model (prompts, files, system prompt, stop strings) must be UTF-8 without NUL bytes:
+ * true when text[0..len) is, else false after printing "<what> is not valid UTF-8 (byte N ...)". */
+bool cli_check_text(const char *cmd, const char *what, const char *text, size_t len);
+
 /* The help text of the common flags (for --help). */
 extern const char *const cli_opts_help;
 
@@ -60,9 +68,11 @@ typedef struct cli_mem_opts {
 } cli_mem_opts;
 /* Parses --mem, -c/--ctx N, --kv-type T, --mem-limit S for info. Same return values as cli_opts_parse. */
 int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i);
-void cli_mem_print(const char *path, const cli_mem_opts *o);
+/* Both return false when the estimate was refused (n_ctx beyond the model's training context, unreadable
+ * file): the same n_ctx that `run -c` would refuse; the reason is in the output. */
+bool cli_mem_print(const char *path, const cli_mem_opts *o);
 /* Adds a "memory" object to a cJSON object (passed as void * so this header needs no cJSON). */
-void cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object);
+bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object);
 
 /* Names: "f16" / "q8_0" / "f32". */
 const char *cli_kv_name(pb_kv_type t);

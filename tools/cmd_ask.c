@@ -376,7 +376,7 @@ PB_CMD(ask) {
     spar.n_ctx = (int)n_ctx;
     pb_session *session = NULL;
     if ((s = pb_session_new(model, &spar, &session))) {
-        snprintf(reason, sizeof reason, "session: %s", pb_last_error());
+        snprintf(reason, sizeof reason, "%s", cli_last_error_as("session"));
         rc = fallback(faq_db, st, question, reason, json, &pr);
         goto done;
     }

@@ -1,8 +1,9 @@
 /* cmd_bench.c -- `pocketbrain bench`: load time, time to first token, prefill (ppN) and decode (tgN) speed,
  * peak RSS and KV bytes per thread count; median/min/max over repetitions; Markdown table or --json. */
 #include "base/base.h"
-#include "library.h"
+#include "bench_cold.h"
 #include "cli_common.h"
+#include "library.h"
 #include "kernels/kernels.h"
 #include "sampler/sampler.h"
 
@@ -11,7 +12,7 @@
 #include <string.h>
 
 static const char *const usage =
-    "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--json]";
+    "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--cold] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
@@ -24,6 +25,8 @@ static const char *const help =
     "                     of a long conversation or document, where attention reads N more keys\n"
     "  -r, --reps N       repetitions; median, min and max are reported (default 5)\n"
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
+    "  --cold             cold start instead: process start -> first token of a 24-token prompt, each\n"
+    "                     repetition a fresh process with the model file evicted from the page cache\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
     "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"
     "tgN: N decode steps after a one-token prompt, or after the N-token context of --depth (end-of-sequence\n"
@@ -169,7 +172,14 @@ PB_CMD(bench) {
     const char *model = NULL;
     int threads[MAX_T], n_threads = 0;
     long n_p = 512, n_g = 128, depth = 0, reps = 5;
-    bool json = false;
+    bool json = false, cold = false;
+    if (argc == 5 && strcmp(argv[1], "--cold-child") == 0) { /* bench --cold's fresh process */
+        long t, fd;
+        if (!cli_parse_int("bench", "threads", argv[3], 1, 256, &t) ||
+            !cli_parse_int("bench", "fd", argv[4], 0, 1 << 20, &fd))
+            return 2;
+        return bench_cold_child(argv[2], (int)t, (int)fd);
+    }
     pb_kv_type kv = PB_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -179,6 +189,8 @@ PB_CMD(bench) {
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             json = true;
+        } else if (strcmp(a, "--cold") == 0) {
+            cold = true;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             if (!v) return cli_usage_error("bench", usage, "%s needs a value", a);
             if (!(model = cli_model_arg("bench", argv[++i]))) return 1;
@@ -219,6 +231,7 @@ PB_CMD(bench) {
         return 1;
     }
     if (n_threads == 0) threads[n_threads++] = pb_cpu_physical_cores();
+    if (cold) return bench_cold(path, threads, n_threads, (int)reps, json);
 
     pb_model_info info;
     {

@@ -60,13 +60,39 @@ static bool on_piece(const char *p, size_t n, void *user) {
     return true;
 }
 
+/* libedit reads keys through this: SIGINT is installed without SA_RESTART while the prompt waits, so a
+ * Ctrl-C interrupts read(); the line is then ended here ('\n') and read_line drops it. libedit's own
+ * reader would retry the read and leave the flag set for the next Ctrl-D to trip over. */
+static int getc_interruptible(FILE *f) {
+    unsigned char ch;
+    for (;;) {
+        ssize_t n = read(fileno(f ? f : stdin), &ch, 1);
+        if (n == 1) return ch;
+        if (n == 0) return EOF;
+        if (errno != EINTR) return EOF;
+        if (g_interrupted) return '\n';
+    }
+}
+
+static void set_sigint(bool restart) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
 static char *read_line(chat *c) {
     if (c->tty) {
         for (;;) {
             g_interrupted = 0;
+            set_sigint(false);
             char *l = readline("> ");
-            if (l || !g_interrupted) return l;
-            printf("\n"); /* Ctrl-C at the prompt: a fresh line, not an exit */
+            set_sigint(true);
+            if (!g_interrupted) return l; /* a line, or NULL for Ctrl-D */
+            free(l);                      /* Ctrl-C at the prompt: drop the line, say how to leave */
+            printf("[Ctrl-C: line dropped; Ctrl-D or /quit leaves the chat]\n");
         }
     }
     static char buf[1 << 16];
@@ -174,8 +200,8 @@ static void turn(chat *c, const char *text) {
     if (!c->ends_nl) printf("\n");
     if (st == PB_ERR_CANCELLED)
         printf("[stopped]\n");
-    else if (st == PB_ERR_CONTEXT_FULL)
-        printf("[context full: %s -- /reset to start over, or run with --context-shift]\n", pb_last_error());
+    else if (st == PB_ERR_CONTEXT_FULL) /* the library's text starts "context full: " */
+        printf("[%s -- /reset starts over; or restart with a larger -c or with --context-shift]\n", pb_last_error());
     else if (st != PB_OK)
         printf("[error: %s]\n", pb_last_error());
     if (c->stats) {
@@ -229,14 +255,10 @@ PB_CMD(chat) {
                pb_session_n_turns(c.s));
     }
     g_session = c.s;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
+    set_sigint(true);
     if (c.tty) {
         rl_catch_signals = 0; /* our handler decides what Ctrl-C means */
+        rl_getc_function = getc_interruptible;
         printf("pocketbrain chat -- /help for commands, Ctrl-C stops an answer, Ctrl-D leaves\n");
     }
     for (;;) {
@@ -248,6 +270,10 @@ PB_CMD(chat) {
             continue;
         }
         if (c.tty) add_history(line);
+        if (!cli_check_text("chat", "this line", line, strlen(line))) {
+            free(line);
+            continue;
+        }
         bool go = true;
         if (line[0] == '/')
             go = command(&c, line);

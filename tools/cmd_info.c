@@ -11,6 +11,7 @@
 #include <string.h>
 
 static cli_mem_opts mem_opts; /* --mem -c N (engine room: tools/cli_common.c) */
+static bool mem_refused;      /* --mem -c N that `run -c N` would refuse too: exit 1 */
 
 static const char *const usage =
     "pocketbrain info MODEL.gguf|NAME [--json] [--kv] [--tensors]\n"
@@ -349,7 +350,7 @@ static int print_json(summary *S, bool kv, bool tensors) {
     cJSON_AddStringToObject(ck, "status", S->check_status);
     if (S->check_detail[0]) cJSON_AddStringToObject(ck, "detail", S->check_detail);
     cJSON_AddItemReferenceToObject(ck, "problems", S->pr.list);
-    cli_mem_json(S->path, &mem_opts, root);
+    mem_refused = !cli_mem_json(S->path, &mem_opts, root);
     if (kv) {
         cJSON *kvo = cJSON_AddObjectToObject(root, "kv");
         for (int64_t i = 0; i < pb_gguf_n_kv(g); i++) {
@@ -433,7 +434,7 @@ static void print_text(const summary *S, bool kv, bool tensors) {
     for (int t = 0; t < PB_TYPE_COUNT; t++)
         if (S->per_type[t]) printf(" %s %d", pb_type_name(t), S->per_type[t]);
     printf("\n");
-    cli_mem_print(S->path, &mem_opts);
+    mem_refused = !cli_mem_print(S->path, &mem_opts);
     print_check(S);
     if (kv) {
         printf("\nmetadata:\n");
@@ -491,6 +492,7 @@ PB_CMD(info) {
     summary S;
     gather(g, path, &S);
     int rc = json ? print_json(&S, kv, tensors) : (print_text(&S, kv, tensors), 0);
+    if (mem_refused) rc = 1;
     if (strcmp(S.check_status, "failed") == 0) {
         rc = 1;
         if (!json) cli_err("info", "'%s' does not pass the %s tensor check", path, S.arch);

@@ -127,6 +127,17 @@ PB_CMD(run) {
         cli_err("run", "cannot read the prompt");
         return 1;
     }
+    char what[300];
+    if (prompt)
+        snprintf(what, sizeof what, "the prompt");
+    else if (file && strcmp(file, "-") != 0)
+        snprintf(what, sizeof what, "prompt file '%s'", file);
+    else
+        snprintf(what, sizeof what, "the prompt on stdin");
+    if (!cli_check_text("run", what, text, len)) {
+        free(text);
+        return 1;
+    }
     if (!raw) /* chat turns do not need the trailing newline of a piped prompt */
         while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = 0;
     if (len == 0) {
@@ -156,6 +167,11 @@ PB_CMD(run) {
         int64_t n = 0, cap = (int64_t)len + 16;
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
         st = ids ? pb_tokenize(v, text, len, PB_TOK_ADD_BOS, ids, cap, &n) : PB_ERR_NOMEM;
+        if (st == PB_ERR_INVALID_ARG && n > cap) { /* more tokens than bytes + 16 (byte tokens): n says how many */
+            int32_t *more = realloc(ids, (size_t)n * sizeof *ids);
+            st = more ? pb_tokenize(v, text, len, PB_TOK_ADD_BOS, more, cap = n, &n) : PB_ERR_NOMEM;
+            ids = more ? more : ids;
+        }
         if (st == PB_OK)
             st = pb_session_generate(s, ids, n, &gp, on_piece, &out, &gs);
         else
@@ -194,7 +210,12 @@ PB_CMD(run) {
         putchar('\n');
     }
     fflush(stdout);
-    if (st != PB_OK && st != PB_ERR_CANCELLED) cli_fail("run", st, "generation failed");
+    pb_model_info mi;
+    if (st == PB_ERR_CONTEXT_FULL && pb_model_get_info(m, &mi) == PB_OK) /* the library's text says no remedy */
+        cli_err("run", "%s -- raise -c (this model allows up to %d), or use --context-shift", pb_last_error(),
+                mi.n_ctx_train);
+    else if (st != PB_OK && st != PB_ERR_CANCELLED)
+        cli_fail("run", st, "generation failed");
     if (st == PB_ERR_CANCELLED) cli_err("run", "interrupted");
     if (verbose)
         fprintf(stderr,

@@ -49,7 +49,7 @@ static const command commands[] = {COMMANDS};
 
 static void print_help(FILE *f) {
     fprintf(f, "pocketbrain %s -- a private, offline LLM engine for Gemma models\n\n", pb_version());
-    fprintf(f, "usage: pocketbrain <command> [options]   (pocketbrain <command> --help for details)\n\ncommands:\n");
+    fprintf(f, "usage: pocketbrain <command> [options]   (pocketbrain help <command> for details)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
@@ -75,6 +75,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *name = argv[1];
+    if (strcmp(name, "help") == 0 && argc >= 3) { /* `pocketbrain help CMD` = `pocketbrain CMD --help` */
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (commands[i].fn && strcmp(commands[i].name, argv[2]) == 0) {
+                static char help_flag[] = "--help";
+                char *args[] = {argv[2], help_flag, NULL};
+                return commands[i].fn(2, args);
+            }
+        fprintf(stderr, "pocketbrain help: unknown command '%s' (try 'pocketbrain --help')\n", argv[2]);
+        return 2;
+    }
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
         print_help(stdout);
         return 0;
@@ -106,6 +116,15 @@ int cli_fail(const char *cmd, pb_status s, const char *what) {
     return 1;
 }
 
+const char *cli_last_error_as(const char *prefix) {
+    static char buf[1200];
+    const char *e = pb_last_error();
+    size_t n = strlen(prefix);
+    if (strncmp(e, prefix, n) == 0 && e[n] == ':') return e;
+    snprintf(buf, sizeof buf, "%s: %s", prefix, e);
+    return buf;
+}
+
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -116,11 +135,19 @@ int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
     return 2;
 }
 
+/* strtol / strtoull / strtod accept leading blanks and a sign where a flag's value must be plain: the value
+ * has to start with a digit (or '-' then a digit where negatives are allowed, or '.' for a number). */
+static bool plain_number(const char *s, bool neg_ok) {
+    if (!s || !*s) return false;
+    if (*s == '-' && neg_ok) s++;
+    return (*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9');
+}
+
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < lo || v > hi) {
+    long v = plain_number(s, lo < 0) ? strtol(s, &end, 10) : 0;
+    if (!end || *end || errno || v < lo || v > hi) {
         cli_err(cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s ? s : "(nothing)");
         return false;
     }
@@ -128,11 +155,23 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, lo
     return true;
 }
 
-bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+    char *end = NULL;
     errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || errno || !(v >= lo && v <= hi)) {
+    unsigned long long v = plain_number(s, false) ? strtoull(s, &end, 10) : 0;
+    if (!end || *end || errno || strchr(s, '.')) { /* ERANGE: above 2^64-1 */
+        cli_err(cmd, "%s expects an integer in [0, 18446744073709551615], got '%s'", flag, s ? s : "(nothing)");
+        return false;
+    }
+    *out = (uint64_t)v;
+    return true;
+}
+
+bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = plain_number(s, true) ? strtod(s, &end) : 0;
+    if (!end || *end || errno || !(v >= lo && v <= hi)) {
         cli_err(cmd, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s ? s : "(nothing)");
         return false;
     }
@@ -143,8 +182,8 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo
 bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out) {
     char *end;
     errno = 0;
-    double v = s ? strtod(s, &end) : -1;
-    if (s && *s && !errno && v >= 0) {
+    double v = plain_number(s, false) ? strtod(s, &end) : -1;
+    if (v >= 0 && !errno) {
         double mul = 1;
         switch (*end) {
         case 'k':

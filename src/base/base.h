@@ -13,7 +13,8 @@
 /* Records a thread-local message for pb_last_error() and returns s, so callers can write
  * `return pb_error(PB_ERR_FORMAT, "gguf: tensor '%s' offset past end of file", name);` */
 pb_status pb_error(pb_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prefixes the current message: "convert: " + previous text. Returns s. */
+/* Prefixes the current message: "convert: " + previous text, unless it already starts with the prefix.
+ * Returns s. */
 pb_status pb_error_prefix(pb_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pb_error_clear(void);
 

@@ -26,6 +26,8 @@ pb_status pb_error_prefix(pb_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
+    /* a message that already starts with the prefix keeps one copy ("session: session: ..." helps nobody) */
+    if (strncmp(last_error, prefix, strlen(prefix)) == 0) return s;
     memcpy(old, last_error, sizeof old);
     size_t n = strlen(prefix);
     if (n >= sizeof last_error) n = sizeof last_error - 1;

@@ -64,6 +64,9 @@ void pb_thermal_get(const pb_thermal *t, pb_thermal_state *out);
 
 /* ---- memory formulas (memory.c) ---------------------------------------------------------------- */
 
+/* The n_ctx a session gets for a requested one (0 = min(n_ctx_train, 4096)): PB_ERR_INVALID_ARG below 2 or
+ * above the model's training context. pb_session_new and the estimates share it, so they agree. */
+pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx);
 /* Bytes of K+V for n_ctx positions (sliding-window layers hold min(window, n_ctx)). */
 size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type);
 /* Bytes of a session's buffers besides the KV: forward scratch for n_batch tokens, logits, sampler,

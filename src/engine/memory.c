@@ -46,13 +46,23 @@ size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) 
     return act + stash + tiles + logits + session + (4u << 20); /* + thread stacks, tables, slack */
 }
 
-static void resolve(const pb_hparams *hp, const pb_session_params *p, int *n_ctx, int *n_batch) {
-    int c = p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (c <= 0) c = 4096;
-    int b = p->n_batch > 0 ? p->n_batch : PB_DEFAULT_N_BATCH;
-    if (b > c) b = c;
+pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx) {
+    int c = requested > 0 ? requested : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     *n_ctx = c;
+    if (requested < 0 || c < 2) return pb_error(PB_ERR_INVALID_ARG, "n_ctx %d is too small (at least 2)", requested);
+    if (hp->n_ctx_train > 0 && c > hp->n_ctx_train)
+        return pb_error(PB_ERR_INVALID_ARG, "n_ctx %d exceeds the model's training context %d", c, hp->n_ctx_train);
+    return PB_OK;
+}
+
+/* The n_ctx and n_batch pb_session_new would use; refuses an n_ctx it would refuse (same message). */
+static pb_status resolve(const pb_hparams *hp, const pb_session_params *p, int *n_ctx, int *n_batch) {
+    pb_status st = pb_engine_resolve_n_ctx(hp, p->n_ctx, n_ctx);
+    if (st != PB_OK) return st;
+    int b = p->n_batch > 0 ? p->n_batch : PB_DEFAULT_N_BATCH;
+    if (b > *n_ctx) b = *n_ctx;
     *n_batch = b;
+    return PB_OK;
 }
 
 static size_t total_for(const pb_hparams *hp, size_t weights, int n_ctx, int n_batch, pb_kv_type type) {
@@ -114,9 +124,9 @@ pb_status pb_estimate_memory(const char *model_path, const pb_session_params *pa
     pb_status st = open_header(model_path, &g, &hp, &weights);
     if (st != PB_OK) return st;
     int n_ctx, n_batch;
-    resolve(&hp, &p, &n_ctx, &n_batch);
-    fill(out, &hp, weights, n_ctx, n_batch, p.kv_type, mem_limit > 0 ? mem_limit : pb_mem_available());
     pb_gguf_close(g);
+    if ((st = resolve(&hp, &p, &n_ctx, &n_batch)) != PB_OK) return st;
+    fill(out, &hp, weights, n_ctx, n_batch, p.kv_type, mem_limit > 0 ? mem_limit : pb_mem_available());
     return PB_OK;
 }
 
@@ -135,7 +145,7 @@ pb_status pb_session_admit(const char *model_path, pb_session_params *params, si
     pb_gguf_close(g);
     size_t avail = mem_limit > 0 ? mem_limit : pb_mem_available();
     int n_ctx, n_batch;
-    resolve(&hp, params, &n_ctx, &n_batch);
+    if ((st = resolve(&hp, params, &n_ctx, &n_batch)) != PB_OK) return st;
     fill(e, &hp, weights, n_ctx, n_batch, params->kv_type, avail);
     if (avail == 0) return PB_OK; /* unknown: nothing to compare with */
     if (e->total <= avail) return PB_OK;

@@ -31,12 +31,8 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     if (!m) return pb_error(PB_ERR_INVALID_ARG, "session: model is NULL");
     pb_session_params p = params ? *params : pb_session_default_params();
     const pb_hparams *hp = pb_model_hparams(m);
-    int n_ctx = p.n_ctx > 0 ? p.n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (p.n_ctx < 0 || n_ctx < 2)
-        return pb_error(PB_ERR_INVALID_ARG, "session: n_ctx %d is too small (at least 2)", p.n_ctx);
-    if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train)
-        return pb_error(PB_ERR_INVALID_ARG, "session: n_ctx %d exceeds the model's training context %d", n_ctx,
-                        hp->n_ctx_train);
+    int n_ctx;
+    if (pb_engine_resolve_n_ctx(hp, p.n_ctx, &n_ctx) != PB_OK) return pb_error_prefix(PB_ERR_INVALID_ARG, "session: ");
     if (p.n_batch < 0 || p.n_threads < 0 || p.n_threads > 256)
         return pb_error(PB_ERR_INVALID_ARG, "session: n_batch %d / n_threads %d out of range", p.n_batch, p.n_threads);
     if (p.kv_type != PB_KV_F16 && p.kv_type != PB_KV_Q8_0 && p.kv_type != PB_KV_F32)
@@ -286,8 +282,7 @@ pb_status pb_engine_make_room(pb_session *s, int64_t need, int64_t protect, pb_g
     if (used + need <= s->n_ctx) return PB_OK;
     if (s->params.ctx_policy != PB_CTX_SHIFT)
         return pb_error(PB_ERR_CONTEXT_FULL,
-                        "context full: %lld tokens in the context + %lld new > n_ctx %d (raise --ctx, or use "
-                        "--context-shift to drop the oldest turns)",
+                        "context full: %lld tokens in the context + %lld new > n_ctx %d", /* callers say what to do */
                         (long long)used, (long long)need, s->n_ctx);
     int64_t head = s->n_keep;
     if (head == 0 && s->n_past > 0 && s->tokens[0] == s->bos) head = 1;

@@ -1,0 +1,112 @@
+#!/bin/sh
+# test_cli_flags.sh -- CLI input rules: `pocketbrain help CMD`; --seed and every other numeric flag refuse
+# negatives, overflow and garbage (exit 2 naming the flag); prompts that are not UTF-8 (-p, -f, stdin,
+# --system, --stop) are refused naming the byte; `info --mem -c N` and `run -c N` accept the same N.
+BIN=${PB_BIN:-build/pocketbrain}
+M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+[ -f "$M" ] || M=models/default.gguf
+if [ ! -f "$M" ]; then
+  if [ "$CI" = true ]; then echo "not ok - no model ($M)"; exit 1; fi
+  echo "ok - skipped: no model"; exit 0
+fi
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1"; }
+R="$BIN run -m $M -t 1"
+
+# ---- help CMD ----
+"$BIN" help run >"$T/h1" 2>&1; rc1=$?
+"$BIN" run --help >"$T/h2" 2>&1
+"$BIN" help nosuchcmd >"$T/h3" 2>&1; rc3=$?
+if [ $rc1 = 0 ] && cmp -s "$T/h1" "$T/h2" && grep -q -- "--prompt" "$T/h1" && [ $rc3 = 2 ] && grep -q "nosuchcmd" "$T/h3"; then
+  ok "help run = run --help; help of an unknown command exits 2"
+else nok "help CMD: rc $rc1/$rc3: $(head -3 "$T/h1") / $(cat "$T/h3")"; fi
+n_help=0; n_cmd=0
+for c in $("$BIN" --help | sed -n 's/^  \([a-z]*\) .*/\1/p'); do
+  n_cmd=$((n_cmd + 1))
+  "$BIN" help "$c" >"$T/hc" 2>&1 && grep -q "pocketbrain $c" "$T/hc" && n_help=$((n_help + 1))
+done
+if [ $n_cmd -ge 10 ] && [ $n_help = $n_cmd ]; then ok "help CMD shows the help of all $n_cmd commands"; else
+  nok "help CMD: $n_help of $n_cmd commands"; fi
+
+# ---- numeric flags: negative, overflow, garbage, blanks ----
+# flag value: each must exit 2 with a message naming the flag, without loading anything
+bad_count=0; bad_list=""
+try_bad() { # cmd... (the last argument is the value)
+  timeout 20 "$@" >"$T/o" 2>"$T/e" </dev/null; rc=$?
+  if [ $rc != 2 ]; then bad_count=$((bad_count + 1)); bad_list="$bad_list [$* -> rc $rc]"; fi
+}
+for v in -1 18446744073709551616 99999999999999999999999 abc 12abc "" " 5" "+5" 1.5 0x10; do
+  try_bad $R -p hi --seed "$v"
+done
+for v in -1 99999999999999999999 abc 3.5 " 4" "" nan; do
+  try_bad $R -p hi -n "$v"
+  try_bad $R -p hi -c "$v"
+  try_bad $R -p hi --top-k "$v"
+  try_bad $BIN bench -m "$M" -p "$v"
+  try_bad $BIN perplexity -m "$M" -f /dev/null --ctx "$v"
+  try_bad $BIN logits -m "$M" --batch "$v"
+  try_bad $BIN serve -m "$M" --port "$v"
+  try_bad $BIN search --db "$T/kb.db" -k "$v" word
+done
+for v in nan inf -inf abc " 0.5" "" 1e999 0.5x; do
+  try_bad $R -p hi --temp "$v"
+  try_bad $R -p hi --top-p "$v"
+  try_bad $R -p hi --mem-limit "$v"
+done
+try_bad $R -p hi --mem-limit K
+if [ $bad_count = 0 ]; then ok "bad numeric values of every numeric flag exit 2"; else
+  nok "numeric flags accepted bad values ($bad_count):$bad_list"; fi
+$R -p hi --seed 18446744073709551615 -n 2 >/dev/null 2>"$T/e"; rc=$?
+if [ $rc = 0 ]; then ok "--seed 2^64-1 is accepted"; else nok "--seed 2^64-1: rc $rc $(cat "$T/e")"; fi
+$R -p hi --seed 18446744073709551616 >/dev/null 2>"$T/e"
+if grep -q -- "--seed expects an integer in \[0, 18446744073709551615\]" "$T/e"; then ok "--seed overflow names the range"; else
+  nok "--seed overflow message: $(cat "$T/e")"; fi
+
+# ---- text that is not UTF-8 ----
+printf 'caf\351 au lait' >"$T/latin1.txt"
+$R -f "$T/latin1.txt" -n 2 >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 1 ] && grep -q "latin1.txt' is not valid UTF-8 (byte 3 is 0xe9)" "$T/e" && [ ! -s "$T/o" ]; then
+  ok "a Latin-1 prompt file is refused naming the byte"
+else nok "latin-1 -f: rc $rc $(cat "$T/e")"; fi
+$R -n 2 <"$T/latin1.txt" >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 1 ] && grep -q "stdin is not valid UTF-8" "$T/e"; then ok "a Latin-1 prompt on stdin is refused"; else nok "latin-1 stdin: rc $rc $(cat "$T/e")"; fi
+$R -p "$(cat "$T/latin1.txt")" -n 2 >"$T/o" 2>"$T/e"; rc=$?
+r1=$rc
+$R -p hi --system "$(cat "$T/latin1.txt")" -n 2 >"$T/o" 2>"$T/e2"; r2=$?
+$R -p hi --stop "$(printf '\377')" -n 2 >"$T/o" 2>"$T/e3"; r3=$?
+if [ $r1 = 1 ] && [ $r2 = 2 ] && [ $r3 = 2 ] && grep -q "not valid UTF-8" "$T/e" && grep -q -- "--system is not valid" "$T/e2"; then
+  ok "-p, --system and --stop that are not UTF-8 are refused"
+else nok "non-UTF-8 -p/--system/--stop: rc $r1 $r2 $r3"; fi
+printf 'one\000two' >"$T/nul.txt"
+$R -f "$T/nul.txt" -n 2 >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 1 ] && grep -q "NUL byte at byte 3" "$T/e"; then ok "a prompt file with a NUL byte is refused"; else nok "NUL: rc $rc $(cat "$T/e")"; fi
+printf 'h\303\251llo \342\202\254 \360\237\230\200' >"$T/utf8.txt"
+$R -f "$T/utf8.txt" -n 2 >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 0 ]; then ok "a UTF-8 prompt file (2, 3, 4-byte characters) is accepted"; else nok "utf-8 file: rc $rc $(cat "$T/e")"; fi
+printf '%s\n' "$(cat "$T/latin1.txt")" "/stats" "/quit" | "$BIN" chat -m "$M" -t 1 -n 2 >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 0 ] && grep -q "this line is not valid UTF-8" "$T/e" && grep -q "0 turns" "$T/o"; then
+  ok "chat: a line that is not UTF-8 is refused, the chat goes on"
+else nok "chat non-UTF-8 line: rc $rc $(cat "$T/e") $(cat "$T/o")"; fi
+
+# a prompt with more tokens than bytes (each " " of "x x x" is 3 byte tokens in the tiny vocabulary)
+xs=$(i=0; while [ $i -lt 60 ]; do printf 'x '; i=$((i + 1)); done)
+$R --raw -p "$xs" -n 1 >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 0 ]; then ok "--raw: a prompt of more tokens than bytes is generated from"; else nok "--raw many tokens: rc $rc $(cat "$T/e")"; fi
+
+# ---- info --mem -c N agrees with run -c N (tiny model: n_ctx_train 8192; -c at least 16) ----
+train=$("$BIN" info "$M" --json | grep -o '"n_ctx_train":[0-9]*' | grep -o '[0-9]*$')
+[ -n "$train" ] || train=8192
+agree=0; disagree=""
+for c in 1 15 16 $train $((train + 1)) 1000000 1048577; do
+  "$BIN" info "$M" --mem -c $c >"$T/i" 2>&1; ri=$?
+  $R -c $c --raw -p hi -n 1 >/dev/null 2>"$T/r"; rr=$?
+  # both accept (0) or both refuse (info: 1 for a refused n_ctx, 2 for a flag out of range; run the same)
+  if [ $ri = $rr ]; then agree=$((agree + 1)); else disagree="$disagree -c $c: info $ri run $rr;"; fi
+done
+if [ -z "$disagree" ]; then ok "info --mem -c N and run -c N accept and refuse the same N ($agree values incl. 15/16 and $train/$((train + 1)))"; else
+  nok "info --mem and run disagree:$disagree"; fi
+"$BIN" info "$M" --mem -c $((train + 1)) >"$T/i" 2>&1
+if grep -q "exceeds the model's training context $train" "$T/i"; then ok "info --mem says why n_ctx $((train + 1)) is refused"; else
+  nok "info --mem refused reason: $(cat "$T/i" | grep memory)"; fi
+exit 0

@@ -118,6 +118,20 @@ unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, si
     if (name && *name) {
         for (int i = 0; i < srv->n_lib && want < 0; i++)
             if (strcmp(srv->lib[i].name, name) == 0) want = i;
+        /* a name without its quantization ("gemma-2-2b-it") means the one "gemma-2-2b-it:QUANT" in the library,
+         * as -m does on the command line; several quantizations of it make the short name ambiguous */
+        size_t nl = strlen(name);
+        int n_tagged = 0, tagged = -1;
+        for (int i = 0; want < 0 && !strchr(name, ':') && i < srv->n_lib; i++)
+            if (strncmp(srv->lib[i].name, name, nl) == 0 && srv->lib[i].name[nl] == ':') n_tagged++, tagged = i;
+        if (n_tagged == 1) want = tagged;
+        if (want < 0 && n_tagged > 1) {
+            snprintf(err, cap,
+                     "model '%.200s' is ambiguous: the library has %d quantizations of it; name one as "
+                     "'%.200s:QUANT' (GET /v1/models lists them)",
+                     name, n_tagged, name);
+            return 404;
+        }
         if (want < 0) {
             snprintf(err, cap,
                      "model '%.200s' is not available on this server (GET /v1/models lists the models it serves)",

@@ -84,7 +84,19 @@ try {
   const s2 = await startServer([], { PB_MODELS: lib2 }, 'gemma-2-2b-it'); // a catalog name: its default quantization
   const d = (await (await fetch(s2.url + '/v1/models')).json()).data;
   check(d.length === 1 && d[0].id === 'gemma-2-2b-it:q4_k_m' && d[0].loaded, `serve -m gemma-2-2b-it: listed once as ${JSON.stringify(d.map((m) => m.id))}`);
+  const short = await fetch(s2.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'gemma-2-2b-it', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+  const sj = await short.json();
+  check(short.status === 200 && sj.model === 'gemma-2-2b-it:q4_k_m', `"model": "gemma-2-2b-it" (no quantization, as -m takes it) -> the one in the library (${short.status} ${sj.model})`);
   await stopServer(s2);
+  fs.copyFileSync(pickModel(), path.join(lib2, 'gemma-2-2b-it:q8_0.gguf'));
+  const s4 = await startServer([], { PB_MODELS: lib2 }, 'gemma-2-2b-it:q8_0');
+  const amb = await fetch(s4.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'gemma-2-2b-it', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+  const aj = await amb.json();
+  check(amb.status === 404 && /ambiguous/.test(aj.error.message), `two quantizations: the short name is a 404 saying it is ambiguous (${amb.status} ${aj.error && aj.error.message})`);
+  await stopServer(s4);
+  fs.rmSync(path.join(lib2, 'gemma-2-2b-it:q8_0.gguf'));
   const s3 = await startServer([], { PB_MODELS: lib2 }, path.join(lib2, 'gemma-2-2b-it:q4_k_m.gguf'));
   const d3 = (await (await fetch(s3.url + '/v1/models')).json()).data;
   check(d3.length === 1 && d3[0].id === 'gemma-2-2b-it:q4_k_m', `serve -m PATH of a library file: ${JSON.stringify(d3.map((m) => m.id))}`);

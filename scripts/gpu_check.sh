@@ -12,6 +12,13 @@ REPS=${REPS:-5}
 J=$(nproc 2>/dev/null || echo 4)
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv
+# PB_PAR and PB_BIN: a parity binary and a CLI built (make CUDA=1 CI=true) and linked on another machine with the
+# same nvcc; the build here is skipped then (it costs a minute or two of GPU-machine time).
+if [ -n "${PB_PAR:-}" ] && [ -n "${PB_BIN:-}" ]; then
+  echo "== prebuilt: $PB_PAR, $PB_BIN"
+  PAR=$PB_PAR
+  PB=$PB_BIN
+else
 echo "== build (make CUDA=1 CI=true: warnings are errors)"
 make -j"$J" CUDA=1 CI=true gpu-tests >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 grep -i "warning" "$OUT/build.log" | head -5
@@ -24,6 +31,7 @@ elif [ -n "${PB_BIN:-}" ]; then
   echo "CLI not built here (service libraries missing): using $PB_BIN"; PB=$PB_BIN
 else
   tail -5 "$OUT/build.log"; exit 1
+fi
 fi
 echo "== parity tests"
 set --
@@ -42,6 +50,10 @@ for a in gemma gemma2 gemma3; do # transformers-made tiny models, converted here
 done
 $PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
 echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
+if [ -n "${FLOATCHECK:-}" ]; then # the float path (PB_CUDA_FLOAT=1) against the CPU's exact mode
+  PB_CUDA_FLOAT=1 $PAR "$@" >"$OUT/parity-float.log" 2>&1
+  echo "parity (float path): $(grep -c '^ok' "$OUT/parity-float.log") ok, $(grep -c '^not ok' "$OUT/parity-float.log") not ok"
+fi
 echo "== bench"
 for t in $TYPES; do
   f=/tmp/gemma2-2b-$t.gguf
@@ -58,6 +70,10 @@ print(f"{sys.argv[3]:7s} {r.get('backend')} {size/2**30:.2f} GiB  tg128 {tg:8.1f
 PY
 done
 f=/tmp/gemma2-2b-q4_k_m.gguf
+if [ -n "${FLOATBENCH:-}" ] && [ -f "$f" ]; then
+  PB_CUDA_FLOAT=1 $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/float.json 2>/dev/null
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('q4_k_m float path (PB_CUDA_FLOAT=1): tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/float.json
+fi
 if [ -n "${VARIANTS:-}" ] && [ -f "$f" ]; then
   echo "== mat-vec rows per warp (PB_CUDA_ROWS), tg128 on q4_k_m"
   for r in 1 2; do

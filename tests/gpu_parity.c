@@ -1,7 +1,14 @@
-/* gpu_parity.c -- GPU backend checks on a CUDA machine (make CUDA=1 gpu-tests; scripts/gpu_check.sh runs it):
- * for each GGUF model given, the GPU's logits at every position against the CPU's float32 path (exact mode:
- * float32 dots on dequantized rows, the numerics the GPU's mat-vec kernels have), prefill at once against token
- * by token, and session state saved on the GPU and loaded on the CPU (and the reverse) continuing alike.
+/* gpu_parity.c -- GPU backend checks on a CUDA machine (make CUDA=1 gpu-tests; scripts/gpu_check.sh runs it).
+ * For each GGUF model given:
+ *  - the GPU's float path (PB_CUDA_FLOAT=1: float32 dots on dequantized rows) against the CPU's exact mode, the
+ *    same numerics up to summation order: logits within TOL of the range, top-1 identical at every position;
+ *  - the GPU's default path (quantized weights dotted with int8 activations, as the CPU's default path) against
+ *    the CPU's exact mode: no further off than 2.5 x the CPU default path's own distance from it (+ TOL of the
+ *    range), top-1 agreeing at least as often as the CPU's, less 4 positions of 96. Not the CPU default path
+ *    itself: int8 rounding is discontinuous, so the first activation that lands one step apart (a float sum in
+ *    another order) sends both sides' later quantizations apart and their distance grows to the int8 noise;
+ *  - prefill at once against token by token (bit for bit), and session state saved on the GPU and loaded on the
+ *    CPU (and the reverse) continuing alike (float path vs exact mode, within TOL).
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
@@ -13,8 +20,8 @@
 
 enum { NT = 96 };
 
-/* Relative tolerance: max |gpu - cpu| <= TOL * (max - min of the CPU logits). Both sides compute float32 dots
- * on the same dequantized weights, so only summation order differs, for every weight type alike. */
+/* Relative tolerance: max |gpu - cpu| <= TOL * (max - min of the CPU logits) where both sides compute float32
+ * dots on the same dequantized weights (only the summation order differs, for every weight type alike). */
 #define TOL 1e-3
 
 static int argmax(const float *x, int n) {
@@ -39,6 +46,30 @@ done:
     pb_forward_ctx_free(fc);
     pb_kv_free(kv);
     return s;
+}
+
+typedef struct {
+    double md, mean;
+    int top1, ties; /* same argmax; another argmax whose logit in a is within tie of a's best */
+} cmp;
+
+/* b against a (n rows of V logits). */
+static cmp compare(const float *a, const float *b, int n, int V, double tie) {
+    cmp r = {0, 0, 0, 0};
+    for (size_t i = 0; i < (size_t)n * V; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        r.md = fmax(r.md, d), r.mean += d;
+    }
+    r.mean /= (double)n * V;
+    for (int t = 0; t < n; t++) {
+        const float *x = a + (size_t)t * V, *y = b + (size_t)t * V;
+        int ia = argmax(x, V), ib = argmax(y, V);
+        if (ia == ib)
+            r.top1++;
+        else if (fabs((double)x[ia] - (double)x[ib]) <= tie)
+            r.ties++;
+    }
+    return r;
 }
 
 /* The cache's state (what a session file holds) written on `from` after n tokens and read into a fresh cache of
@@ -99,6 +130,11 @@ static void check_model(const char *path, const char *tok_path) {
         pb_model_close(cm);
         return;
     }
+    pb_model *gf = NULL; /* the same file on the GPU's float path */
+    setenv("PB_CUDA_FLOAT", "1", 1);
+    st = pb_model_open(path, &gp, &gf);
+    unsetenv("PB_CUDA_FLOAT");
+    CHECK(st == PB_OK, "open on the GPU, float path: %s", st ? pb_last_error() : path);
     pb_model_info info;
     pb_model_get_info(gm, &info);
     CHECK(info.gpu && info.gpu_name[0], "model info says GPU (%s), %s", info.gpu_name, info.file_type);
@@ -113,39 +149,49 @@ static void check_model(const char *path, const char *tok_path) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         toks[i] = (int32_t)(r % (uint64_t)V);
     }
-    float *lc = malloc(sizeof(float) * (size_t)n * V), *lg = malloc(sizeof(float) * (size_t)n * V),
-          *l1 = malloc(sizeof(float) * (size_t)n * V);
+    const size_t nv = (size_t)n * V;
+    float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),
+          *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv);
     st = run_all(cm, toks, n, 16, true, lc);
-    CHECK(st == PB_OK, "CPU exact forward");
+    pb_status sd = run_all(cm, toks, n, 16, false, ld);
+    CHECK(st == PB_OK && sd == PB_OK, "CPU forward, exact and default");
     pb_status s1 = run_all(gm, toks, n, n, false, lg), s2 = run_all(gm, toks, n, 1, false, l1);
     CHECK(s1 == PB_OK && s2 == PB_OK, "GPU forward, prefill at once and token by token (%s)",
           s1 || s2 ? pb_last_error() : "ok");
-    if (!st && !s1 && !s2) {
-        double lo = INFINITY, hi = -INFINITY, md = 0, mean = 0;
-        int top1 = 0, ties = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++) {
-            lo = fmin(lo, (double)lc[i]), hi = fmax(hi, (double)lc[i]);
-            double d = fabs((double)lc[i] - (double)lg[i]);
-            md = fmax(md, d), mean += d;
-        }
-        mean /= (double)n * V;
-        for (int t = 0; t < n; t++) {
-            const float *a = lc + (size_t)t * V, *b = lg + (size_t)t * V;
-            int ia = argmax(a, V), ib = argmax(b, V);
-            if (ia == ib)
-                top1++;
-            else if (fabs((double)a[ia] - (double)a[ib]) <= TOL * (hi - lo)) /* a tie within the tolerance */
-                ties++;
-        }
-        NOTE("GPU vs CPU exact: max|d| %.3g  mean|d| %.3g  range %.3g  top-1 %d/%d (+%d ties)", md, mean, hi - lo, top1,
-             n, ties);
-        CHECK(md <= TOL * (hi - lo), "GPU logits within %.0e of the range of the CPU's (max|d| %.3g, range %.3g)", TOL,
-              md, hi - lo);
-        CHECK(top1 + ties == n && top1 >= n - 1, "top-1 identical at every position (%d/%d, %d ties)", top1, n, ties);
-        CHECK(memcmp(lg, l1, sizeof(float) * (size_t)n * V) == 0, "GPU prefill at once = token by token (bit for bit)");
+    pb_status sf = gf ? run_all(gf, toks, n, n, false, lf) : PB_ERR_INTERNAL;
+    CHECK(sf == PB_OK, "GPU forward, float path (%s)", sf ? pb_last_error() : "ok");
+    if (!st && !sd && !s1 && !s2 && !sf) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t i = 0; i < nv; i++) lo = fmin(lo, (double)lc[i]), hi = fmax(hi, (double)lc[i]);
+        const double range = hi - lo;
+        const cmp fr = compare(lc, lf, n, V, TOL * range);
+        NOTE("GPU float path vs CPU exact: max|d| %.3g  mean|d| %.3g  range %.3g  top-1 %d/%d (+%d ties)", fr.md,
+             fr.mean, range, fr.top1, n, fr.ties);
+        CHECK(fr.md <= TOL * range, "GPU float path logits within %.0e of the range of the CPU's exact (max|d| %.3g)",
+              TOL, fr.md);
+        CHECK(fr.top1 + fr.ties == n && fr.top1 >= n - 1,
+              "GPU float path: top-1 identical at every position (%d/%d, %d ties)", fr.top1, n, fr.ties);
+        const cmp c = compare(lc, ld, n, V, TOL * range);
+        const double bound = 2.5 * c.md + TOL * range;
+        const cmp gc = compare(lc, lg, n, V, bound), cc = compare(lc, ld, n, V, bound), gd = compare(ld, lg, n, V, 0);
+        NOTE("vs CPU exact: GPU default path max|d| %.3g mean|d| %.3g top-1 %d/%d (+%d ties); CPU default path max|d| "
+             "%.3g mean|d| %.3g top-1 %d (+%d); GPU default vs CPU default max|d| %.3g mean|d| %.3g top-1 %d",
+             gc.md, gc.mean, gc.top1, n, gc.ties, cc.md, cc.mean, cc.top1, cc.ties, gd.md, gd.mean, gd.top1);
+        CHECK(gc.md <= bound,
+              "GPU default path within 2.5x the CPU default path's distance from exact (+%.0e of the "
+              "range): max|d| %.3g <= %.3g",
+              TOL, gc.md, bound);
+        CHECK(gc.top1 + gc.ties + 4 >= cc.top1 + cc.ties,
+              "GPU default path top-1 agrees with exact (%d+%d of %d) about "
+              "as often as the CPU default path's (%d+%d)",
+              gc.top1, gc.ties, n, cc.top1, cc.ties);
+        CHECK(memcmp(lg, l1, sizeof(float) * nv) == 0, "GPU prefill at once = token by token (bit for bit)");
     }
-    state_cross(gm, cm, toks, 40, V, "GPU -> CPU");
-    state_cross(cm, gm, toks, 40, V, "CPU -> GPU");
+    free(lc), free(ld), free(lg), free(l1), free(lf);
+    if (gf) {
+        state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
+        state_cross(cm, gf, toks, 40, V, "CPU -> GPU");
+    }
     if (hp->head_dim % 32 == 0) { /* (q8_0 rows need head_dim % 32 == 0 anyway) */
         pb_session_params sp = pb_session_default_params();
         sp.n_ctx = 64;
@@ -156,7 +202,7 @@ static void check_model(const char *path, const char *tok_path) {
               pb_last_error());
         pb_session_free(s);
     }
-    free(lc), free(lg), free(l1);
+    pb_model_close(gf);
     pb_model_close(gm);
     pb_model_close(cm);
 }

@@ -71,6 +71,10 @@ struct pb_cu_model {
     pb_cu_layer_d layers[MAX_LAYERS];
     dmat tok_embd, output;
     float *output_norm, *rope_g, *rope_l;
+    // Quantized weights dotted with int8 activations (dp4a), as the CPU's default path, when int8 (the model has
+    // quantized matrices and PB_CUDA_FLOAT=1 was not set at open: that keeps the float32 dots on dequantized
+    // weights, the CPU's exact mode). need0 / needK: some matrix takes q8_0 / q8_K activations.
+    int int8, need0, needK;
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
     size_t bytes;
@@ -288,6 +292,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     if (!g) return fail(err, cap, ST_NOMEM, "cuda: out of host memory");
     const char *rows = getenv("PB_CUDA_ROWS");
     if (rows && (atoi(rows) == 1 || atoi(rows) == 2)) g_rows = atoi(rows);
+
     g->hp = *d;
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(g->name, sizeof g->name, "%s", prop.name);
@@ -321,6 +326,23 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if ((st = upload_floats(g, &t->k_norm, s->k_norm, (size_t)hd, err, cap))) goto bad;
         t->swa = s->swa;
     }
+    {
+        const char *fl = getenv("PB_CUDA_FLOAT");
+        const dmat *all[7 * MAX_LAYERS + 1];
+        int na = 0;
+        all[na++] = &g->output;
+        for (int il = 0; il < d->n_layer; il++) {
+            pb_cu_layer_d *t = &g->layers[il];
+            all[na++] = &t->wq, all[na++] = &t->wk, all[na++] = &t->wv, all[na++] = &t->wo;
+            all[na++] = &t->gate, all[na++] = &t->up, all[na++] = &t->down;
+        }
+        for (int i = 0; i < na; i++) {
+            const int t = all[i]->type;
+            if (t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0) g->need0 = 1;
+            if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) g->needK = 1;
+        }
+        g->int8 = (g->need0 || g->needK) && !(fl && atoi(fl) == 1);
+    }
     g->hp.layers = NULL;
     *out = g;
     return ST_OK;
@@ -337,17 +359,18 @@ extern "C" const char *pb_cu_device_name(const pb_cu_model *g) { return g ? g->n
 struct mv_args {
     dmat mat[3];
     float *y[3];
-    int n_mat, geglu;
+    int n_mat, geglu, int8;
     float softcap;
     const float *x;
+    qact xa; // x quantized (int8 path)
 };
 
 // R rows per warp: the rows' loads are in flight together; each row's sum is taken in the same order whatever
 // R is, so results do not depend on it (bit for bit).
 template <int R> struct racc { float v[R]; };
 
-template <int T, int R>
-static __device__ __forceinline__ racc<R> row_dot_t(const dmat &M, int row, const float *x, int lane) {
+template <int T, int R, bool I8>
+static __device__ __forceinline__ racc<R> row_dot_t(const dmat &M, int row, const float *x, const qact &xa, int lane) {
     const uint8_t *q[R], *m[R];
     racc<R> acc;
 #pragma unroll
@@ -359,27 +382,49 @@ static __device__ __forceinline__ racc<R> row_dot_t(const dmat &M, int row, cons
 #pragma unroll 4
     for (int u = lane; u < M.nunits; u += 32)
 #pragma unroll
-        for (int r = 0; r < R; r++) acc.v[r] += unit_dot<T>(q[r], m[r], u, x);
+        for (int r = 0; r < R; r++) {
+            if constexpr (I8)
+                acc.v[r] += unit_dot8<T>(q[r], m[r], u, xa);
+            else
+                acc.v[r] += unit_dot<T>(q[r], m[r], u, x);
+        }
     return acc;
 }
 
-template <int R> static __device__ racc<R> row_dot(const dmat &M, int row, const float *x, int lane) {
+template <int R>
+static __device__ racc<R> row_dot(const dmat &M, int row, const float *x, const qact &xa, int i8, int lane) {
     racc<R> s;
     switch (M.type) {
-    case T_F32: s = row_dot_t<T_F32, R>(M, row, x, lane); break;
-    case T_F16: s = row_dot_t<T_F16, R>(M, row, x, lane); break;
-    case T_BF16: s = row_dot_t<T_BF16, R>(M, row, x, lane); break;
-    case T_F32 + T_SCALAR: s = row_dot_t<T_F32 + T_SCALAR, R>(M, row, x, lane); break;
-    case T_F16 + T_SCALAR: s = row_dot_t<T_F16 + T_SCALAR, R>(M, row, x, lane); break;
-    case T_BF16 + T_SCALAR: s = row_dot_t<T_BF16 + T_SCALAR, R>(M, row, x, lane); break;
-    case T_Q4_0: s = row_dot_t<T_Q4_0, R>(M, row, x, lane); break;
-    case T_Q4_1: s = row_dot_t<T_Q4_1, R>(M, row, x, lane); break;
-    case T_Q5_0: s = row_dot_t<T_Q5_0, R>(M, row, x, lane); break;
-    case T_Q5_1: s = row_dot_t<T_Q5_1, R>(M, row, x, lane); break;
-    case T_Q8_0: s = row_dot_t<T_Q8_0, R>(M, row, x, lane); break;
-    case T_Q4_K: s = row_dot_t<T_Q4_K, R>(M, row, x, lane); break;
-    case T_Q5_K: s = row_dot_t<T_Q5_K, R>(M, row, x, lane); break;
-    case T_Q6_K: s = row_dot_t<T_Q6_K, R>(M, row, x, lane); break;
+    case T_F32: s = row_dot_t<T_F32, R, false>(M, row, x, xa, lane); break;
+    case T_F16: s = row_dot_t<T_F16, R, false>(M, row, x, xa, lane); break;
+    case T_BF16: s = row_dot_t<T_BF16, R, false>(M, row, x, xa, lane); break;
+    case T_F32 + T_SCALAR: s = row_dot_t<T_F32 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
+    case T_F16 + T_SCALAR: s = row_dot_t<T_F16 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
+    case T_BF16 + T_SCALAR: s = row_dot_t<T_BF16 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
+    case T_Q4_0:
+        s = i8 ? row_dot_t<T_Q4_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_0, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q4_1:
+        s = i8 ? row_dot_t<T_Q4_1, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_1, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q5_0:
+        s = i8 ? row_dot_t<T_Q5_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_0, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q5_1:
+        s = i8 ? row_dot_t<T_Q5_1, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_1, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q8_0:
+        s = i8 ? row_dot_t<T_Q8_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q8_0, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q4_K:
+        s = i8 ? row_dot_t<T_Q4_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_K, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q5_K:
+        s = i8 ? row_dot_t<T_Q5_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_K, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q6_K:
+        s = i8 ? row_dot_t<T_Q6_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q6_K, R, false>(M, row, x, xa, lane);
+        break;
     default:
 #pragma unroll
         for (int r = 0; r < R; r++) s.v[r] = 0.0f;
@@ -404,8 +449,8 @@ template <int R> __global__ void __launch_bounds__(32 * MV_WARPS) k_matvec(const
     racc<R> s;
     if (a.geglu) {
         if (row >= a.mat[0].N) return;
-        s = row_dot<R>(a.mat[0], row, a.x, lane);
-        const racc<R> u = row_dot<R>(a.mat[1], row, a.x, lane);
+        s = row_dot<R>(a.mat[0], row, a.x, a.xa, a.int8, lane);
+        const racc<R> u = row_dot<R>(a.mat[1], row, a.x, a.xa, a.int8, lane);
         if (lane == 0)
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -415,13 +460,13 @@ template <int R> __global__ void __launch_bounds__(32 * MV_WARPS) k_matvec(const
     float *y;
     int N;
     if (row < a.mat[0].N) {
-        s = row_dot<R>(a.mat[0], row, a.x, lane);
+        s = row_dot<R>(a.mat[0], row, a.x, a.xa, a.int8, lane);
         y = a.y[0], N = a.mat[0].N;
     } else if (a.n_mat > 1 && (row -= a.mat[0].N) < a.mat[1].N) {
-        s = row_dot<R>(a.mat[1], row, a.x, lane);
+        s = row_dot<R>(a.mat[1], row, a.x, a.xa, a.int8, lane);
         y = a.y[1], N = a.mat[1].N;
     } else if (a.n_mat > 2 && (row -= a.mat[1].N) < a.mat[2].N) {
-        s = row_dot<R>(a.mat[2], row, a.x, lane);
+        s = row_dot<R>(a.mat[2], row, a.x, a.xa, a.int8, lane);
         y = a.y[2], N = a.mat[2].N;
     } else
         return;
@@ -451,9 +496,64 @@ static __device__ float rms_factor(const float *x, int n, float eps, double *sh)
     return 1.0f / sqrtf((float)(ss / (double)n) + eps);
 }
 
-// x += [RMSNorm(o; post_w)] o (skipped when o is NULL); xn = RMSNorm(x; next_w). One block.
+// Where an activation vector's int8 forms go (q0 / qK NULL: that form is not wanted).
+struct qout {
+    int8_t *q0, *qK;
+    float *d0, *dK;
+};
+
+// The CPU's pb_quant_q8_0 (d = amax / 127 stored as fp16, q = roundf(x / d) with the float32 d) and
+// pb_quant_q8_K (d = max / -127 with max the first value of largest magnitude, q = round-half-even(x * -127 /
+// max)) of x[0..K), bit for bit: warp gw of nw takes 32-blocks gw, gw + nw, ... and 256-blocks likewise.
+static __device__ void quant_act(const float *x, int K, const qout &o, int gw, int nw) {
+    const int lane = threadIdx.x & 31;
+    for (int b = gw; o.q0 && b < K / 32; b += nw) {
+        const float v = x[32 * b + lane];
+        float amax = fabsf(v);
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float r = roundf(__fmul_rn(v, id));
+        r = !(r == r) ? 0.0f : fminf(127.0f, fmaxf(-127.0f, r));
+        o.q0[32 * b + lane] = (int8_t)r;
+        if (lane == 0) o.d0[b] = __half2float(__float2half_rn(d));
+    }
+    for (int c = gw; o.qK && c < K / 256; c += nw) {
+        const float *xc = x + 256 * c;
+        float am = 0.0f;
+        int ix = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float a = fabsf(xc[8 * lane + k]);
+            if (a > am) am = a, ix = 8 * lane + k;
+        }
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) {
+            const float a2 = __shfl_xor_sync(0xffffffffu, am, s);
+            const int i2 = __shfl_xor_sync(0xffffffffu, ix, s);
+            if (a2 > am || (a2 == am && i2 < ix)) am = a2, ix = i2;
+        }
+        const float iscale = am == 0.0f ? 0.0f : -127.0f / xc[ix];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float f = __fadd_rn(__fmul_rn(iscale, xc[8 * lane + k]), 12582912.0f);
+            const int n = (__float_as_int(f) & 0x007FFFFF) - 0x00400000;
+            o.qK[256 * c + 8 * lane + k] = (int8_t)(n < -127 ? -127 : n > 127 ? 127 : n);
+        }
+        if (lane == 0) o.dK[c] = am == 0.0f ? 0.0f : 1.0f / iscale;
+    }
+}
+
+// Quantizes x[0..K) (see quant_act); any grid of 32-thread multiples.
+__global__ void k_quant(const float *x, int K, const qout o) {
+    quant_act(x, K, o, (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)),
+              (int)(gridDim.x * (blockDim.x >> 5)));
+}
+
+// x += [RMSNorm(o; post_w)] o (skipped when o is NULL); xn = RMSNorm(x; next_w), then xn quantized into the forms
+// qo asks for (q0 / qK set). One block.
 __global__ void k_add_norm(float *x, const float *o, const float *post_w, const float *next_w, float *xn, int d,
-                           float eps) {
+                           float eps, const qout qo) {
     __shared__ double sh[32];
     if (o) {
         float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
@@ -462,11 +562,15 @@ __global__ void k_add_norm(float *x, const float *o, const float *post_w, const 
     }
     float r = rms_factor(x, d, eps, sh);
     for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = (x[i] * r) * next_w[i];
+    if (qo.q0 || qo.qK) {
+        __syncthreads();
+        quant_act(xn, d, qo, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    }
 }
 
 // x = E[token] * scale; xn = RMSNorm(x; w). One block.
 __global__ void k_embed(const dmat E, const int *params, float scale, float *x, const float *w, float *xn, int d,
-                        float eps) {
+                        float eps, const qout qo) {
     __shared__ double sh[32];
     const int tok = params[0];
     const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
@@ -474,6 +578,10 @@ __global__ void k_embed(const dmat E, const int *params, float scale, float *x, 
     __syncthreads();
     float r = rms_factor(x, d, eps, sh);
     for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = (x[i] * r) * w[i];
+    if (qo.q0 || qo.qK) {
+        __syncthreads();
+        quant_act(xn, d, qo, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    }
 }
 
 // Per head: [RMSNorm (Gemma 3)], RoPE (NeoX halves) at pos; k and v heads go into the cache as F16 at the
@@ -642,9 +750,10 @@ struct pb_cu_ctx {
     __half *kc[MAX_LAYERS], *vc[MAX_LAYERS];
     size_t kv_bytes[MAX_LAYERS]; // bytes of K (and of V) of a layer
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid;
-    int *params, *all_params; // device: {token, pos}; all tokens of a call
-    int *h_params;            // pinned host staging of all_params
-    float *h_logits;          // pinned host logits
+    float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
+    int *params, *all_params;     // device: {token, pos}; all tokens of a call
+    int *h_params;                // pinned host staging of all_params
+    float *h_logits;              // pinned host logits
     cudaStream_t stream;
     cudaGraphExec_t graph_full, graph_body;
     void *mem;
@@ -676,6 +785,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     c->S = n_ctx / 128 < 16 ? 16 : n_ctx / 128 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 128;
     const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd, qd = (size_t)hp->n_head * hd;
     const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
+    size_t kmax = (size_t)hp->n_embd > qd ? (size_t)hp->n_embd : qd;
+    if ((size_t)hp->n_ff > kmax) kmax = (size_t)hp->n_ff;
     size_t fl[] = {(size_t)hp->n_embd,
                    (size_t)hp->n_embd,
                    qd,
@@ -686,7 +797,11 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    (size_t)hp->n_ff,
                    (size_t)hp->n_vocab,
                    (size_t)hp->n_head_kv * (size_t)c->S * n_rep * (hd + 2),
-                   (size_t)c->max_tok * (size_t)hp->n_embd};
+                   (size_t)c->max_tok * (size_t)hp->n_embd,
+                   kmax / 4 + 1,
+                   kmax / 32 + 1,
+                   kmax / 4 + 1,
+                   kmax / 256 + 1};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
@@ -730,7 +845,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x, &c->xn, &c->q, &c->k, &c->v, &c->att, &c->o, &c->gate, &c->logits, &c->part, &c->hid};
+        float **bufs[] = {&c->x,      &c->xn,   &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,
+                          &c->logits, &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
@@ -750,14 +866,36 @@ bad:
 #undef CT
 }
 
-static mv_args mv1(const dmat &a, float *ya, const float *x) {
+static qout qout_of(const pb_cu_ctx *c) {
+    qout o;
+    o.q0 = c->g->int8 && c->g->need0 ? (int8_t *)c->aq0 : NULL;
+    o.qK = c->g->int8 && c->g->needK ? (int8_t *)c->aqK : NULL;
+    o.d0 = c->ad0;
+    o.dK = c->adK;
+    return o;
+}
+
+// One mat-vec on x (whose int8 forms are in the context's buffers when the model is on the int8 path).
+static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x) {
     mv_args m;
     memset(&m, 0, sizeof m);
     m.mat[0] = a;
     m.y[0] = ya;
     m.n_mat = 1;
     m.x = x;
+    m.int8 = c->g->int8;
+    m.xa.q0 = (const int8_t *)c->aq0;
+    m.xa.d0 = c->ad0;
+    m.xa.qK = (const int8_t *)c->aqK;
+    m.xa.dK = c->adK;
     return m;
+}
+
+// The int8 forms of x[0..K) (one warp per 32 values; nothing when the float path is chosen).
+static void launch_quant(const pb_cu_ctx *c, const float *x, int K, cudaStream_t s) {
+    if (!c->g->int8 || K < 32) return;
+    const int warps = K / 32, nb = (warps + 3) / 4;
+    k_quant<<<nb, 128, 0, s>>>(x, K, qout_of(c));
 }
 
 static void launch_mv(const mv_args &a, int rows, cudaStream_t s) {
@@ -779,10 +917,10 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
     const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
     const int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* 256 measured slower (13.5 vs 7.9 us a norm) */
     k_embed<<<1, nt, 0, s>>>(g->tok_embd, c->params, hp->embd_scale, c->x, g->layers[0].attn_norm, c->xn, d,
-                             hp->norm_eps);
+                             hp->norm_eps, qout_of(c));
     for (int il = 0; il < hp->n_layer; il++) {
         const pb_cu_layer_d *L = &g->layers[il];
-        mv_args a = mv1(L->wq, c->q, c->xn);
+        mv_args a = mv1(c, L->wq, c->q, c->xn);
         a.mat[1] = L->wk;
         a.y[1] = c->k;
         a.mat[2] = L->wv;
@@ -798,19 +936,21 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                                                hp->attn_softcap);
         const int merge_threads = hd < 128 ? 64 : 128;
         k_attn_merge<<<H, merge_threads, 0, s>>>(c->part, c->att, n_rep, hd, c->S);
-        launch_mv(mv1(L->wo, c->o, c->att), L->wo.N, s);
-        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_attn_norm, L->ffn_norm, c->xn, d, hp->norm_eps);
-        mv_args gu = mv1(L->gate, c->gate, c->xn);
+        launch_quant(c, c->att, H * hd, s);
+        launch_mv(mv1(c, L->wo, c->o, c->att), L->wo.N, s);
+        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_attn_norm, L->ffn_norm, c->xn, d, hp->norm_eps, qout_of(c));
+        mv_args gu = mv1(c, L->gate, c->gate, c->xn);
         gu.mat[1] = L->up;
         gu.n_mat = 2;
         gu.geglu = 1;
         launch_mv(gu, L->gate.N, s);
-        launch_mv(mv1(L->down, c->o, c->gate), L->down.N, s);
+        launch_quant(c, c->gate, hp->n_ff, s);
+        launch_mv(mv1(c, L->down, c->o, c->gate), L->down.N, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_ffw_norm, next, c->xn, d, hp->norm_eps);
+        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_ffw_norm, next, c->xn, d, hp->norm_eps, qout_of(c));
     }
     if (with_output) {
-        mv_args a = mv1(g->output, c->logits, c->xn);
+        mv_args a = mv1(c, g->output, c->logits, c->xn);
         a.softcap = hp->final_softcap;
         launch_mv(a, g->output.N, s);
     }

@@ -258,6 +258,175 @@ __device__ __forceinline__ float unit_dot<T_Q6_K>(const uint8_t *q, const uint8_
                 (float)sc[6] * (s3 - 32.0f * t3));
 }
 
+// ---- int8 path: the activations quantized as the CPU's default path does (q8_0 blocks of 32 for the legacy
+// types, q8_K blocks of 256 for the K-quants), dotted with the weights' integers by dp4a (4 byte products a
+// instruction); scales applied per block in float. See k_quant in backend.cu for the activation format.
+struct qact {
+    const int8_t *q0; // q8_0 values (K)
+    const float *d0;  // q8_0 scales (K / 32), the fp16 scale as float
+    const int8_t *qK; // q8_K values (K, whole 256-blocks only)
+    const float *dK;  // q8_K scales (K / 256)
+};
+
+static __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+
+// 4 bits of b (bit i -> byte i) as 0x10 in each byte.
+static __device__ __forceinline__ int bits4_x10(uint32_t b) {
+    return (int)(((b & 15u) * 0x00204081u & 0x01010101u) << 4);
+}
+
+template <int T>
+static __device__ __forceinline__ float unit_dot8(const uint8_t *q, const uint8_t *m, int u, const qact &x);
+
+// legacy blocks: qs byte i = element i (low nibble) and i + 16 (high); activations as 8 ints.
+static __device__ __forceinline__ void load_q8_32(const int8_t *q0, int u, int a[8]) {
+    const int4 a0 = ((const int4 *)q0)[2 * u], a1 = ((const int4 *)q0)[2 * u + 1];
+    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+}
+
+static __device__ __forceinline__ int nib_dot32(uint4 w, const int a[8]) {
+    const int ws[4] = {(int)w.x, (int)w.y, (int)w.z, (int)w.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s = dp4a(ws[i] & 0x0F0F0F0F, a[i], s);
+        s = dp4a((ws[i] >> 4) & 0x0F0F0F0F, a[i + 4], s);
+    }
+    return s;
+}
+
+static __device__ __forceinline__ int nib5_dot32(uint4 w, uint32_t qh, const int a[8]) {
+    const int ws[4] = {(int)w.x, (int)w.y, (int)w.z, (int)w.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s = dp4a((ws[i] & 0x0F0F0F0F) | bits4_x10(qh >> (4 * i)), a[i], s);
+        s = dp4a(((ws[i] >> 4) & 0x0F0F0F0F) | bits4_x10(qh >> (16 + 4 * i)), a[i + 4], s);
+    }
+    return s;
+}
+
+static __device__ __forceinline__ int sum_q8_32(const int a[8]) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s = dp4a(0x01010101, a[i], s);
+    return s;
+}
+
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q4_0>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    const uint4 w = ((const uint4 *)q)[u];
+    int a[8];
+    load_q8_32(x.q0, u, a);
+    return ((const float *)m)[u] * x.d0[u] * (float)(nib_dot32(w, a) - 8 * sum_q8_32(a));
+}
+
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q4_1>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    const uint4 w = ((const uint4 *)q)[u];
+    const float2 dm = ((const float2 *)m)[u];
+    int a[8];
+    load_q8_32(x.q0, u, a);
+    return x.d0[u] * (dm.x * (float)nib_dot32(w, a) + dm.y * (float)sum_q8_32(a));
+}
+
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q5_0>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    const uint4 w = ((const uint4 *)q)[u];
+    const float d = ((const float *)m)[2 * u];
+    const uint32_t qh = ((const uint32_t *)m)[2 * u + 1];
+    int a[8];
+    load_q8_32(x.q0, u, a);
+    return d * x.d0[u] * (float)(nib5_dot32(w, qh, a) - 16 * sum_q8_32(a));
+}
+
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q5_1>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    const uint4 w = ((const uint4 *)q)[u];
+    const float d = ((const float *)m)[3 * u], mn = ((const float *)m)[3 * u + 1];
+    const uint32_t qh = ((const uint32_t *)m)[3 * u + 2];
+    int a[8];
+    load_q8_32(x.q0, u, a);
+    return x.d0[u] * (d * (float)nib5_dot32(w, qh, a) + mn * (float)sum_q8_32(a));
+}
+
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q8_0>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    const int4 w0 = ((const int4 *)q)[2 * u], w1 = ((const int4 *)q)[2 * u + 1];
+    int a[8];
+    load_q8_32(x.q0, u, a);
+    int s = dp4a(w0.x, a[0], 0);
+    s = dp4a(w0.y, a[1], s), s = dp4a(w0.z, a[2], s), s = dp4a(w0.w, a[3], s);
+    s = dp4a(w1.x, a[4], s), s = dp4a(w1.y, a[5], s), s = dp4a(w1.z, a[6], s), s = dp4a(w1.w, a[7], s);
+    return ((const float *)m)[u] * x.d0[u] * (float)s;
+}
+
+// K-quants, units as in unit_dot: Q4_K/Q5_K unit i of block b: values 64j + 8(i%4) + 0..7 (scale 2j) and + 32
+// (scale 2j + 1), j = i / 4.
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q4_K>(const uint8_t *q, const uint8_t *, int u, const qact &x) {
+    const int b = u >> 4, i = u & 15, j = i >> 2, l8 = i & 3;
+    const uint8_t *blk = q + (size_t)b * 144;
+    const float2 dd = __half22float2(*(const __half2 *)blk);
+    const uint2 w = *(const uint2 *)(blk + 16 + 32 * j + 8 * l8);
+    int sc0, m0, sc1, m1;
+    scale_min_k4(2 * j, blk + 4, sc0, m0);
+    scale_min_k4(2 * j + 1, blk + 4, sc1, m1);
+    const int8_t *a = x.qK + 256 * b + 64 * j + 8 * l8;
+    const int2 a0 = *(const int2 *)a, a1 = *(const int2 *)(a + 32);
+    const int i0 = dp4a((int)(w.y & 0x0F0F0F0Fu), a0.y, dp4a((int)(w.x & 0x0F0F0F0Fu), a0.x, 0));
+    const int i1 = dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), a1.y, dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), a1.x, 0));
+    const int s0 = dp4a(0x01010101, a0.y, dp4a(0x01010101, a0.x, 0));
+    const int s1 = dp4a(0x01010101, a1.y, dp4a(0x01010101, a1.x, 0));
+    return x.dK[b] * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * s0 + m1 * s1));
+}
+
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q5_K>(const uint8_t *q, const uint8_t *, int u, const qact &x) {
+    const int b = u >> 4, i = u & 15, j = i >> 2, l8 = i & 3;
+    const uint8_t *blk = q + (size_t)b * 176;
+    const float2 dd = __half22float2(*(const __half2 *)blk);
+    const uint2 w = *(const uint2 *)(blk + 48 + 32 * j + 8 * l8);
+    const uint2 h = *(const uint2 *)(blk + 16 + 8 * l8);
+    int sc0, m0, sc1, m1;
+    scale_min_k4(2 * j, blk + 4, sc0, m0);
+    scale_min_k4(2 * j + 1, blk + 4, sc1, m1);
+    const int8_t *a = x.qK + 256 * b + 64 * j + 8 * l8;
+    const int2 a0 = *(const int2 *)a, a1 = *(const int2 *)(a + 32);
+    const uint32_t l0x = (w.x & 0x0F0F0F0Fu) | (((h.x >> (2 * j)) & 0x01010101u) << 4);
+    const uint32_t l0y = (w.y & 0x0F0F0F0Fu) | (((h.y >> (2 * j)) & 0x01010101u) << 4);
+    const uint32_t l1x = ((w.x >> 4) & 0x0F0F0F0Fu) | (((h.x >> (2 * j + 1)) & 0x01010101u) << 4);
+    const uint32_t l1y = ((w.y >> 4) & 0x0F0F0F0Fu) | (((h.y >> (2 * j + 1)) & 0x01010101u) << 4);
+    const int i0 = dp4a((int)l0y, a0.y, dp4a((int)l0x, a0.x, 0));
+    const int i1 = dp4a((int)l1y, a1.y, dp4a((int)l1x, a1.x, 0));
+    const int s0 = dp4a(0x01010101, a0.y, dp4a(0x01010101, a0.x, 0));
+    const int s1 = dp4a(0x01010101, a1.y, dp4a(0x01010101, a1.x, 0));
+    return x.dK[b] * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * s0 + m1 * s1));
+}
+
+// Q6_K unit i: values 128h + l + {0, 32, 64, 96} + 0..3 (h = i / 8, l = 4 (i % 8)), scales 8h + l/16 + {0, 2, 4, 6}.
+template <>
+__device__ __forceinline__ float unit_dot8<T_Q6_K>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    const int b = u >> 4, i = u & 15, h = i >> 3, l = 4 * (i & 7);
+    const uint8_t *qb = q + (size_t)b * 192;
+    const uint32_t a = *(const uint32_t *)(qb + 64 * h + l), c = *(const uint32_t *)(qb + 64 * h + 32 + l);
+    const uint32_t hh = *(const uint32_t *)(qb + 128 + 32 * h + l);
+    const int8_t *sc = (const int8_t *)(m + (size_t)b * 20) + 8 * h + (l >> 4);
+    const float d = *(const float *)(m + (size_t)b * 20 + 16);
+    const int8_t *xa = x.qK + 256 * b + 128 * h + l;
+    const int x0 = *(const int *)xa, x1 = *(const int *)(xa + 32), x2 = *(const int *)(xa + 64),
+              x3 = *(const int *)(xa + 96);
+    const int v0 = (int)((a & 0x0F0F0F0Fu) | ((hh & 0x03030303u) << 4));
+    const int v1 = (int)((c & 0x0F0F0F0Fu) | (((hh >> 2) & 0x03030303u) << 4));
+    const int v2 = (int)(((a >> 4) & 0x0F0F0F0Fu) | (((hh >> 4) & 0x03030303u) << 4));
+    const int v3 = (int)(((c >> 4) & 0x0F0F0F0Fu) | (((hh >> 6) & 0x03030303u) << 4));
+    const int i0 = dp4a(v0, x0, 0) - 32 * dp4a(0x01010101, x0, 0);
+    const int i1 = dp4a(v1, x1, 0) - 32 * dp4a(0x01010101, x1, 0);
+    const int i2 = dp4a(v2, x2, 0) - 32 * dp4a(0x01010101, x2, 0);
+    const int i3 = dp4a(v3, x3, 0) - 32 * dp4a(0x01010101, x3, 0);
+    return x.dK[b] * d * (float)(sc[0] * i0 + sc[2] * i1 + sc[4] * i2 + sc[6] * i3);
+}
+
 // Element k of a row as float (embedding rows; not a hot path).
 static __device__ float deq_elem(int type, const uint8_t *q, const uint8_t *m, int64_t k) {
     switch (type) {

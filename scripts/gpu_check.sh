@@ -4,6 +4,8 @@
 # then `pocketbrain bench --gpu` on synthesized gemma-2-2b files. Writes logs and JSON under OUT (default /tmp/gpu).
 #   sh scripts/gpu_check.sh [FIXTURES_DIR] [TYPES]   FIXTURES_DIR holds gemma2-tiny-v.*.gguf + tokens.bin
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
+# Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
+# PB_CUDA_FLOAT=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path), VARIANTS=1 (rows per warp), PROFILE=1 (ncu).
 set -u
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}

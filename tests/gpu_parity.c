@@ -115,6 +115,36 @@ static void state_cross(const pb_model *from, const pb_model *to, const int32_t 
     pb_kv_free(ka), pb_kv_free(kb);
 }
 
+/* The GPU's float-path logits lf and default-path logits lg against the CPU's exact lc (the CPU default path's ld
+ * gives the int8 bound); n rows of V. */
+static void check_logits(const float *lc, const float *ld, const float *lg, const float *lf, int n, int V) {
+    const size_t nv = (size_t)n * V;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < nv; i++) lo = fmin(lo, (double)lc[i]), hi = fmax(hi, (double)lc[i]);
+    const double range = hi - lo;
+    const cmp fr = compare(lc, lf, n, V, TOL * range);
+    NOTE("GPU float path vs CPU exact: max|d| %.3g  mean|d| %.3g  range %.3g  top-1 %d/%d (+%d ties)", fr.md, fr.mean,
+         range, fr.top1, n, fr.ties);
+    CHECK(fr.md <= TOL * range, "GPU float path logits within %.0e of the range of the CPU's exact (max|d| %.3g)", TOL,
+          fr.md);
+    CHECK(fr.top1 + fr.ties == n && fr.top1 >= n - 1,
+          "GPU float path: top-1 identical at every position (%d/%d, %d ties)", fr.top1, n, fr.ties);
+    const cmp c = compare(lc, ld, n, V, TOL * range);
+    const double bound = 2.5 * c.md + TOL * range;
+    const cmp gc = compare(lc, lg, n, V, bound), cc = compare(lc, ld, n, V, bound), gd = compare(ld, lg, n, V, 0);
+    NOTE("vs CPU exact: GPU default path max|d| %.3g mean|d| %.3g top-1 %d/%d (+%d ties); CPU default path max|d| "
+         "%.3g mean|d| %.3g top-1 %d (+%d); GPU default vs CPU default max|d| %.3g mean|d| %.3g top-1 %d",
+         gc.md, gc.mean, gc.top1, n, gc.ties, cc.md, cc.mean, cc.top1, cc.ties, gd.md, gd.mean, gd.top1);
+    CHECK(gc.md <= bound,
+          "GPU default path within 2.5x the CPU default path's distance from exact (+%.0e of the "
+          "range): max|d| %.3g <= %.3g",
+          TOL, gc.md, bound);
+    CHECK(gc.top1 + gc.ties + 4 >= cc.top1 + cc.ties,
+          "GPU default path top-1 agrees with exact (%d+%d of %d) about "
+          "as often as the CPU default path's (%d+%d)",
+          gc.top1, gc.ties, n, cc.top1, cc.ties);
+}
+
 static void check_model(const char *path, const char *tok_path) {
     NOTE("model %s", path);
     pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
@@ -161,30 +191,7 @@ static void check_model(const char *path, const char *tok_path) {
     pb_status sf = gf ? run_all(gf, toks, n, n, false, lf) : PB_ERR_INTERNAL;
     CHECK(sf == PB_OK, "GPU forward, float path (%s)", sf ? pb_last_error() : "ok");
     if (!st && !sd && !s1 && !s2 && !sf) {
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t i = 0; i < nv; i++) lo = fmin(lo, (double)lc[i]), hi = fmax(hi, (double)lc[i]);
-        const double range = hi - lo;
-        const cmp fr = compare(lc, lf, n, V, TOL * range);
-        NOTE("GPU float path vs CPU exact: max|d| %.3g  mean|d| %.3g  range %.3g  top-1 %d/%d (+%d ties)", fr.md,
-             fr.mean, range, fr.top1, n, fr.ties);
-        CHECK(fr.md <= TOL * range, "GPU float path logits within %.0e of the range of the CPU's exact (max|d| %.3g)",
-              TOL, fr.md);
-        CHECK(fr.top1 + fr.ties == n && fr.top1 >= n - 1,
-              "GPU float path: top-1 identical at every position (%d/%d, %d ties)", fr.top1, n, fr.ties);
-        const cmp c = compare(lc, ld, n, V, TOL * range);
-        const double bound = 2.5 * c.md + TOL * range;
-        const cmp gc = compare(lc, lg, n, V, bound), cc = compare(lc, ld, n, V, bound), gd = compare(ld, lg, n, V, 0);
-        NOTE("vs CPU exact: GPU default path max|d| %.3g mean|d| %.3g top-1 %d/%d (+%d ties); CPU default path max|d| "
-             "%.3g mean|d| %.3g top-1 %d (+%d); GPU default vs CPU default max|d| %.3g mean|d| %.3g top-1 %d",
-             gc.md, gc.mean, gc.top1, n, gc.ties, cc.md, cc.mean, cc.top1, cc.ties, gd.md, gd.mean, gd.top1);
-        CHECK(gc.md <= bound,
-              "GPU default path within 2.5x the CPU default path's distance from exact (+%.0e of the "
-              "range): max|d| %.3g <= %.3g",
-              TOL, gc.md, bound);
-        CHECK(gc.top1 + gc.ties + 4 >= cc.top1 + cc.ties,
-              "GPU default path top-1 agrees with exact (%d+%d of %d) about "
-              "as often as the CPU default path's (%d+%d)",
-              gc.top1, gc.ties, n, cc.top1, cc.ties);
+        check_logits(lc, ld, lg, lf, n, V);
         CHECK(memcmp(lg, l1, sizeof(float) * nv) == 0, "GPU prefill at once = token by token (bit for bit)");
     }
     free(lc), free(ld), free(lg), free(l1), free(lf);

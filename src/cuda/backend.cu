@@ -264,6 +264,25 @@ extern "C" void pb_cu_model_free(pb_cu_model *g) {
     free(g);
 }
 
+// Which activation formats the matrices need and whether the int8 path runs (see pb_cu_model.int8).
+static void choose_path(pb_cu_model *g, int n_layer) {
+    const char *fl = getenv("PB_CUDA_FLOAT");
+    const dmat *all[7 * MAX_LAYERS + 1];
+    int na = 0;
+    all[na++] = &g->output;
+    for (int il = 0; il < n_layer; il++) {
+        pb_cu_layer_d *t = &g->layers[il];
+        all[na++] = &t->wq, all[na++] = &t->wk, all[na++] = &t->wv, all[na++] = &t->wo;
+        all[na++] = &t->gate, all[na++] = &t->up, all[na++] = &t->down;
+    }
+    for (int i = 0; i < na; i++) {
+        const int t = all[i]->type;
+        if (t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0) g->need0 = 1;
+        if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) g->needK = 1;
+    }
+    g->int8 = (g->need0 || g->needK) && !(fl && atoi(fl) == 1);
+}
+
 extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *err, size_t cap) {
     *out = NULL;
     if (!pb_cu_available(err, cap)) return ST_UNSUPPORTED;
@@ -326,23 +345,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if ((st = upload_floats(g, &t->k_norm, s->k_norm, (size_t)hd, err, cap))) goto bad;
         t->swa = s->swa;
     }
-    {
-        const char *fl = getenv("PB_CUDA_FLOAT");
-        const dmat *all[7 * MAX_LAYERS + 1];
-        int na = 0;
-        all[na++] = &g->output;
-        for (int il = 0; il < d->n_layer; il++) {
-            pb_cu_layer_d *t = &g->layers[il];
-            all[na++] = &t->wq, all[na++] = &t->wk, all[na++] = &t->wv, all[na++] = &t->wo;
-            all[na++] = &t->gate, all[na++] = &t->up, all[na++] = &t->down;
-        }
-        for (int i = 0; i < na; i++) {
-            const int t = all[i]->type;
-            if (t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0) g->need0 = 1;
-            if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) g->needK = 1;
-        }
-        g->int8 = (g->need0 || g->needK) && !(fl && atoi(fl) == 1);
-    }
+    choose_path(g, d->n_layer);
     g->hp.layers = NULL;
     *out = g;
     return ST_OK;

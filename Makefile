@@ -7,6 +7,8 @@
 #   make SAN=thread test               ThreadSanitizer build (objects in build-tsan/)
 #   make NATIVE=1   -march=native (opt-in; the binary then needs this CPU)
 #   make CROSS=aarch64-linux-gnu-      cross build for ARM64 (tests run under qemu-aarch64)
+#   make CUDA=1     adds the CUDA backend (src/cuda, nvcc, sm_90) in build-cuda/; `make CUDA=1 gpu-tests`
+#                   builds the GPU parity tests (scripts/gpu_check.sh runs them on a GPU machine)
 
 CC       ?= cc
 CROSS    ?=
@@ -20,6 +22,9 @@ else
 ARCH     := x86
 endif
 
+ifneq ($(CUDA),)
+BUILD    ?= build-cuda
+endif
 ifeq ($(SAN),)
 BUILD    ?= build$(if $(CROSS),-$(ARCH))
 else ifeq ($(SAN),thread)
@@ -56,7 +61,19 @@ CORE_SRC   := $(filter-out src/kernels/arm_%.c,$(CORE_SRC))
 else
 CORE_SRC   := $(filter-out src/kernels/x86_%.c,$(CORE_SRC))
 endif
-CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o)
+# GPU backend (src/cuda): CUDA C++ built by nvcc with CUDA=1; otherwise the C stub that says "built without CUDA".
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+ifneq ($(CUDA),)
+CUDA_OBJ   := $(BUILD)/src/cuda/backend.o
+CORE_LIBS_CUDA := -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl -lrt
+NVFLAGS    := -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
+              -Xcompiler -fPIC,-Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings)
+else
+CORE_SRC   += src/cuda/stub.c
+CUDA_OBJ   :=
+endif
+CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
 LIB        := $(BUILD)/libpocketbrain.a
 
 $(BUILD)/src/kernels/x86_avx2.o:   ISA_FLAGS := -mavx2 -mfma -mf16c
@@ -81,7 +98,7 @@ ifneq ($(wildcard src/store/*.c),)
 SYS_LIBS   += $(shell pkg-config --libs poppler-glib 2>/dev/null)
 $(BUILD)/src/store/%.o: EXTRA_INC := $(shell pkg-config --cflags poppler-glib 2>/dev/null)
 endif
-CORE_LIBS  := -lm -lpthread
+CORE_LIBS  := -lm -lpthread $(CORE_LIBS_CUDA)
 
 # web UI embedded at build time (web/* -> generated C array)
 WEB_FILES  := $(wildcard web/*.html web/*.js web/*.css web/*.svg)
@@ -102,7 +119,7 @@ ITEST_BIN  := $(ITEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SRC   := $(wildcard tests/fuzz_*.c)
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench install uninstall
+.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench install uninstall gpu-tests
 all: lib cli tests
 
 lib: $(LIB)
@@ -112,6 +129,16 @@ tests: $(UNIT_BIN) $(ITEST_BIN) $(EXAMPLES)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ISA_FLAGS) $(EXTRA_INC) -MMD -MP -c $< -o $@
+
+$(BUILD)/src/cuda/backend.o: src/cuda/backend.cu src/cuda/weights.cuh src/cuda/pb_cuda.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# GPU parity tests (not part of `make test`: CI has no GPU); run by scripts/gpu_check.sh
+gpu-tests: $(BUILD)/tests/gpu_parity
+$(BUILD)/tests/gpu_parity: tests/gpu_parity.c tests/pb_test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP $< -o $@ $(LDFLAGS) $(LIB) $(CORE_LIBS)
 
 $(LIB): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
@@ -237,6 +264,6 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-san build-tsan build-arm64 build-fuzz
+	rm -rf build build-san build-tsan build-arm64 build-fuzz build-cuda
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -34,7 +34,7 @@ extern "C" {
 #define PB_VERSION_MINOR  1
 #define PB_VERSION_PATCH  0
 #define PB_VERSION_STRING "0.1.0"
-#define PB_ABI_VERSION    1
+#define PB_ABI_VERSION    2
 
 /* ---- status ---------------------------------------------------------------------------------- */
 
@@ -78,6 +78,9 @@ typedef struct pb_model_params {
     bool repack;       /* interleave Q4_0/Q8_0 matrix rows at open for the CPU's packed kernels
                           (default true; only where such kernels exist, x86 AVX-512 VNNI today).
                           The repacked pages are this process's own copy, not file cache pages. */
+    int gpu;           /* -1 (default): run on the GPU when one is usable, else the CPU; 0: CPU only;
+                          1: GPU required (open fails with the reason, e.g. "built without CUDA").
+                          On the GPU: weights uploaded once, F16 KV cache in GPU memory (kv_type f16 only). */
 } pb_model_params;
 
 pb_model_params pb_model_default_params(void);
@@ -103,6 +106,9 @@ typedef struct pb_model_info {
     char file_type[32];      /* "Q4_K_M", "F16", ... (best effort) */
     uint8_t fingerprint[32]; /* identity of the weights + hparams (used by session files) */
     int n_repacked;          /* weight matrices repacked at open for this CPU's packed kernels */
+    bool gpu;                /* the model runs on the GPU */
+    char gpu_name[64];       /* its device ("NVIDIA H200") when gpu */
+    char gpu_note[192];      /* why gpu = -1 (auto) stayed on the CPU, or "" */
 } pb_model_info;
 
 pb_status pb_model_get_info(const pb_model *m, pb_model_info *out);

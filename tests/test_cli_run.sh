@@ -103,4 +103,14 @@ $BIN bench -m "$M" -t 1 -d -5 >"$T/out" 2>"$T/err"; rc=$?
 check "bench -d -5: exit 2 naming the flag" '[ $rc = 2 ] && grep -q -- "-d" "$T/err"'
 $BIN bench -m "$M" -t 0 >"$T/out" 2>"$T/err"; rc=$?
 check "bench -t 0: exit 2" '[ $rc = 2 ]'
+
+# GPU flags: --no-gpu is the CPU; --gpu without a usable GPU (a build without CUDA, or no device) fails with the reason
+$R -p "Once upon a time" -n 6 --raw --temp 0 --no-gpu >"$T/cpu1" 2>/dev/null; rc=$?
+check "--no-gpu gives the same greedy text (rc $rc)" '[ $rc = 0 ] && cmp -s "$T/raw2" "$T/cpu1"'
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  $R -p "hi" -n 2 --gpu >"$T/out" 2>"$T/err"; rc=$?
+  check "--gpu without a GPU: exit 1 naming the reason" '[ $rc = 1 ] && grep -Eq "without CUDA|no CUDA device" "$T/err" && [ ! -s "$T/out" ]'
+  $BIN bench -m "$M" --gpu -p 4 -n 4 -r 1 >"$T/out" 2>"$T/err"; rc=$?
+  check "bench --gpu without a GPU: exit 1 naming the reason" '[ $rc = 1 ] && grep -Eq "without CUDA|no CUDA device" "$T/err"'
+fi
 exit 0

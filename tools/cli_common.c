@@ -22,6 +22,7 @@ const char *const cli_opts_help =
     "  --context-shift        when the context is full, drop the oldest turns (keeps the system prompt)\n"
     "                         instead of stopping with an error\n"
     "  --warmup               run one token at start so the first answer is not cold\n"
+    "  --gpu, --no-gpu        run on the GPU (fail when none is usable) / on the CPU (default: GPU when usable)\n"
     "memory and heat:\n"
     "  --mem-limit SIZE       memory the model + KV may use (e.g. 2G; default: detected)\n"
     "  --fit                  when it does not fit, use a q8_0 KV cache and/or a shorter context\n"
@@ -48,6 +49,7 @@ void cli_opts_init(cli_opts *o) {
     o->preset = PB_PRESET_BALANCED;
     o->kv_type = PB_KV_F16;
     o->n_batch = 512;
+    o->gpu = -1;
 }
 
 const char *cli_kv_name(pb_kv_type t) { return t == PB_KV_Q8_0 ? "q8_0" : t == PB_KV_F32 ? "f32" : "f16"; }
@@ -89,7 +91,9 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
 #define VALUE(lng, shrt)                                                                                               \
     ((r = flag(argc, argv, i, lng, shrt, &v)) < 0 ? (cli_usage_error(cmd, usage, "%s needs a value", a), -1) : r)
 #define BAD() return (cli_usage_error(cmd, usage, "bad value for %s", a), 2)
-    if ((r = VALUE("--model", "-m")) != 0) {
+    if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
+        o->gpu = a[2] == 'g';
+    } else if ((r = VALUE("--model", "-m")) != 0) {
         if (r < 0) return 2;
         o->model = v;
     } else if ((r = VALUE("--threads", "-t")) != 0) {
@@ -243,6 +247,7 @@ int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, d
     pb_model_params mp = pb_model_default_params();
     mp.n_threads = o->n_threads;
     mp.mem_limit = o->mem_limit;
+    mp.gpu = o->gpu;
     if ((st = pb_model_open(path, &mp, m)) != PB_OK) return cli_fail(cmd, st, "cannot open model");
     if ((st = pb_session_new(*m, &sp, s)) != PB_OK) {
         pb_model_close(*m);

@@ -29,6 +29,7 @@ typedef struct cli_opts {
     const char *thermal; /* --thermal auto|off|PATH */
     bool context_shift;  /* --context-shift */
     bool warmup;         /* --warmup */
+    int gpu;             /* --gpu 1 / --no-gpu 0; -1 = the GPU when usable */
     int max_tokens;      /* -n */
     const char *stop[CLI_MAX_STOP];
     int n_stop; /* --stop (repeatable) */

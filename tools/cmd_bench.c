@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const usage =
-    "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--cold] [--json]";
+static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type "
+                                 "T] [--gpu|--no-gpu] [--cold]\n"
+                                 "                  [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
-    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--json]\n\n"
+    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--gpu|--no-gpu]\n"
+    "                         [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
     "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"
@@ -27,6 +29,7 @@ static const char *const help =
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
     "  --cold             cold start instead: process start -> first token of a 24-token prompt, each\n"
     "                     repetition a fresh process with the model file evicted from the page cache\n"
+    "  --gpu, --no-gpu    run on the GPU (fail when none is usable) / on the CPU; default: the GPU when usable\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
     "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"
     "tgN: N decode steps after a one-token prompt, or after the N-token context of --depth (end-of-sequence\n"
@@ -61,6 +64,8 @@ typedef struct result {
     triple ttft_ms, pp, tg;
     size_t rss, kv;
     int n_ctx;
+    bool gpu; /* ran on the GPU */
+    char gpu_name[64];
 } result;
 
 static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vocab) {
@@ -69,7 +74,8 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 }
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
-static int bench_one(const char *path, int threads, int n_p, int n_g, int depth, int reps, pb_kv_type kv, result *res) {
+static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, int depth, int reps, pb_kv_type kv,
+                     result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();
@@ -83,6 +89,7 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int depth,
     pb_model *m;
     pb_model_params mp = pb_model_default_params();
     mp.n_threads = threads;
+    mp.gpu = gpu;
     pb_status st = pb_model_open(path, &mp, &m);
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
     pb_session *s;
@@ -92,7 +99,11 @@ static int bench_one(const char *path, int threads, int n_p, int n_g, int depth,
     }
     res->load_ms = pb_time_ms() - t0;
     pb_model_info mi;
-    if (pb_model_get_info(m, &mi) == PB_OK) res->n_repacked = mi.n_repacked;
+    if (pb_model_get_info(m, &mi) == PB_OK) {
+        res->n_repacked = mi.n_repacked;
+        res->gpu = mi.gpu;
+        snprintf(res->gpu_name, sizeof res->gpu_name, "%s", mi.gpu_name);
+    }
     pb_mem_estimate e;
     if (pb_estimate_memory(path, &sp, 0, &e) == PB_OK) res->kv = e.kv;
 
@@ -180,6 +191,7 @@ PB_CMD(bench) {
             return 2;
         return bench_cold_child(argv[2], (int)t, (int)fd);
     }
+    int gpu = -1;
     pb_kv_type kv = PB_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -191,6 +203,8 @@ PB_CMD(bench) {
             json = true;
         } else if (strcmp(a, "--cold") == 0) {
             cold = true;
+        } else if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
+            gpu = a[2] == 'g';
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             if (!v) return cli_usage_error("bench", usage, "%s needs a value", a);
             if (!(model = cli_model_arg("bench", argv[++i]))) return 1;
@@ -238,6 +252,7 @@ PB_CMD(bench) {
         pb_model *m;
         pb_model_params ip = pb_model_default_params();
         ip.repack = false; /* metadata only */
+        ip.gpu = 0;
         pb_status st = pb_model_open(path, &ip, &m);
         if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
         pb_model_get_info(m, &info);
@@ -245,7 +260,7 @@ PB_CMD(bench) {
     }
     result res[MAX_T];
     for (int k = 0; k < n_threads; k++) {
-        int rc = bench_one(path, threads[k], (int)n_p, (int)n_g, (int)depth, (int)reps, kv, &res[k]);
+        int rc = bench_one(path, threads[k], gpu, (int)n_p, (int)n_g, (int)depth, (int)reps, kv, &res[k]);
         if (rc) return rc;
     }
     char pp_name[32], tg_name[32], mname[200];
@@ -268,6 +283,8 @@ PB_CMD(bench) {
         for (int k = 0; k < n_threads; k++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "threads", res[k].threads);
+            cJSON_AddStringToObject(o, "backend", res[k].gpu ? "cuda" : "cpu");
+            if (res[k].gpu) cJSON_AddStringToObject(o, "gpu", res[k].gpu_name);
             cJSON_AddNumberToObject(o, "load_ms", res[k].load_ms);
             const char *names[3] = {"ttft_ms", pp_name, tg_name};
             const triple *vals[3] = {&res[k].ttft_ms, &res[k].pp, &res[k].tg};
@@ -290,15 +307,20 @@ PB_CMD(bench) {
         cJSON_Delete(root);
         return 0;
     }
-    printf("| model | size | params | threads | test | t/s (median) | min | max |\n");
+    printf("| model | size | params | threads / GPU | test | t/s (median) | min | max |\n");
     printf("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
     for (int k = 0; k < n_threads; k++) {
         for (int j = 0; j < 2; j++) {
             if ((j == 0 && n_p == 0) || (j == 1 && n_g == 0)) continue;
             const triple *t = j ? &res[k].tg : &res[k].pp;
-            printf("| %s | %.2f MiB | %.2f M | %d | %s | %.2f | %.2f | %.2f |\n", mname,
-                   (double)info.weight_bytes / (1 << 20), (double)info.n_params / 1e6, res[k].threads,
-                   j ? tg_name : pp_name, t->med, t->min, t->max);
+            char who[80];
+            if (res[k].gpu)
+                snprintf(who, sizeof who, "%s", res[k].gpu_name);
+            else
+                snprintf(who, sizeof who, "%d", res[k].threads);
+            printf("| %s | %.2f MiB | %.2f M | %s | %s | %.2f | %.2f | %.2f |\n", mname,
+                   (double)info.weight_bytes / (1 << 20), (double)info.n_params / 1e6, who, j ? tg_name : pp_name,
+                   t->med, t->min, t->max);
         }
     }
     printf("\n| threads | load ms | ttft ms (32-token prompt, median) | min | max | peak RSS MiB | KV MiB (n_ctx) |\n");

@@ -3,6 +3,7 @@
  * residual) -> norm -> tied output. Versions differ only by flags in pb_hparams. Nothing is allocated per
  * call: every buffer lives in pb_forward_ctx (sized for n_batch tokens) or in the KV cache. */
 #include "kernels/kernels.h"
+#include "model/gpu.h"
 #include "model/kv_impl.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -818,6 +819,13 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return pb_error(PB_ERR_INVALID_ARG, "forward: token %d at index %d is outside the vocabulary (0..%d)",
                             tokens[t], t, hp->n_vocab - 1);
+    if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there, token by token */
+        pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
+        if (s) return s;
+        kv->n_past += n;
+        fc->n_last = n;
+        return PB_OK;
+    }
     int64_t d = hp->n_embd, half_g = hp->hd_full / 2, half_l = hp->hd_swa / 2;
 
     /* x = E[tok] * sqrt(d) */

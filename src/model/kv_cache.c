@@ -5,6 +5,8 @@
  * cap = min(n_ctx, W), row of position t at slot t % cap -- the query at p only sees keys p-W < t <= p, so the
  * W most recent positions are all a decode step needs (the new token's own row comes from the forward's
  * stash, see forward.c). */
+#include "cuda/pb_cuda.h"
+#include "model/gpu.h"
 #include "model/kv_impl.h"
 #include "tensor/types.h"
 
@@ -71,12 +73,18 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
         kv->v[il] = p;
         p += kv->row_b[il] * (size_t)kv->cap[il];
     }
+    pb_status s = pb_kv_gpu_attach(m, kv);
+    if (s) {
+        pb_kv_free(kv);
+        return s;
+    }
     *out = kv;
     return PB_OK;
 }
 
 void pb_kv_free(pb_kv_cache *kv) {
     if (!kv) return;
+    pb_cu_ctx_free(kv->gpu);
     pb_big_free(kv->mem, kv->bytes ? kv->bytes : 64);
     free(kv);
 }
@@ -134,6 +142,8 @@ pb_status pb_kv_state_write(const pb_kv_cache *kv, void *buf, size_t cap, size_t
     size_t need = pb_kv_state_size(kv);
     if (len_out) *len_out = need;
     if (cap < need) return pb_error(PB_ERR_INVALID_ARG, "kv: state needs %zu bytes, buffer has %zu", need, cap);
+    pb_status s = pb_kv_gpu_pull(kv); /* a GPU cache's rows into the host rows first */
+    if (s) return s;
     uint8_t *p = buf;
     memcpy(p, KV_MAGIC, 4);
     put_u32(p + 4, 1);
@@ -205,5 +215,5 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
         }
     }
     kv->n_past = (int)np;
-    return PB_OK;
+    return pb_kv_gpu_push(kv);
 }

@@ -21,6 +21,7 @@ struct pb_kv_cache {
     uint8_t *v[PB_MAX_LAYERS];
     void *mem;
     size_t bytes;
+    struct pb_cu_ctx *gpu; /* the device twin of this cache when the model runs on the GPU (model/gpu.c), else NULL */
 };
 
 /* Row of kv head g in cache slot `slot` of layer il (base: kv->k[il] or kv->v[il]). Head-major, so attention,

@@ -1,5 +1,6 @@
 /* model.c -- opens a Gemma GGUF: hparams from metadata, weight binding with shape checks, fingerprint, info.
  * No math of the forward pass here (forward.c) and no K/V storage (kv_cache.c). */
+#include "model/gpu.h"
 #include "model/model_impl.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -597,6 +598,7 @@ pb_model_params pb_model_default_params(void) {
     p.mem_limit = 0;
     p.check_memory = true;
     p.repack = true;
+    p.gpu = -1; /* auto: the GPU when one is usable (a build with CUDA), else the CPU */
     return p;
 }
 
@@ -829,8 +831,6 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
         }
     }
     if ((s = copy_norms(m))) goto fail;
-    if (m->params.repack && (s = pack_weights(m))) goto fail;
-    m->info.n_repacked = m->n_packed;
     pb_rope_inv_freq(m->rope_inv_global, m->hp.hd_full, m->hp.rope_base, m->hp.rope_scale);
     pb_rope_inv_freq(m->rope_inv_local, m->hp.hd_swa, m->hp.rope_base_local, 1.0f);
     const pb_gguf_tensor *rf = m->hp.arch == PB_ARCH_GEMMA4 ? pb_gguf_find_tensor(m->g, "rope_freqs.weight") : NULL;
@@ -851,6 +851,9 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
      * uses. (HF in bf16 rounds the factor to bf16 -- 48.0 for d = 2304, exact; 45.25 for 2048, -0.01%;
      * 34.0 for 1152, +0.17% -- a difference of the checkpoint dtype, not of the model.) */
     m->embd_scale = (float)sqrt((double)m->hp.n_embd);
+    if ((s = pb_model_gpu_attach(m))) goto fail; /* params.gpu: weights uploaded once (model/gpu.c) */
+    if (!m->gpu && m->params.repack && (s = pack_weights(m))) goto fail; /* the GPU reads the file's rows */
+    m->info.n_repacked = m->n_packed;
     if ((s = pb_vocab_from_gguf(m->g, &m->vocab))) goto fail;
     *out = m;
     return PB_OK;
@@ -862,6 +865,7 @@ fail:
 
 void pb_model_close(pb_model *m) {
     if (!m) return;
+    pb_model_gpu_detach(m);
     pb_vocab_free(m->vocab);
     pb_big_free(m->packed_mem, m->packed_size);
     free(m->norm_mem);

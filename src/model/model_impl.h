@@ -71,6 +71,7 @@ struct pb_model {
     float embd_scale; /* sqrt(n_embd) in float32 (HF f32 run) */
     pb_vocab *vocab;
     pb_model_info info;
+    struct pb_cu_model *gpu; /* weights on the GPU (model/gpu.c), else NULL */
 };
 
 #endif

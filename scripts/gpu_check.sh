@@ -1,0 +1,105 @@
+#!/bin/sh
+# gpu_check.sh -- one call on a CUDA machine: build with `make CUDA=1` (warnings are errors), run the GPU parity
+# tests (tests/gpu_parity.c) on the peer tiny Gemma 2 files and the transformers-made tiny Gemma 1/2/3 models,
+# then `pocketbrain bench --gpu` on synthesized gemma-2-2b files. Writes logs and JSON under OUT (default /tmp/gpu).
+#   sh scripts/gpu_check.sh [FIXTURES_DIR] [TYPES]   FIXTURES_DIR holds gemma2-tiny-v.*.gguf + tokens.bin
+#   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
+# Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
+# PB_CUDA_FLOAT=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path), VARIANTS=1 (rows per warp), PROFILE=1 (ncu).
+set -u
+OUT=${OUT:-/tmp/gpu}
+FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
+TYPES=${2:-q4_k_m q4_0 q8_0 f16}
+REPS=${REPS:-5}
+J=$(nproc 2>/dev/null || echo 4)
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv
+# PB_PAR and PB_BIN: a parity binary and a CLI built (make CUDA=1 CI=true) and linked on another machine with the
+# same nvcc; the build here is skipped then (it costs a minute or two of GPU-machine time).
+if [ -n "${PB_PAR:-}" ] && [ -n "${PB_BIN:-}" ]; then
+  echo "== prebuilt: $PB_PAR, $PB_BIN"
+  PAR=$PB_PAR
+  PB=$PB_BIN
+else
+echo "== build (make CUDA=1 CI=true: warnings are errors)"
+make -j"$J" CUDA=1 CI=true gpu-tests >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+grep -i "warning" "$OUT/build.log" | head -5
+PAR=build-cuda/tests/gpu_parity
+# The CLI also links the service libraries (SQLite, libmicrohttpd, ...); a GPU machine without them can run a
+# CLI linked elsewhere: PB_BIN names it.
+if make -j"$J" CUDA=1 CI=true build-cuda/pocketbrain >>"$OUT/build.log" 2>&1; then
+  PB=build-cuda/pocketbrain
+elif [ -n "${PB_BIN:-}" ]; then
+  echo "CLI not built here (service libraries missing): using $PB_BIN"; PB=$PB_BIN
+else
+  tail -5 "$OUT/build.log"; exit 1
+fi
+fi
+echo "== parity tests"
+set --
+for q in f16 q8_0 q4_0 q4_k_m q5_k_m q6_k; do
+  f="$FIX/gemma2-tiny-v.$q.gguf"
+  [ -f "$f" ] && set -- "$@" "$f" "$FIX/tokens.bin"
+done
+for a in gemma gemma2 gemma3; do # transformers-made tiny models, converted here
+  for t in f32 f16 q8_0; do
+    $PB convert tests/data/model/$a "/tmp/tiny-$a-$t.gguf" --type $t >/dev/null 2>&1 && set -- "$@" "/tmp/tiny-$a-$t.gguf"
+  done
+  for t in f16 bf16 q8_0 q4_0 q4_k_m q5_k_m q6_k; do # random tiny models of every weight type
+    $PB synth --arch $a --size tiny --type $t -o "/tmp/synth-$a-$t.gguf" >/dev/null 2>&1 &&
+      set -- "$@" "/tmp/synth-$a-$t.gguf"
+  done
+done
+$PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
+echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
+if [ -n "${FLOATCHECK:-}" ]; then # the float path (PB_CUDA_FLOAT=1) against the CPU's exact mode
+  PB_CUDA_FLOAT=1 $PAR "$@" >"$OUT/parity-float.log" 2>&1
+  echo "parity (float path): $(grep -c '^ok' "$OUT/parity-float.log") ok, $(grep -c '^not ok' "$OUT/parity-float.log") not ok"
+fi
+echo "== bench"
+for t in $TYPES; do
+  f=/tmp/gemma2-2b-$t.gguf
+  [ -f "$f" ] || $PB synth --arch gemma2 --size 2b --type $t -o "$f" --threads "$J" >/dev/null 2>&1 || { echo "synth $t failed"; continue; }
+  $PB bench --gpu -m "$f" -p 512 -n 128 -r "$REPS" --json >"$OUT/bench-$t.json" 2>/tmp/bench-$t.err || cat /tmp/bench-$t.err
+  python3 - "$OUT/bench-$t.json" "$f" "$t" <<'PY'
+import json, os, sys
+j = json.load(open(sys.argv[1])); r = j["runs"][0]
+tg = [v for k, v in r.items() if k.startswith("tg")][0]["median"]
+pp = [v for k, v in r.items() if k.startswith("pp")][0]["median"]
+size = os.path.getsize(sys.argv[2])
+print(f"{sys.argv[3]:7s} {r.get('backend')} {size/2**30:.2f} GiB  tg128 {tg:8.1f} tok/s  pp512 {pp:8.1f} tok/s  "
+      f"ttft {r['ttft_ms']['median']:.1f} ms  weights read {size*tg/1e12:.2f} TB/s")
+PY
+done
+f=/tmp/gemma2-2b-q4_k_m.gguf
+if [ -n "${FLOATBENCH:-}" ] && [ -f "$f" ]; then
+  PB_CUDA_FLOAT=1 $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/float.json 2>/dev/null
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('q4_k_m float path (PB_CUDA_FLOAT=1): tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/float.json
+fi
+if [ -n "${VARIANTS:-}" ] && [ -f "$f" ]; then
+  echo "== mat-vec rows per warp (PB_CUDA_ROWS), tg128 on q4_k_m"
+  for r in 1 2; do
+    PB_CUDA_ROWS=$r $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/rows$r.json 2>/dev/null
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('rows', sys.argv[2], [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/rows$r.json $r
+  done
+fi
+if [ -n "${PROFILE:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then
+  echo "== ncu: kernel times of one token step (last prompt token of the 32-token ttft run, with the output mat-vec)"
+  timeout 200 ncu --clock-control none --graph-profiling node --launch-skip 7100 --launch-count 421 --csv \
+    --metrics gpu__time_duration.sum $PB bench --gpu -m "$f" -p 0 -n 1 -r 1 >"$OUT/ncu.csv" 2>/tmp/ncu.err
+  python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+t = collections.defaultdict(float); n = collections.Counter()
+for r in rows[1:]:
+    try: v = float(r[vi].replace(",", ""))
+    except ValueError: continue
+    v = v / 1000.0 if r[ui] in ("nsecond", "ns") else v * 1000.0 if r[ui] in ("msecond", "ms") else v  # us
+    k = r[ki].split("(")[0]; t[k] += v; n[k] += 1
+tot = sum(t.values())
+for k in sorted(t, key=t.get, reverse=True):
+    print(f"{k:40s} {n[k]:5d} x {t[k]/n[k]:8.2f} us = {t[k]:9.1f} us ({100*t[k]/tot:4.1f}%)")
+print(f"sum of kernel times {tot:.1f} us over {sum(n.values())} kernels")
+PY
+fi

@@ -1,0 +1,1036 @@
+// backend.cu -- the CUDA backend: weights uploaded once in their GGUF formats, an F16 KV cache in GPU memory
+// (sliding-window layers as rings, the host cache's layout), and a token step of fused kernels captured once
+// as a CUDA graph: embed + norm, per layer q/k/v mat-vec, q/k norm + RoPE + KV write, split-key attention,
+// merge, output mat-vec, post-norm + residual + next norm, gate/up mat-vec + GeGLU, down mat-vec, ..., the
+// output mat-vec with the final soft-cap. Only logits come back to the host. See docs/CUDA.md.
+#include "cuda/pb_cuda.h"
+#include "cuda/weights.cuh"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    ST_OK = 0,
+    ST_INVALID = 1,
+    ST_UNSUPPORTED = 4,
+    ST_NOMEM = 5,
+    ST_CANCELLED = 8,
+    ST_MEMLIMIT = 10,
+    ST_INTERNAL = 11
+};
+
+#define MAX_LAYERS 256
+#define MAX_REP    8  // query heads per kv head the attention kernel holds
+#define MAX_EPL    8  // head_dim / 32 values per lane (head_dim <= 256)
+#define MAX_SPLITS 64 // key splits of one attention row
+#define MV_WARPS   4  // rows per mat-vec block
+
+static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+#define CU(call)                                                                                                       \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess)                                                                                         \
+            return fail(err, cap, e_ == cudaErrorMemoryAllocation ? ST_NOMEM : ST_INTERNAL, "cuda: %s: %s", #call,     \
+                        cudaGetErrorString(e_));                                                                       \
+    } while (0)
+
+// Rows per warp of the mat-vec kernel: 1 or 2 (PB_CUDA_ROWS, read at model open; for benchmarks). The
+// results do not depend on it.
+static int g_rows = 1;
+
+// ---- device matrices ---------------------------------------------------------------------------------------
+
+struct dmat {
+    int type; // device type (T_SCALAR added for F* rows not a multiple of 8)
+    int K, N, nunits;
+    size_t qrow, mrow;
+    uint8_t *q, *m;
+};
+
+struct pb_cu_layer_d {
+    dmat wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm, *q_norm, *k_norm;
+    int swa;
+};
+
+struct pb_cu_model {
+    pb_cu_desc hp; // scalars only (pointers inside are the host's)
+    pb_cu_layer_d layers[MAX_LAYERS];
+    dmat tok_embd, output;
+    float *output_norm, *rope_g, *rope_l;
+    // Quantized weights dotted with int8 activations (dp4a), as the CPU's default path, when int8 (the model has
+    // quantized matrices and PB_CUDA_FLOAT=1 was not set at open: that keeps the float32 dots on dequantized
+    // weights, the CPU's exact mode). need0 / needK: some matrix takes q8_0 / q8_K activations.
+    int int8, need0, needK;
+    void *mem[8 * MAX_LAYERS + 16];
+    int n_mem;
+    size_t bytes;
+    char name[256];
+};
+
+static const char *type_name(int t) {
+    switch (t) {
+    case T_F32: return "F32";
+    case T_F16: return "F16";
+    case T_BF16: return "BF16";
+    case T_Q4_0: return "Q4_0";
+    case T_Q4_1: return "Q4_1";
+    case T_Q5_0: return "Q5_0";
+    case T_Q5_1: return "Q5_1";
+    case T_Q8_0: return "Q8_0";
+    case T_Q4_K: return "Q4_K";
+    case T_Q5_K: return "Q5_K";
+    case T_Q6_K: return "Q6_K";
+    }
+    return NULL;
+}
+
+// File bytes of one block of GGUF type t (values per block in *blk).
+static size_t file_block(int t, int *blk) {
+    switch (t) {
+    case T_F32: *blk = 1; return 4;
+    case T_F16:
+    case T_BF16: *blk = 1; return 2;
+    case T_Q4_0: *blk = 32; return 18;
+    case T_Q4_1: *blk = 32; return 20;
+    case T_Q5_0: *blk = 32; return 22;
+    case T_Q5_1: *blk = 32; return 24;
+    case T_Q8_0: *blk = 32; return 34;
+    case T_Q4_K: *blk = 256; return 144;
+    case T_Q5_K: *blk = 256; return 176;
+    case T_Q6_K: *blk = 256; return 210;
+    }
+    *blk = 0;
+    return 0;
+}
+
+static float h2f_host(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// Splits one file block into its device q and m parts (see weights.cuh).
+static void split_block(int t, const uint8_t *src, uint8_t *q, uint8_t *m) {
+    uint16_t h16;
+    float f;
+    switch (t) {
+    case T_Q4_0:
+    case T_Q8_0:
+        memcpy(&h16, src, 2);
+        f = h2f_host(h16);
+        memcpy(m, &f, 4);
+        memcpy(q, src + 2, t == T_Q4_0 ? 16 : 32);
+        return;
+    case T_Q4_1:
+        for (int i = 0; i < 2; i++) {
+            memcpy(&h16, src + 2 * i, 2);
+            f = h2f_host(h16);
+            memcpy(m + 4 * i, &f, 4);
+        }
+        memcpy(q, src + 4, 16);
+        return;
+    case T_Q5_0:
+        memcpy(&h16, src, 2);
+        f = h2f_host(h16);
+        memcpy(m, &f, 4);
+        memcpy(m + 4, src + 2, 4);
+        memcpy(q, src + 6, 16);
+        return;
+    case T_Q5_1:
+        for (int i = 0; i < 2; i++) {
+            memcpy(&h16, src + 2 * i, 2);
+            f = h2f_host(h16);
+            memcpy(m + 4 * i, &f, 4);
+        }
+        memcpy(m + 8, src + 4, 4);
+        memcpy(q, src + 8, 16);
+        return;
+    case T_Q6_K:
+        memcpy(q, src, 192);
+        memcpy(m, src + 192, 16);
+        memcpy(&h16, src + 208, 2);
+        f = h2f_host(h16);
+        memcpy(m + 16, &f, 4);
+        return;
+    }
+}
+
+static int model_alloc(pb_cu_model *g, void **p, size_t n, char *err, size_t cap) {
+    *p = NULL;
+    if (n == 0) return ST_OK;
+    CU(cudaMalloc(p, n));
+    g->mem[g->n_mem++] = *p;
+    g->bytes += n;
+    return ST_OK;
+}
+
+static int upload_floats(pb_cu_model *g, float **dst, const float *src, size_t n, char *err, size_t cap) {
+    *dst = NULL;
+    if (!src) return ST_OK;
+    int st = model_alloc(g, (void **)dst, n * sizeof(float), err, cap);
+    if (st) return st;
+    CU(cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    return ST_OK;
+}
+
+static int upload_mat(pb_cu_model *g, dmat *d, const pb_cu_mat *s, const char *what, char *err, size_t cap) {
+    if (!type_name(s->type))
+        return fail(err, cap, ST_UNSUPPORTED,
+                    "cuda: %s has tensor type id %d, which the GPU backend does not support "
+                    "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)",
+                    what, s->type);
+    int fblk;
+    size_t fbytes = file_block(s->type, &fblk);
+    if (s->K % fblk) return fail(err, cap, ST_UNSUPPORTED, "cuda: %s row of %lld values", what, (long long)s->K);
+    int t = s->type;
+    if ((t == T_F32 || t == T_F16 || t == T_BF16) && s->K % 8) t += T_SCALAR;
+    wlayout L = layout_of(t);
+    int64_t nb = s->K / L.blk;
+    d->type = t;
+    d->K = (int)s->K;
+    d->N = (int)s->N;
+    d->nunits = (int)(nb * L.units);
+    d->qrow = (size_t)nb * L.qb;
+    d->mrow = (size_t)nb * L.mb;
+    int st;
+    if ((st = model_alloc(g, (void **)&d->q, d->qrow * (size_t)s->N, err, cap))) return st;
+    if ((st = model_alloc(g, (void **)&d->m, d->mrow * (size_t)s->N, err, cap))) return st;
+    const uint8_t *src = (const uint8_t *)s->data;
+    size_t frow = (size_t)(s->K / fblk) * fbytes;
+    if (L.mb == 0) { // the file layout as is
+        CU(cudaMemcpy(d->q, src, frow * (size_t)s->N, cudaMemcpyHostToDevice));
+        return ST_OK;
+    }
+    // split rows in chunks through a host staging buffer
+    const int64_t rows_per = 4096;
+    uint8_t *hq = (uint8_t *)malloc(d->qrow * rows_per), *hm = (uint8_t *)malloc(d->mrow * rows_per);
+    if (!hq || !hm) {
+        free(hq);
+        free(hm);
+        return fail(err, cap, ST_NOMEM, "cuda: no host memory to stage %s", what);
+    }
+    int fblocks = (int)(s->K / fblk);
+    for (int64_t r0 = 0; r0 < s->N; r0 += rows_per) {
+        int64_t nr = s->N - r0 < rows_per ? s->N - r0 : rows_per;
+        for (int64_t r = 0; r < nr; r++)
+            for (int b = 0; b < fblocks; b++)
+                split_block(s->type, src + (size_t)(r0 + r) * frow + (size_t)b * fbytes,
+                            hq + (size_t)r * d->qrow + (size_t)b * L.qb, hm + (size_t)r * d->mrow + (size_t)b * L.mb);
+        cudaError_t e1 = cudaMemcpy(d->q + (size_t)r0 * d->qrow, hq, d->qrow * (size_t)nr, cudaMemcpyHostToDevice);
+        cudaError_t e2 = cudaMemcpy(d->m + (size_t)r0 * d->mrow, hm, d->mrow * (size_t)nr, cudaMemcpyHostToDevice);
+        if (e1 != cudaSuccess || e2 != cudaSuccess) {
+            free(hq);
+            free(hm);
+            return fail(err, cap, ST_INTERNAL, "cuda: upload of %s: %s", what,
+                        cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
+        }
+    }
+    free(hq);
+    free(hm);
+    return ST_OK;
+}
+
+static size_t device_bytes(const pb_cu_mat *s) {
+    int fblk;
+    size_t fb = file_block(s->type, &fblk);
+    if (!fb) return 0;
+    return (size_t)(s->K / fblk) * (fb + 4) * (size_t)s->N; /* split layouts may add up to 4 bytes a block */
+}
+
+extern "C" int pb_cu_available(char *why, size_t cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (why && cap)
+            snprintf(why, cap, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" void pb_cu_model_free(pb_cu_model *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_mem; i++) cudaFree(g->mem[i]);
+    free(g);
+}
+
+// Which activation formats the matrices need and whether the int8 path runs (see pb_cu_model.int8).
+static void choose_path(pb_cu_model *g, int n_layer) {
+    const char *fl = getenv("PB_CUDA_FLOAT");
+    const dmat *all[7 * MAX_LAYERS + 1];
+    int na = 0;
+    all[na++] = &g->output;
+    for (int il = 0; il < n_layer; il++) {
+        pb_cu_layer_d *t = &g->layers[il];
+        all[na++] = &t->wq, all[na++] = &t->wk, all[na++] = &t->wv, all[na++] = &t->wo;
+        all[na++] = &t->gate, all[na++] = &t->up, all[na++] = &t->down;
+    }
+    for (int i = 0; i < na; i++) {
+        const int t = all[i]->type;
+        if (t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0) g->need0 = 1;
+        if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) g->needK = 1;
+    }
+    g->int8 = (g->need0 || g->needK) && !(fl && atoi(fl) == 1);
+}
+
+extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *err, size_t cap) {
+    *out = NULL;
+    if (!pb_cu_available(err, cap)) return ST_UNSUPPORTED;
+    if (d->n_layer > MAX_LAYERS)
+        return fail(err, cap, ST_UNSUPPORTED, "cuda: %d layers (at most %d)", d->n_layer, MAX_LAYERS);
+    if (d->head_dim > 32 * MAX_EPL || d->head_dim % 2)
+        return fail(err, cap, ST_UNSUPPORTED, "cuda: head_dim %d (the GPU attention takes even sizes up to %d)",
+                    d->head_dim, 32 * MAX_EPL);
+    if (d->n_head % d->n_head_kv || d->n_head / d->n_head_kv > MAX_REP)
+        return fail(err, cap, ST_UNSUPPORTED, "cuda: %d query heads per kv head (at most %d)", d->n_head / d->n_head_kv,
+                    MAX_REP);
+    // admission: every matrix's device bytes against the free device memory, with 256 MiB kept free
+    size_t need = device_bytes(&d->tok_embd) + (d->output.data != d->tok_embd.data ? device_bytes(&d->output) : 0);
+    for (int il = 0; il < d->n_layer; il++) {
+        const pb_cu_layer *L = &d->layers[il];
+        const pb_cu_mat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) need += device_bytes(ms[i]);
+    }
+    size_t fr = 0, tot = 0;
+    CU(cudaSetDevice(0));
+    CU(cudaMemGetInfo(&fr, &tot));
+    if (need + ((size_t)256 << 20) > fr)
+        return fail(err, cap, ST_MEMLIMIT, "cuda: the weights need %zu MiB of GPU memory but only %zu MiB are free",
+                    need >> 20, fr >> 20);
+    pb_cu_model *g = (pb_cu_model *)calloc(1, sizeof *g);
+    if (!g) return fail(err, cap, ST_NOMEM, "cuda: out of host memory");
+    const char *rows = getenv("PB_CUDA_ROWS");
+    if (rows && (atoi(rows) == 1 || atoi(rows) == 2)) g_rows = atoi(rows);
+
+    g->hp = *d;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(g->name, sizeof g->name, "%s", prop.name);
+    int st = ST_OK;
+    char what[64];
+    int hd = d->head_dim;
+    if ((st = upload_mat(g, &g->tok_embd, &d->tok_embd, "token_embd", err, cap))) goto bad;
+    if (d->output.data == d->tok_embd.data)
+        g->output = g->tok_embd;
+    else if ((st = upload_mat(g, &g->output, &d->output, "output", err, cap)))
+        goto bad;
+    if ((st = upload_floats(g, &g->output_norm, d->output_norm, (size_t)d->n_embd, err, cap))) goto bad;
+    if ((st = upload_floats(g, &g->rope_g, d->rope_inv_global, (size_t)hd / 2, err, cap))) goto bad;
+    if ((st = upload_floats(g, &g->rope_l, d->rope_inv_local, (size_t)hd / 2, err, cap))) goto bad;
+    for (int il = 0; il < d->n_layer; il++) {
+        const pb_cu_layer *s = &d->layers[il];
+        pb_cu_layer_d *t = &g->layers[il];
+        const pb_cu_mat *ms[] = {&s->wq, &s->wk, &s->wv, &s->wo, &s->gate, &s->up, &s->down};
+        dmat *md[] = {&t->wq, &t->wk, &t->wv, &t->wo, &t->gate, &t->up, &t->down};
+        static const char *nm[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+        for (int i = 0; i < 7; i++) {
+            snprintf(what, sizeof what, "blk.%d.%s", il, nm[i]);
+            if ((st = upload_mat(g, md[i], ms[i], what, err, cap))) goto bad;
+        }
+        size_t dd = (size_t)d->n_embd;
+        if ((st = upload_floats(g, &t->attn_norm, s->attn_norm, dd, err, cap))) goto bad;
+        if ((st = upload_floats(g, &t->post_attn_norm, s->post_attn_norm, dd, err, cap))) goto bad;
+        if ((st = upload_floats(g, &t->ffn_norm, s->ffn_norm, dd, err, cap))) goto bad;
+        if ((st = upload_floats(g, &t->post_ffw_norm, s->post_ffw_norm, dd, err, cap))) goto bad;
+        if ((st = upload_floats(g, &t->q_norm, s->q_norm, (size_t)hd, err, cap))) goto bad;
+        if ((st = upload_floats(g, &t->k_norm, s->k_norm, (size_t)hd, err, cap))) goto bad;
+        t->swa = s->swa;
+    }
+    choose_path(g, d->n_layer);
+    g->hp.layers = NULL;
+    *out = g;
+    return ST_OK;
+bad:
+    pb_cu_model_free(g);
+    return st;
+}
+
+extern "C" size_t pb_cu_model_bytes(const pb_cu_model *g) { return g ? g->bytes : 0; }
+extern "C" const char *pb_cu_device_name(const pb_cu_model *g) { return g ? g->name : ""; }
+
+// ---- kernels -----------------------------------------------------------------------------------------------
+
+struct mv_args {
+    dmat mat[3];
+    float *y[3];
+    int n_mat, geglu, int8;
+    float softcap;
+    const float *x;
+    qact xa; // x quantized (int8 path)
+};
+
+// R rows per warp: the rows' loads are in flight together; each row's sum is taken in the same order whatever
+// R is, so results do not depend on it (bit for bit).
+template <int R> struct racc { float v[R]; };
+
+template <int T, int R, bool I8>
+static __device__ __forceinline__ racc<R> row_dot_t(const dmat &M, int row, const float *x, const qact &xa, int lane) {
+    const uint8_t *q[R], *m[R];
+    racc<R> acc;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int rr = row + r < M.N ? row + r : row;
+        q[r] = M.q + (size_t)rr * M.qrow, m[r] = M.m + (size_t)rr * M.mrow;
+        acc.v[r] = 0.0f;
+    }
+#pragma unroll 4
+    for (int u = lane; u < M.nunits; u += 32)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if constexpr (I8)
+                acc.v[r] += unit_dot8<T>(q[r], m[r], u, xa);
+            else
+                acc.v[r] += unit_dot<T>(q[r], m[r], u, x);
+        }
+    return acc;
+}
+
+template <int R>
+static __device__ racc<R> row_dot(const dmat &M, int row, const float *x, const qact &xa, int i8, int lane) {
+    racc<R> s;
+    switch (M.type) {
+    case T_F32: s = row_dot_t<T_F32, R, false>(M, row, x, xa, lane); break;
+    case T_F16: s = row_dot_t<T_F16, R, false>(M, row, x, xa, lane); break;
+    case T_BF16: s = row_dot_t<T_BF16, R, false>(M, row, x, xa, lane); break;
+    case T_F32 + T_SCALAR: s = row_dot_t<T_F32 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
+    case T_F16 + T_SCALAR: s = row_dot_t<T_F16 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
+    case T_BF16 + T_SCALAR: s = row_dot_t<T_BF16 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
+    case T_Q4_0:
+        s = i8 ? row_dot_t<T_Q4_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_0, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q4_1:
+        s = i8 ? row_dot_t<T_Q4_1, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_1, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q5_0:
+        s = i8 ? row_dot_t<T_Q5_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_0, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q5_1:
+        s = i8 ? row_dot_t<T_Q5_1, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_1, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q8_0:
+        s = i8 ? row_dot_t<T_Q8_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q8_0, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q4_K:
+        s = i8 ? row_dot_t<T_Q4_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_K, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q5_K:
+        s = i8 ? row_dot_t<T_Q5_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_K, R, false>(M, row, x, xa, lane);
+        break;
+    case T_Q6_K:
+        s = i8 ? row_dot_t<T_Q6_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q6_K, R, false>(M, row, x, xa, lane);
+        break;
+    default:
+#pragma unroll
+        for (int r = 0; r < R; r++) s.v[r] = 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s.v[r] += __shfl_xor_sync(0xffffffffu, s.v[r], o);
+    return s;
+}
+
+static __device__ __forceinline__ float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+// y_i = W_i x for up to three matrices (rows of each in turn; each N a multiple of R or the last one's tail
+// handled), or y_0 = gelu(W_0 x) * (W_1 x) when geglu; R rows per warp; an optional soft-cap on the results.
+template <int R> __global__ void __launch_bounds__(32 * MV_WARPS) k_matvec(const mv_args a) {
+    const int lane = threadIdx.x & 31;
+    int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    racc<R> s;
+    if (a.geglu) {
+        if (row >= a.mat[0].N) return;
+        s = row_dot<R>(a.mat[0], row, a.x, a.xa, a.int8, lane);
+        const racc<R> u = row_dot<R>(a.mat[1], row, a.x, a.xa, a.int8, lane);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (row + r < a.mat[0].N) a.y[0][row + r] = gelu_tanh(s.v[r]) * u.v[r];
+        return;
+    }
+    float *y;
+    int N;
+    if (row < a.mat[0].N) {
+        s = row_dot<R>(a.mat[0], row, a.x, a.xa, a.int8, lane);
+        y = a.y[0], N = a.mat[0].N;
+    } else if (a.n_mat > 1 && (row -= a.mat[0].N) < a.mat[1].N) {
+        s = row_dot<R>(a.mat[1], row, a.x, a.xa, a.int8, lane);
+        y = a.y[1], N = a.mat[1].N;
+    } else if (a.n_mat > 2 && (row -= a.mat[1].N) < a.mat[2].N) {
+        s = row_dot<R>(a.mat[2], row, a.x, a.xa, a.int8, lane);
+        y = a.y[2], N = a.mat[2].N;
+    } else
+        return;
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (row + r < N) y[row + r] = a.softcap > 0.0f ? tanhf(s.v[r] / a.softcap) * a.softcap : s.v[r];
+}
+
+// Block-wide sum in double (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+static __device__ double block_sum(double v, double *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int i = 0; i < nw; i++) t += sh[i];
+    return t;
+}
+
+static __device__ float rms_factor(const float *x, int n, float eps, double *sh) {
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum(ss, sh);
+    return 1.0f / sqrtf((float)(ss / (double)n) + eps);
+}
+
+// Where an activation vector's int8 forms go (q0 / qK NULL: that form is not wanted).
+struct qout {
+    int8_t *q0, *qK;
+    float *d0, *dK;
+};
+
+// The CPU's pb_quant_q8_0 (d = amax / 127 stored as fp16, q = roundf(x / d) with the float32 d) and
+// pb_quant_q8_K (d = max / -127 with max the first value of largest magnitude, q = round-half-even(x * -127 /
+// max)) of x[0..K), bit for bit: warp gw of nw takes 32-blocks gw, gw + nw, ... and 256-blocks likewise.
+static __device__ void quant_act(const float *x, int K, const qout &o, int gw, int nw) {
+    const int lane = threadIdx.x & 31;
+    for (int b = gw; o.q0 && b < K / 32; b += nw) {
+        const float v = x[32 * b + lane];
+        float amax = fabsf(v);
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float r = roundf(__fmul_rn(v, id));
+        r = !(r == r) ? 0.0f : fminf(127.0f, fmaxf(-127.0f, r));
+        o.q0[32 * b + lane] = (int8_t)r;
+        if (lane == 0) o.d0[b] = __half2float(__float2half_rn(d));
+    }
+    for (int c = gw; o.qK && c < K / 256; c += nw) {
+        const float *xc = x + 256 * c;
+        float am = 0.0f;
+        int ix = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float a = fabsf(xc[8 * lane + k]);
+            if (a > am) am = a, ix = 8 * lane + k;
+        }
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) {
+            const float a2 = __shfl_xor_sync(0xffffffffu, am, s);
+            const int i2 = __shfl_xor_sync(0xffffffffu, ix, s);
+            if (a2 > am || (a2 == am && i2 < ix)) am = a2, ix = i2;
+        }
+        const float iscale = am == 0.0f ? 0.0f : -127.0f / xc[ix];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float f = __fadd_rn(__fmul_rn(iscale, xc[8 * lane + k]), 12582912.0f);
+            const int n = (__float_as_int(f) & 0x007FFFFF) - 0x00400000;
+            o.qK[256 * c + 8 * lane + k] = (int8_t)(n < -127 ? -127 : n > 127 ? 127 : n);
+        }
+        if (lane == 0) o.dK[c] = am == 0.0f ? 0.0f : 1.0f / iscale;
+    }
+}
+
+// Quantizes x[0..K) (see quant_act); any grid of 32-thread multiples.
+__global__ void k_quant(const float *x, int K, const qout o) {
+    quant_act(x, K, o, (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)),
+              (int)(gridDim.x * (blockDim.x >> 5)));
+}
+
+// x += [RMSNorm(o; post_w)] o (skipped when o is NULL); xn = RMSNorm(x; next_w), then xn quantized into the forms
+// qo asks for (q0 / qK set). One block.
+__global__ void k_add_norm(float *x, const float *o, const float *post_w, const float *next_w, float *xn, int d,
+                           float eps, const qout qo) {
+    __shared__ double sh[32];
+    if (o) {
+        float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] += post_w ? (o[i] * r) * post_w[i] : o[i];
+        __syncthreads();
+    }
+    float r = rms_factor(x, d, eps, sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = (x[i] * r) * next_w[i];
+    if (qo.q0 || qo.qK) {
+        __syncthreads();
+        quant_act(xn, d, qo, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    }
+}
+
+// x = E[token] * scale; xn = RMSNorm(x; w). One block.
+__global__ void k_embed(const dmat E, const int *params, float scale, float *x, const float *w, float *xn, int d,
+                        float eps, const qout qo) {
+    __shared__ double sh[32];
+    const int tok = params[0];
+    const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] = deq_elem(E.type, q, m, i) * scale;
+    __syncthreads();
+    float r = rms_factor(x, d, eps, sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = (x[i] * r) * w[i];
+    if (qo.q0 || qo.qK) {
+        __syncthreads();
+        quant_act(xn, d, qo, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    }
+}
+
+// Per head: [RMSNorm (Gemma 3)], RoPE (NeoX halves) at pos; k and v heads go into the cache as F16 at the
+// position's slot. Blocks 0..H-1: query heads (in place), H..H+Hkv-1: key heads, then value heads.
+__global__ void k_rope_kv(float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn,
+                          const float *kn, const float *inv, const int *params, int H, int Hkv, int hd, int cap,
+                          int ring, float eps) {
+    __shared__ float buf[32 * MAX_EPL];
+    __shared__ double sh[32];
+    const int b = blockIdx.x, pos = params[1], slot = ring ? pos % cap : pos;
+    if (b >= H + Hkv) { // value head: copy
+        const int g = b - H - Hkv;
+        __half *dst = vc + ((size_t)g * cap + slot) * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = __float2half_rn(v[(size_t)g * hd + i]);
+        return;
+    }
+    const bool isq = b < H;
+    const float *src = isq ? q + (size_t)b * hd : k + (size_t)(b - H) * hd;
+    const float *nw = isq ? qn : kn;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = src[i];
+    __syncthreads();
+    if (nw) {
+        float r = rms_factor(buf, hd, eps, sh);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = (buf[i] * r) * nw[i];
+        __syncthreads();
+    }
+    const int half = hd / 2;
+    const float p = (float)pos;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float th = p * inv[i], c = cosf(th), s = sinf(th), a = buf[i], bb = buf[i + half];
+        const float o0 = a * c - bb * s, o1 = bb * c + a * s;
+        if (isq) {
+            q[(size_t)b * hd + i] = o0;
+            q[(size_t)b * hd + i + half] = o1;
+        } else {
+            __half *dst = kc + ((size_t)(b - H) * cap + slot) * hd;
+            dst[i] = __float2half_rn(o0);
+            dst[i + half] = __float2half_rn(o1);
+        }
+    }
+}
+
+// Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
+// walks keys warp, warp + 4, ... with an online softmax; the 4 warps' states are merged into
+// part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}.
+__global__ void __launch_bounds__(128)
+    k_attn(const float *q, const __half *kc, const __half *vc, float *part, const int *params, int n_rep, int hd,
+           int cap, int ring, int window, float scale, float softcap) {
+    __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
+    const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
+    const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
+    float qr[MAX_REP][MAX_EPL], acc[MAX_REP][MAX_EPL], mx[MAX_REP], l[MAX_REP];
+#pragma unroll
+    for (int r = 0; r < MAX_REP; r++) {
+        mx[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MAX_EPL; i++) {
+            const int e = lane + 32 * i;
+            qr[r][i] = r < n_rep && e < hd ? q[((size_t)g * n_rep + r) * hd + e] : 0.0f;
+            acc[r][i] = 0.0f;
+        }
+    }
+    // two keys per step, both rows requested before either is used (latency, not bandwidth, bounds decode)
+    for (int k = k0 + w; k <= k1; k += 8) {
+        const bool two = k + 4 <= k1;
+        const int s0 = ring ? k % cap : k, s1 = two ? (ring ? (k + 4) % cap : k + 4) : s0;
+        const __half *kr0 = kc + ((size_t)g * cap + s0) * hd, *vr0 = vc + ((size_t)g * cap + s0) * hd;
+        const __half *kr1 = kc + ((size_t)g * cap + s1) * hd, *vr1 = vc + ((size_t)g * cap + s1) * hd;
+        float kv[2][MAX_EPL], vv[2][MAX_EPL];
+#pragma unroll
+        for (int i = 0; i < MAX_EPL; i++) {
+            const int e = lane + 32 * i;
+            kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
+            vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
+            kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
+            vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            if (j == 1 && !two) break;
+#pragma unroll
+            for (int r = 0; r < MAX_REP; r++) {
+                if (r >= n_rep) break;
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < MAX_EPL; i++) d += qr[r][i] * kv[j][i];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                float sc = d * scale;
+                if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
+                const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
+                mx[r] = mn;
+                l[r] = l[r] * c + p;
+#pragma unroll
+                for (int i = 0; i < MAX_EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_REP; r++) {
+        if (r >= n_rep) break;
+        if (lane == 0) {
+            sm[w][r][0] = mx[r];
+            sm[w][r][1] = l[r];
+        }
+#pragma unroll
+        for (int i = 0; i < MAX_EPL; i++)
+            if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_rep * (hd + 2); idx += blockDim.x) {
+        const int r = idx / (hd + 2), e = idx % (hd + 2);
+        float M = -INFINITY;
+        for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
+        float out;
+        if (e == 0)
+            out = M;
+        else if (M == -INFINITY)
+            out = 0.0f;
+        else {
+            out = 0.0f;
+            for (int ww = 0; ww < 4; ww++)
+                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * expf(sm[ww][r][0] - M);
+        }
+        part[(((size_t)g * S + s) * n_rep + r) * (hd + 2) + e] = out;
+    }
+}
+
+// att[h] = merge of the S split states of query head h, divided by the softmax sum. Warp 0 finds the common max
+// and each split's weight once; then every thread merges its values.
+__global__ void k_attn_merge(const float *part, float *att, int n_rep, int hd, int S) {
+    __shared__ float wt[MAX_SPLITS], Ls;
+    const int h = blockIdx.x, g = h / n_rep, r = h % n_rep;
+    const size_t st = (size_t)n_rep * (hd + 2), base = ((size_t)g * S * n_rep + r) * (hd + 2);
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int s = threadIdx.x; s < S; s += 32) M = fmaxf(M, part[base + s * st]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.0f;
+        for (int s = threadIdx.x; s < S; s += 32) {
+            const float m = part[base + s * st], w = m == -INFINITY ? 0.0f : expf(m - M);
+            wt[s] = w;
+            L += part[base + s * st + 1] * w;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (threadIdx.x == 0) Ls = L;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < S; s++) a += part[base + s * st + 2 + e] * wt[s];
+        att[(size_t)h * hd + e] = a / Ls;
+    }
+}
+
+// ---- a session's context -------------------------------------------------------------------------------------
+
+struct pb_cu_ctx {
+    pb_cu_model *g;
+    int n_ctx, S, max_tok;
+    int cap[MAX_LAYERS];
+    __half *kc[MAX_LAYERS], *vc[MAX_LAYERS];
+    size_t kv_bytes[MAX_LAYERS]; // bytes of K (and of V) of a layer
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid;
+    float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
+    int *params, *all_params;     // device: {token, pos}; all tokens of a call
+    int *h_params;                // pinned host staging of all_params
+    float *h_logits;              // pinned host logits
+    cudaStream_t stream;
+    cudaGraphExec_t graph_full, graph_body;
+    void *mem;
+    size_t bytes;
+};
+
+extern "C" void pb_cu_ctx_free(pb_cu_ctx *c) {
+    if (!c) return;
+    if (c->graph_full) cudaGraphExecDestroy(c->graph_full);
+    if (c->graph_body) cudaGraphExecDestroy(c->graph_body);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->mem) cudaFree(c->mem);
+    if (c->h_params) cudaFreeHost(c->h_params);
+    if (c->h_logits) cudaFreeHost(c->h_logits);
+    free(c);
+}
+
+extern "C" size_t pb_cu_ctx_bytes(const pb_cu_ctx *c) { return c ? c->bytes : 0; }
+
+extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu_ctx **out, char *err, size_t cap) {
+    *out = NULL;
+    const pb_cu_desc *hp = &g->hp;
+    pb_cu_ctx *c = (pb_cu_ctx *)calloc(1, sizeof *c);
+    if (!c) return fail(err, cap, ST_NOMEM, "cuda: out of host memory");
+    c->g = g;
+    c->n_ctx = n_ctx;
+    c->max_tok = 512; /* tokens per staged chunk (hidden rows kept on the device) */
+    /* key splits per attention row: enough blocks to keep the chip busy at short contexts too */
+    c->S = n_ctx / 128 < 16 ? 16 : n_ctx / 128 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 128;
+    const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd, qd = (size_t)hp->n_head * hd;
+    const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
+    size_t kmax = (size_t)hp->n_embd > qd ? (size_t)hp->n_embd : qd;
+    if ((size_t)hp->n_ff > kmax) kmax = (size_t)hp->n_ff;
+    size_t fl[] = {(size_t)hp->n_embd,
+                   (size_t)hp->n_embd,
+                   qd,
+                   kvd,
+                   kvd,
+                   qd,
+                   (size_t)hp->n_embd,
+                   (size_t)hp->n_ff,
+                   (size_t)hp->n_vocab,
+                   (size_t)hp->n_head_kv * (size_t)c->S * n_rep * (hd + 2),
+                   (size_t)c->max_tok * (size_t)hp->n_embd,
+                   kmax / 4 + 1,
+                   kmax / 32 + 1,
+                   kmax / 4 + 1,
+                   kmax / 256 + 1};
+    size_t total = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        c->cap[il] = cap_in[il];
+        c->kv_bytes[il] = (size_t)cap_in[il] * kvd * sizeof(__half);
+        total += 2 * ((c->kv_bytes[il] + 255) / 256 * 256);
+    }
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) total += (fl[i] * sizeof(float) + 255) / 256 * 256;
+    total += 256 + (size_t)c->max_tok * 2 * sizeof(int) + 256;
+    size_t fr = 0, tot = 0;
+    cudaError_t e = cudaMemGetInfo(&fr, &tot);
+    if (e != cudaSuccess) {
+        free(c);
+        return fail(err, cap, ST_INTERNAL, "cuda: cudaMemGetInfo: %s", cudaGetErrorString(e));
+    }
+    if (total + ((size_t)128 << 20) > fr) {
+        free(c);
+        return fail(err, cap, ST_MEMLIMIT,
+                    "cuda: the KV cache and scratch of %d positions need %zu MiB of GPU memory "
+                    "but only %zu MiB are free",
+                    n_ctx, total >> 20, fr >> 20);
+    }
+    int st = ST_OK;
+    uint8_t *p;
+#define CT(call)                                                                                                       \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            st = fail(err, cap, e_ == cudaErrorMemoryAllocation ? ST_MEMLIMIT : ST_INTERNAL, "cuda: %s: %s", #call,    \
+                      cudaGetErrorString(e_));                                                                         \
+            goto bad;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+    CT(cudaMalloc(&c->mem, total));
+    c->bytes = total;
+    CT(cudaMemset(c->mem, 0, total));
+    p = (uint8_t *)c->mem;
+    for (int il = 0; il < hp->n_layer; il++) {
+        c->kc[il] = (__half *)p;
+        p += (c->kv_bytes[il] + 255) / 256 * 256;
+        c->vc[il] = (__half *)p;
+        p += (c->kv_bytes[il] + 255) / 256 * 256;
+    }
+    {
+        float **bufs[] = {&c->x,      &c->xn,   &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,
+                          &c->logits, &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK};
+        for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+            *bufs[i] = (float *)p;
+            p += (fl[i] * sizeof(float) + 255) / 256 * 256;
+        }
+    }
+    c->params = (int *)p;
+    p += 256;
+    c->all_params = (int *)p;
+    CT(cudaMallocHost(&c->h_params, (size_t)c->max_tok * 2 * sizeof(int)));
+    CT(cudaMallocHost(&c->h_logits, (size_t)hp->n_vocab * sizeof(float)));
+    CT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    *out = c;
+    return ST_OK;
+bad:
+    pb_cu_ctx_free(c);
+    return st;
+#undef CT
+}
+
+static qout qout_of(const pb_cu_ctx *c) {
+    qout o;
+    o.q0 = c->g->int8 && c->g->need0 ? (int8_t *)c->aq0 : NULL;
+    o.qK = c->g->int8 && c->g->needK ? (int8_t *)c->aqK : NULL;
+    o.d0 = c->ad0;
+    o.dK = c->adK;
+    return o;
+}
+
+// One mat-vec on x (whose int8 forms are in the context's buffers when the model is on the int8 path).
+static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x) {
+    mv_args m;
+    memset(&m, 0, sizeof m);
+    m.mat[0] = a;
+    m.y[0] = ya;
+    m.n_mat = 1;
+    m.x = x;
+    m.int8 = c->g->int8;
+    m.xa.q0 = (const int8_t *)c->aq0;
+    m.xa.d0 = c->ad0;
+    m.xa.qK = (const int8_t *)c->aqK;
+    m.xa.dK = c->adK;
+    return m;
+}
+
+// The int8 forms of x[0..K) (one warp per 32 values; nothing when the float path is chosen).
+static void launch_quant(const pb_cu_ctx *c, const float *x, int K, cudaStream_t s) {
+    if (!c->g->int8 || K < 32) return;
+    const int warps = K / 32, nb = (warps + 3) / 4;
+    k_quant<<<nb, 128, 0, s>>>(x, K, qout_of(c));
+}
+
+static void launch_mv(const mv_args &a, int rows, cudaStream_t s) {
+    int R = g_rows;
+    for (int i = 0; i < a.n_mat; i++)
+        if (a.mat[i].N % R) R = 1; /* a warp's rows must not straddle two matrices */
+    const int per = MV_WARPS * R, nb = (rows + per - 1) / per;
+    if (R == 2)
+        k_matvec<2><<<nb, 32 * MV_WARPS, 0, s>>>(a);
+    else
+        k_matvec<1><<<nb, 32 * MV_WARPS, 0, s>>>(a);
+}
+
+// Enqueues one token step (params already in c->params); with_output adds the output mat-vec.
+static void enqueue_step(pb_cu_ctx *c, bool with_output) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    cudaStream_t s = c->stream;
+    const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
+    const int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* 256 measured slower (13.5 vs 7.9 us a norm) */
+    k_embed<<<1, nt, 0, s>>>(g->tok_embd, c->params, hp->embd_scale, c->x, g->layers[0].attn_norm, c->xn, d,
+                             hp->norm_eps, qout_of(c));
+    for (int il = 0; il < hp->n_layer; il++) {
+        const pb_cu_layer_d *L = &g->layers[il];
+        mv_args a = mv1(c, L->wq, c->q, c->xn);
+        a.mat[1] = L->wk;
+        a.y[1] = c->k;
+        a.mat[2] = L->wv;
+        a.y[2] = c->v;
+        a.n_mat = 3;
+        launch_mv(a, L->wq.N + L->wk.N + L->wv.N, s);
+        const int ring = L->swa ? 1 : 0; /* slot = pos % cap (cap = min(window, n_ctx)), as the host cache */
+        k_rope_kv<<<H + 2 * Hkv, 128, 0, s>>>(c->q, c->k, c->v, c->kc[il], c->vc[il], L->q_norm, L->k_norm,
+                                              L->swa ? g->rope_l : g->rope_g, c->params, H, Hkv, hd, c->cap[il], ring,
+                                              hp->norm_eps);
+        k_attn<<<dim3(Hkv, c->S), 128, 0, s>>>(c->q, c->kc[il], c->vc[il], c->part, c->params, n_rep, hd, c->cap[il],
+                                               ring, L->swa ? hp->sliding_window : 0, hp->query_scale,
+                                               hp->attn_softcap);
+        const int merge_threads = hd < 128 ? 64 : 128;
+        k_attn_merge<<<H, merge_threads, 0, s>>>(c->part, c->att, n_rep, hd, c->S);
+        launch_quant(c, c->att, H * hd, s);
+        launch_mv(mv1(c, L->wo, c->o, c->att), L->wo.N, s);
+        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_attn_norm, L->ffn_norm, c->xn, d, hp->norm_eps, qout_of(c));
+        mv_args gu = mv1(c, L->gate, c->gate, c->xn);
+        gu.mat[1] = L->up;
+        gu.n_mat = 2;
+        gu.geglu = 1;
+        launch_mv(gu, L->gate.N, s);
+        launch_quant(c, c->gate, hp->n_ff, s);
+        launch_mv(mv1(c, L->down, c->o, c->gate), L->down.N, s);
+        const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
+        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_ffw_norm, next, c->xn, d, hp->norm_eps, qout_of(c));
+    }
+    if (with_output) {
+        mv_args a = mv1(c, g->output, c->logits, c->xn);
+        a.softcap = hp->final_softcap;
+        launch_mv(a, g->output.N, s);
+    }
+}
+
+static int capture(pb_cu_ctx *c, bool with_output, cudaGraphExec_t *out, char *err, size_t cap) {
+    cudaGraph_t graph;
+    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    enqueue_step(c, with_output);
+    CU(cudaStreamEndCapture(c->stream, &graph));
+    cudaError_t e = cudaGraphInstantiate(out, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) return fail(err, cap, ST_INTERNAL, "cuda: graph instantiate: %s", cudaGetErrorString(e));
+    return ST_OK;
+}
+
+extern "C" int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float *logits, float *hidden,
+                             int all_logits, const volatile int *cancel, int *n_done, char *err, size_t cap) {
+    *n_done = 0;
+    const pb_cu_desc *hp = &c->g->hp;
+    int st;
+    if (!c->graph_full && (st = capture(c, true, &c->graph_full, err, cap))) return st;
+    if (!c->graph_body && (st = capture(c, false, &c->graph_body, err, cap))) return st;
+    const size_t V = (size_t)hp->n_vocab;
+    for (int t0 = 0; t0 < n; t0 += c->max_tok) {
+        const int m = n - t0 < c->max_tok ? n - t0 : c->max_tok;
+        CU(cudaStreamSynchronize(c->stream)); // the staging buffer is free again
+        for (int i = 0; i < m; i++) {
+            c->h_params[2 * i] = tokens[t0 + i];
+            c->h_params[2 * i + 1] = pos + t0 + i;
+        }
+        CU(cudaMemcpyAsync(c->all_params, c->h_params, (size_t)m * 2 * sizeof(int), cudaMemcpyHostToDevice, c->stream));
+        for (int i = 0; i < m; i++) {
+            const int t = t0 + i;
+            if (cancel && *cancel) {
+                CU(cudaStreamSynchronize(c->stream));
+                return fail(err, cap, ST_CANCELLED, "cuda: cancelled after %d tokens", t);
+            }
+            const bool out = all_logits || t == n - 1;
+            CU(cudaMemcpyAsync(c->params, c->all_params + 2 * i, 2 * sizeof(int), cudaMemcpyDeviceToDevice, c->stream));
+            CU(cudaGraphLaunch(out ? c->graph_full : c->graph_body, c->stream));
+            if (hidden)
+                CU(cudaMemcpyAsync(c->hid + (size_t)i * hp->n_embd, c->xn, (size_t)hp->n_embd * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, c->stream));
+            if (out) {
+                CU(cudaMemcpyAsync(c->h_logits, c->logits, V * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+                CU(cudaStreamSynchronize(c->stream));
+                memcpy(logits + (all_logits ? (size_t)t * V : 0), c->h_logits, V * sizeof(float));
+            }
+            *n_done = t + 1;
+        }
+        if (hidden) {
+            CU(cudaMemcpyAsync(hidden + (size_t)t0 * hp->n_embd, c->hid, (size_t)m * hp->n_embd * sizeof(float),
+                               cudaMemcpyDeviceToHost, c->stream));
+            CU(cudaStreamSynchronize(c->stream));
+        }
+    }
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaGetLastError());
+    return ST_OK;
+}
+
+extern "C" int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap) {
+    if (bytes > c->kv_bytes[il])
+        return fail(err, cap, ST_INVALID, "cuda: layer %d KV holds %zu bytes", il, c->kv_bytes[il]);
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaMemcpy(k, c->kc[il], bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(v, c->vc[il], bytes, cudaMemcpyDeviceToHost));
+    return ST_OK;
+}
+
+extern "C" int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t bytes, char *err,
+                               size_t cap) {
+    if (bytes > c->kv_bytes[il])
+        return fail(err, cap, ST_INVALID, "cuda: layer %d KV holds %zu bytes", il, c->kv_bytes[il]);
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaMemcpy(c->kc[il], k, bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(c->vc[il], v, bytes, cudaMemcpyHostToDevice));
+    return ST_OK;
+}

@@ -1,0 +1,70 @@
+/* pb_cuda.h -- the seam between the model room (C11) and the CUDA backend (src/cuda/backend.cu, CUDA C++).
+ * Plain C declarations only (no CUDA types): the model room describes the model in host pointers, the backend
+ * uploads it once and runs token steps. A build without CUDA links src/cuda/stub.c, whose functions report
+ * "built without CUDA". Functions return a pb_status value (0 = ok) and write a message into err on failure;
+ * they never print and never exit. */
+#ifndef PB_CUDA_H
+#define PB_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A GGUF weight matrix as the file holds it: N rows of K values of GGUF type `type`, row-major. */
+typedef struct pb_cu_mat {
+    const void *data;
+    int type;
+    int64_t K, N;
+} pb_cu_mat;
+
+typedef struct pb_cu_layer {
+    pb_cu_mat wq, wk, wv, wo, gate, up, down;
+    const float *attn_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm; /* [d]; post norms NULL on Gemma 1 */
+    const float *q_norm, *k_norm;                                       /* [head_dim]; NULL unless Gemma 3 */
+    int swa;                                                            /* sliding-window layer */
+} pb_cu_layer;
+
+typedef struct pb_cu_desc {
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, sliding_window;
+    float norm_eps, attn_softcap, final_softcap, query_scale, embd_scale;
+    const float *rope_inv_global, *rope_inv_local; /* [head_dim / 2] */
+    pb_cu_mat tok_embd, output;                    /* output may equal tok_embd (tied) */
+    const float *output_norm;                      /* [d] */
+    const pb_cu_layer *layers;                     /* [n_layer] */
+} pb_cu_desc;
+
+typedef struct pb_cu_model pb_cu_model;
+typedef struct pb_cu_ctx pb_cu_ctx;
+
+/* 1 when a CUDA device is usable (writes the reason into why when not). */
+int pb_cu_available(char *why, size_t cap);
+/* Uploads every weight once (after checking free GPU memory); the host data may be unmapped afterwards only
+ * by closing the model. Unsupported tensor types are refused by name (PB_ERR_UNSUPPORTED). */
+int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *err, size_t cap);
+void pb_cu_model_free(pb_cu_model *g);
+size_t pb_cu_model_bytes(const pb_cu_model *g);      /* device bytes of the weights */
+const char *pb_cu_device_name(const pb_cu_model *g); /* "NVIDIA H200" */
+
+/* A session's GPU state: the F16 KV cache (layer il: K then V, [n_head_kv][cap[il]][head_dim] halves, the
+ * host cache's head-major layout), scratch, and the captured token-step graphs. cap[il] rows per layer. */
+int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap, pb_cu_ctx **out, char *err, size_t errcap);
+void pb_cu_ctx_free(pb_cu_ctx *c);
+size_t pb_cu_ctx_bytes(const pb_cu_ctx *c);
+/* Runs tokens[0..n) at positions pos.. (one token step each). logits: the last token's n_vocab floats, or
+ * n rows when all_logits; hidden (may be NULL): n rows of n_embd floats, the final-normed state of each token.
+ * cancel (may be NULL) is polled between tokens: then PB_ERR_CANCELLED (8) with *n_done tokens already
+ * written into the cache (ring slots overwritten: the caller must not keep the cache as it was). */
+int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float *logits, float *hidden, int all_logits,
+                  const volatile int *cancel, int *n_done, char *err, size_t cap);
+/* Copies layer il's K and V rows (bytes each) between the device cache and host buffers. */
+int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap);
+int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t bytes, char *err, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,21 @@
+/* gpu.h -- the model room's narrow hook into the GPU backend (src/cuda, through cuda/pb_cuda.h): a model opened
+ * with pb_model_params.gpu runs its sessions' forward passes there. Private to the model room. */
+#ifndef PB_MODEL_GPU_H
+#define PB_MODEL_GPU_H
+
+#include "model/kv_impl.h"
+
+/* Uploads the model's weights when params.gpu asks for it: gpu > 0 fails when no GPU is usable, gpu < 0 (auto)
+ * falls back to the CPU quietly (m->gpu stays NULL). */
+pb_status pb_model_gpu_attach(pb_model *m);
+void pb_model_gpu_detach(pb_model *m);
+/* Gives a new KV cache its GPU twin when the model runs on the GPU (F16 caches only). */
+pb_status pb_kv_gpu_attach(const pb_model *m, pb_kv_cache *kv);
+/* pb_forward on the GPU: tokens at kv->n_past.., logits (last or all rows), hidden rows (n x n_embd). Does not
+ * advance kv->n_past (the caller does on success). */
+pb_status pb_gpu_forward(pb_kv_cache *kv, const int32_t *tokens, int n, float *logits, bool all_logits, float *hidden);
+/* Copies the device cache into the host cache's rows (before serializing) / the host rows back (after). */
+pb_status pb_kv_gpu_pull(const pb_kv_cache *kv);
+pb_status pb_kv_gpu_push(pb_kv_cache *kv);
+
+#endif

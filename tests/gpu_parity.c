@@ -1,0 +1,229 @@
+/* gpu_parity.c -- GPU backend checks on a CUDA machine (make CUDA=1 gpu-tests; scripts/gpu_check.sh runs it).
+ * For each GGUF model given:
+ *  - the GPU's float path (PB_CUDA_FLOAT=1: float32 dots on dequantized rows) against the CPU's exact mode, the
+ *    same numerics up to summation order: logits within TOL of the range, top-1 identical at every position;
+ *  - the GPU's default path (quantized weights dotted with int8 activations, as the CPU's default path) against
+ *    the CPU's exact mode: no further off than 2.5 x the CPU default path's own distance from it (+ TOL of the
+ *    range), top-1 agreeing at least as often as the CPU's, less 4 positions of 96. Not the CPU default path
+ *    itself: int8 rounding is discontinuous, so the first activation that lands one step apart (a float sum in
+ *    another order) sends both sides' later quantizations apart and their distance grows to the int8 noise;
+ *  - prefill at once against token by token (bit for bit), and session state saved on the GPU and loaded on the
+ *    CPU (and the reverse) continuing alike (float path vs exact mode, within TOL).
+ * Not part of `make test` (CI has no GPU).
+ *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
+#include "pb_test.h"
+
+#include "model/model.h"
+
+#include <math.h>
+#include <pocketbrain.h>
+
+enum { NT = 96 };
+
+/* Relative tolerance: max |gpu - cpu| <= TOL * (max - min of the CPU logits) where both sides compute float32
+ * dots on the same dequantized weights (only the summation order differs, for every weight type alike). */
+#define TOL 1e-3
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batch, bool exact, float *out) {
+    const pb_hparams *hp = pb_model_hparams(m);
+    pb_kv_cache *kv = NULL;
+    pb_forward_ctx *fc = NULL;
+    pb_status s;
+    if ((s = pb_kv_new(m, n, PB_KV_F16, &kv)) || (s = pb_forward_ctx_new_kv(m, batch, kv, &fc))) goto done;
+    pb_forward_set_exact(fc, exact);
+    for (int i = 0; i < n && !s; i += batch) {
+        int c = n - i < batch ? n - i : batch;
+        s = pb_forward(m, kv, fc, NULL, toks + i, c, out + (size_t)i * hp->n_vocab, true, NULL);
+    }
+done:
+    pb_forward_ctx_free(fc);
+    pb_kv_free(kv);
+    return s;
+}
+
+typedef struct {
+    double md, mean;
+    int top1, ties; /* same argmax; another argmax whose logit in a is within tie of a's best */
+} cmp;
+
+/* b against a (n rows of V logits). */
+static cmp compare(const float *a, const float *b, int n, int V, double tie) {
+    cmp r = {0, 0, 0, 0};
+    for (size_t i = 0; i < (size_t)n * V; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        r.md = fmax(r.md, d), r.mean += d;
+    }
+    r.mean /= (double)n * V;
+    for (int t = 0; t < n; t++) {
+        const float *x = a + (size_t)t * V, *y = b + (size_t)t * V;
+        int ia = argmax(x, V), ib = argmax(y, V);
+        if (ia == ib)
+            r.top1++;
+        else if (fabs((double)x[ia] - (double)x[ib]) <= tie)
+            r.ties++;
+    }
+    return r;
+}
+
+/* The cache's state (what a session file holds) written on `from` after n tokens and read into a fresh cache of
+ * `to`; then both run the same 8 more tokens and their logits must agree within TOL of the range (the CPU side in
+ * exact mode; a cache that did not arrive gives the logits of another context, off by about the range). */
+static void state_cross(const pb_model *from, const pb_model *to, const int32_t *toks, int n, int V, const char *what) {
+    pb_kv_cache *ka = NULL, *kb = NULL;
+    pb_forward_ctx *fa = NULL, *fb = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    double md = 0, lo = INFINITY, hi = -INFINITY;
+    int agree = 0;
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    pb_status st = pb_kv_new(from, 128, PB_KV_F16, &ka);
+    if (!st) st = pb_kv_new(to, 128, PB_KV_F16, &kb);
+    if (!st) st = pb_forward_ctx_new_kv(from, n, ka, &fa);
+    if (!st) st = pb_forward_ctx_new_kv(to, n, kb, &fb);
+    if (!st) {
+        pb_forward_set_exact(fa, true);
+        pb_forward_set_exact(fb, true);
+        st = pb_forward(from, ka, fa, NULL, toks, n, la, false, NULL);
+    }
+    if (!st && !(buf = malloc(len = pb_kv_state_size(ka)))) st = PB_ERR_NOMEM;
+    if (!st) st = pb_kv_state_write(ka, buf, len, &len);
+    if (!st) st = pb_kv_state_read(kb, buf, len);
+    for (int i = 0; i < 8 && !st; i++) {
+        if ((st = pb_forward(from, ka, fa, NULL, toks + n + i, 1, la, false, NULL)) ||
+            (st = pb_forward(to, kb, fb, NULL, toks + n + i, 1, lb, false, NULL)))
+            break;
+        for (int k = 0; k < V; k++) {
+            md = fmax(md, fabs((double)la[k] - (double)lb[k]));
+            lo = fmin(lo, (double)la[k]), hi = fmax(hi, (double)la[k]);
+        }
+        agree += argmax(la, V) == argmax(lb, V);
+    }
+    if (md > TOL * (hi - lo) || agree < 8)
+        NOTE("%s: after loading, max|d| %.3g of range %.3g, top-1 %d/8", what, md, hi - lo, agree);
+    CHECK(st == PB_OK && md <= TOL * (hi - lo) && agree >= 7,
+          "%s: cache state after %d tokens gives the same next logits (%s)", what, n,
+          st ? pb_last_error() : "8 tokens");
+    free(buf), free(la), free(lb);
+    pb_forward_ctx_free(fa), pb_forward_ctx_free(fb);
+    pb_kv_free(ka), pb_kv_free(kb);
+}
+
+/* The GPU's float-path logits lf and default-path logits lg against the CPU's exact lc (the CPU default path's ld
+ * gives the int8 bound); n rows of V. */
+static void check_logits(const float *lc, const float *ld, const float *lg, const float *lf, int n, int V) {
+    const size_t nv = (size_t)n * V;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < nv; i++) lo = fmin(lo, (double)lc[i]), hi = fmax(hi, (double)lc[i]);
+    const double range = hi - lo;
+    const cmp fr = compare(lc, lf, n, V, TOL * range);
+    NOTE("GPU float path vs CPU exact: max|d| %.3g  mean|d| %.3g  range %.3g  top-1 %d/%d (+%d ties)", fr.md, fr.mean,
+         range, fr.top1, n, fr.ties);
+    CHECK(fr.md <= TOL * range, "GPU float path logits within %.0e of the range of the CPU's exact (max|d| %.3g)", TOL,
+          fr.md);
+    CHECK(fr.top1 + fr.ties == n && fr.top1 >= n - 1,
+          "GPU float path: top-1 identical at every position (%d/%d, %d ties)", fr.top1, n, fr.ties);
+    const cmp c = compare(lc, ld, n, V, TOL * range);
+    const double bound = 2.5 * c.md + TOL * range;
+    const cmp gc = compare(lc, lg, n, V, bound), cc = compare(lc, ld, n, V, bound), gd = compare(ld, lg, n, V, 0);
+    NOTE("vs CPU exact: GPU default path max|d| %.3g mean|d| %.3g top-1 %d/%d (+%d ties); CPU default path max|d| "
+         "%.3g mean|d| %.3g top-1 %d (+%d); GPU default vs CPU default max|d| %.3g mean|d| %.3g top-1 %d",
+         gc.md, gc.mean, gc.top1, n, gc.ties, cc.md, cc.mean, cc.top1, cc.ties, gd.md, gd.mean, gd.top1);
+    CHECK(gc.md <= bound,
+          "GPU default path within 2.5x the CPU default path's distance from exact (+%.0e of the "
+          "range): max|d| %.3g <= %.3g",
+          TOL, gc.md, bound);
+    CHECK(gc.top1 + gc.ties + 4 >= cc.top1 + cc.ties,
+          "GPU default path top-1 agrees with exact (%d+%d of %d) about "
+          "as often as the CPU default path's (%d+%d)",
+          gc.top1, gc.ties, n, cc.top1, cc.ties);
+}
+
+static void check_model(const char *path, const char *tok_path) {
+    NOTE("model %s", path);
+    pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
+    cp.gpu = 0;
+    gp.gpu = 1;
+    pb_model *cm = NULL, *gm = NULL;
+    pb_status st = pb_model_open(path, &cp, &cm);
+    CHECK(st == PB_OK, "open on the CPU: %s", st ? pb_last_error() : path);
+    if (st) return;
+    st = pb_model_open(path, &gp, &gm);
+    CHECK(st == PB_OK, "open on the GPU: %s", st ? pb_last_error() : path);
+    if (st) {
+        pb_model_close(cm);
+        return;
+    }
+    pb_model *gf = NULL; /* the same file on the GPU's float path */
+    setenv("PB_CUDA_FLOAT", "1", 1);
+    st = pb_model_open(path, &gp, &gf);
+    unsetenv("PB_CUDA_FLOAT");
+    CHECK(st == PB_OK, "open on the GPU, float path: %s", st ? pb_last_error() : path);
+    pb_model_info info;
+    pb_model_get_info(gm, &info);
+    CHECK(info.gpu && info.gpu_name[0], "model info says GPU (%s), %s", info.gpu_name, info.file_type);
+    const pb_hparams *hp = pb_model_hparams(cm);
+    int V = hp->n_vocab, n = NT;
+    int32_t toks[NT];
+    FILE *f = tok_path ? fopen(tok_path, "rb") : NULL;
+    size_t got = f ? fread(toks, sizeof(int32_t), NT, f) : 0;
+    if (f) fclose(f);
+    uint64_t r = 88172645463325252ull;
+    for (size_t i = got; i < NT; i++) { /* random ids (xorshift) where the file has none */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        toks[i] = (int32_t)(r % (uint64_t)V);
+    }
+    const size_t nv = (size_t)n * V;
+    float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),
+          *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv);
+    st = run_all(cm, toks, n, 16, true, lc);
+    pb_status sd = run_all(cm, toks, n, 16, false, ld);
+    CHECK(st == PB_OK && sd == PB_OK, "CPU forward, exact and default");
+    pb_status s1 = run_all(gm, toks, n, n, false, lg), s2 = run_all(gm, toks, n, 1, false, l1);
+    CHECK(s1 == PB_OK && s2 == PB_OK, "GPU forward, prefill at once and token by token (%s)",
+          s1 || s2 ? pb_last_error() : "ok");
+    pb_status sf = gf ? run_all(gf, toks, n, n, false, lf) : PB_ERR_INTERNAL;
+    CHECK(sf == PB_OK, "GPU forward, float path (%s)", sf ? pb_last_error() : "ok");
+    if (!st && !sd && !s1 && !s2 && !sf) {
+        check_logits(lc, ld, lg, lf, n, V);
+        CHECK(memcmp(lg, l1, sizeof(float) * nv) == 0, "GPU prefill at once = token by token (bit for bit)");
+    }
+    free(lc), free(ld), free(lg), free(l1), free(lf);
+    if (gf) {
+        state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
+        state_cross(cm, gf, toks, 40, V, "CPU -> GPU");
+    }
+    if (hp->head_dim % 32 == 0) { /* (q8_0 rows need head_dim % 32 == 0 anyway) */
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = 64;
+        sp.kv_type = PB_KV_Q8_0;
+        pb_session *s = NULL;
+        st = pb_session_new(gm, &sp, &s);
+        CHECK(st == PB_ERR_UNSUPPORTED && strstr(pb_last_error(), "f16"), "GPU session refuses a q8_0 KV cache: %s",
+              pb_last_error());
+        pb_session_free(s);
+    }
+    pb_model_close(gf);
+    pb_model_close(gm);
+    pb_model_close(cm);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: gpu_parity MODEL.gguf [TOKENS.bin] ...\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *tok = i + 1 < argc && strstr(argv[i + 1], ".bin") ? argv[i + 1] : NULL;
+        check_model(argv[i], tok);
+        if (tok) i++;
+    }
+    printf("%d failed\n", pbt_failures);
+    return pbt_failures != 0;
+}

@@ -6,6 +6,7 @@
 #   make SAN=thread test               ThreadSanitizer build (objects in build-tsan/)
 #   make NATIVE=1   -march=native (opt-in; the binary then needs this CPU)
 #   make CROSS=aarch64-linux-gnu-      cross build for ARM64 (tests run under qemu-aarch64)
+#   make armcount   qemu plugin counting ARM64 instructions and bytes loaded (bench/arm_compare.sh)
 
 CC       ?= cc
 CROSS    ?=
@@ -97,7 +98,7 @@ ITEST_BIN  := $(ITEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SRC   := $(wildcard tests/fuzz_*.c)
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench
+.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench armcount
 all: lib cli tests
 
 lib: $(LIB)
@@ -174,8 +175,17 @@ deps:
 run: deps all
 	@sh scripts/run_default.sh $(BIN)
 
-test: deps all
+test: deps all armcount
 	@sh tests/run.sh $(BUILD)
+
+# armcount: qemu-aarch64 plugin counting what ARM64 code executes and loads (tools/armcount/); a host
+# shared object even under CROSS=, always in build/armcount/
+HOSTCC   ?= cc
+ARMCOUNT := build/armcount/libarmcount.so
+armcount: $(ARMCOUNT)
+$(ARMCOUNT): tools/armcount/armcount.c tools/armcount/qplugin.h
+	@mkdir -p $(dir $@)
+	$(HOSTCC) -std=c11 -O2 -D_GNU_SOURCE -shared -fPIC -fvisibility=hidden $(WARN) $(if $(filter true,$(CI)),-Werror) $< -o $@
 
 cross-test:
 	@sh scripts/cross_test.sh

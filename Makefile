@@ -10,6 +10,7 @@
 
 CC       ?= cc
 CROSS    ?=
+ARCHIVER ?= $(CROSS)ar
 ifneq ($(CROSS),)
 CC       := $(CROSS)gcc
 endif
@@ -111,7 +112,7 @@ $(BUILD)/%.o: %.c
 
 $(LIB): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && $(CROSS)ar rcs $@ $^
+	rm -f $@ && $(ARCHIVER) rcs $@ $^
 
 $(WEB_C): $(WEB_FILES) scripts/embed_web.sh
 	@mkdir -p $(dir $@)

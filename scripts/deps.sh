@@ -1,9 +1,10 @@
 #!/bin/sh
-# deps.sh -- installs the Debian and npm packages that the build and the tests need, only if missing.
+# deps.sh -- installs the Debian and npm packages that the build, the tests and the benches (bench/arm_compare.sh:
+# jq, cmake, ninja, g++ for ARM64) need, only if missing.
 set -e
 PKGS="gcc make pkg-config libsqlite3-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libssl-dev
 libedit-dev libpoppler-glib-dev clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux
-chromium valgrind curl"
+chromium valgrind curl jq cmake ninja-build g++-aarch64-linux-gnu"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -82,6 +82,6 @@ for M in "$@"; do
     awk -v m="$name" -v t="$test$([ $test = pp ] && echo "$NP" || echo "$NG")" -v wb="${wb:-0}" \
       -v oi="$1" -v od="$2" -v ob="$3" -v li="$4" -v ld="$5" -v lb="$6" 'BEGIN {
         printf "| %s | %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.0f | %.0f | %.2f | %.3f | %.3f |\n", m, t, oi / 1e6,
-          li / 1e6, oi / li, od / 1e6, ld / 1e6, ob / 1e6, lb / 1e6, ob / lb, wb > 0 ? ob / wb : 0, wb > 0 ? lb / wb : 0 }'
+          li / 1e6, oi / li, od / 1e6, ld / 1e6, ob / 1e6, lb / 1e6, ob / lb, (wb > 0 ? ob / wb : 0), (wb > 0 ? lb / wb : 0) }'
   done
 done

@@ -9,9 +9,11 @@
 #   make CROSS=aarch64-linux-gnu-      cross build for ARM64 (tests run under qemu-aarch64)
 #   make CUDA=1     adds the CUDA backend (src/cuda, nvcc, sm_90) in build-cuda/; `make CUDA=1 gpu-tests`
 #                   builds the GPU parity tests (scripts/gpu_check.sh runs them on a GPU machine)
+#   make armcount   qemu plugin counting ARM64 instructions and bytes loaded (bench/arm_compare.sh)
 
 CC       ?= cc
 CROSS    ?=
+ARCHIVER ?= $(CROSS)ar
 ifneq ($(CROSS),)
 CC       := $(CROSS)gcc
 endif
@@ -119,7 +121,8 @@ ITEST_BIN  := $(ITEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SRC   := $(wildcard tests/fuzz_*.c)
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench install uninstall gpu-tests
+.PHONY: all lib cli tests deps run test test-unit fuzz clean format cross-test bench install uninstall gpu-tests \
+        armcount
 all: lib cli tests
 
 lib: $(LIB)
@@ -142,7 +145,7 @@ $(BUILD)/tests/gpu_parity: tests/gpu_parity.c tests/pb_test.h $(LIB)
 
 $(LIB): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && $(CROSS)ar rcs $@ $^
+	rm -f $@ && $(ARCHIVER) rcs $@ $^
 
 $(WEB_C): $(WEB_FILES) scripts/embed_web.sh
 	@mkdir -p $(dir $@)
@@ -216,7 +219,7 @@ deps:
 # flags taken from pkg-config (poppler-glib) see the packages deps just installed on a fresh machine.
 # DEPS_SCRIPT, BUILD_GOALS and TEST_RUNNER exist for tests/test_make_fresh.sh.
 DEPS_SCRIPT ?= scripts/deps.sh
-BUILD_GOALS ?= all
+BUILD_GOALS ?= all armcount
 TEST_RUNNER ?= sh tests/run.sh
 run:
 	@sh $(DEPS_SCRIPT) run
@@ -254,6 +257,15 @@ install: $(BIN) $(LIB) $(BUILD)/pocketbrain.pc
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pocketbrain $(DESTDIR)$(LIBDIR)/libpocketbrain.a $(DESTDIR)$(INCDIR)/pocketbrain.h \
 	  $(DESTDIR)$(MANDIR)/pocketbrain.1 $(DESTDIR)$(PCDIR)/pocketbrain.pc
+
+# armcount: qemu-aarch64 plugin counting what ARM64 code executes and loads (tools/armcount/); a host
+# shared object even under CROSS=, always in build/armcount/
+HOSTCC   ?= cc
+ARMCOUNT := build/armcount/libarmcount.so
+armcount: $(ARMCOUNT)
+$(ARMCOUNT): tools/armcount/armcount.c tools/armcount/qplugin.h
+	@mkdir -p $(dir $@)
+	$(HOSTCC) -std=c11 -O2 -D_GNU_SOURCE -shared -fPIC -fvisibility=hidden $(WARN) $(if $(filter true,$(CI)),-Werror) $< -o $@
 
 cross-test:
 	@sh scripts/cross_test.sh

@@ -75,9 +75,10 @@ typedef struct pb_model_params {
     bool use_mmap;     /* map the file (default true); false reads it into memory                */
     size_t mem_limit;  /* bytes the process may use; 0 = detect (MemAvailable, cgroup limits)     */
     bool check_memory; /* refuse to open when weights alone do not fit (default true)            */
-    bool repack;       /* interleave Q4_0/Q8_0 matrix rows at open for the CPU's packed kernels
-                          (default true; only where such kernels exist, x86 AVX-512 VNNI today).
-                          The repacked pages are this process's own copy, not file cache pages. */
+    bool repack;       /* interleave Q4_0/Q8_0/Q4_K/Q6_K matrix rows at open for the CPU's packed
+                          kernels (default true; where they exist: x86 AVX-512 VNNI, AVX2 for Q4_0/Q8_0,
+                          ARM64 dotprod). The repacked pages are this process's own copy, not file
+                          cache pages (on iOS: dirty memory, counted against the jetsam limit). */
     int gpu;           /* -1 (default): run on the GPU when one is usable, else the CPU; 0: CPU only;
                           1: GPU required (open fails with the reason, e.g. "built without CUDA").
                           On the GPU: weights uploaded once, F16 KV cache in GPU memory (kv_type f16 only). */

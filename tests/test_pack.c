@@ -113,6 +113,20 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
                   "%s %lldx%lld, %d tokens per tile: avx2 packed tiles bit-identical to the scalar spec", tn,
                   (long long)N, (long long)K, ntm);
         }
+#elif defined(__aarch64__)
+    /* the NEON packed tiles called directly over all groups at once (pb_matmul_packed may pass fewer) */
+    const pb_gemm_packed_fn neon = type == PB_TYPE_Q4_0   ? pb_gemm_packed_q4_0_neon
+                                   : type == PB_TYPE_Q8_0 ? pb_gemm_packed_q8_0_neon
+                                   : type == PB_TYPE_Q4_K ? pb_gemm_packed_q4_K_neon
+                                                          : pb_gemm_packed_q6_K_neon;
+    if (neon && (pb_cpu_features() & PB_CPU_DOTPROD))
+        for (int ntm = 1; ntm <= PB_GEMM_NT; ntm++) {
+            memset(yp, 0, sizeof(float) * (size_t)(N * NT));
+            run_tiles(type, neon, ntm, wp, K, N, x, NT, yp);
+            CHECK(memcmp(yp, ys, sizeof(float) * (size_t)(N * NT)) == 0,
+                  "%s %lldx%lld, %d tokens per tile, %lld groups: neon packed tiles bit-identical to the scalar spec",
+                  tn, (long long)N, (long long)K, ntm, (long long)(N / PB_PACK_ROWS));
+        }
 #endif
     /* against the unpacked matmul: same integer sums, float order differs */
     CHECK(pb_matmul(w, type, K, N, x, NT, yu, scratch, pool) == PB_OK, "%s unpacked matmul runs", tn);

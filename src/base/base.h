@@ -121,8 +121,9 @@ enum {
     PB_CPU_AVX512DQ = 1 << 7,
     PB_CPU_NEON = 1 << 8,
     PB_CPU_DOTPROD = 1 << 9,
+    PB_CPU_I8MM = 1 << 10, /* ARMv8.6 int8 matrix multiply (SMMLA) */
 };
-/* Detected once; PB_CPU env var ("scalar", "avx2", "avx512") can restrict it for tests/benches. */
+/* Detected once; PB_CPU env var ("scalar", "avx2", "dotprod") can restrict it for tests/benches. */
 unsigned pb_cpu_features(void);
 int pb_cpu_physical_cores(void);
 

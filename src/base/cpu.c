@@ -1,4 +1,4 @@
-/* cpu.c -- detects CPU features once (cpuid / getauxval); PB_CPU env var narrows them for tests. */
+/* cpu.c -- detects CPU features once (cpuid / getauxval / sysctl); PB_CPU env var narrows them for tests. */
 #include "base/base.h"
 
 #include <stdio.h>
@@ -30,6 +30,20 @@ static unsigned detect(void) {
     }
     return f;
 }
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+/* iOS / macOS have no auxv: the kernel publishes each feature as hw.optional.arm.FEAT_* (1 when present). */
+static bool has_sysctl(const char *name) {
+    int v = 0;
+    size_t n = sizeof v;
+    return sysctlbyname(name, &v, &n, NULL, 0) == 0 && v == 1;
+}
+static unsigned detect(void) {
+    unsigned f = PB_CPU_NEON;
+    if (has_sysctl("hw.optional.arm.FEAT_DotProd")) f |= PB_CPU_DOTPROD;
+    if (has_sysctl("hw.optional.arm.FEAT_I8MM")) f |= PB_CPU_I8MM;
+    return f;
+}
 #elif defined(__aarch64__)
 #include <sys/auxv.h>
 static unsigned detect(void) {
@@ -37,6 +51,8 @@ static unsigned detect(void) {
 #ifdef HWCAP_ASIMDDP
     if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) f |= PB_CPU_DOTPROD;
 #endif
+    /* HWCAP2_I8MM is bit 13 of AT_HWCAP2 (Linux uapi asm/hwcap.h); older libc headers lack the name */
+    if (getauxval(AT_HWCAP2) & (1ul << 13)) f |= PB_CPU_I8MM;
     return f;
 }
 #else
@@ -52,6 +68,8 @@ unsigned pb_cpu_features(void) {
     if (want) {
         if (strcmp(want, "scalar") == 0)
             f = 0;
+        else if (strcmp(want, "dotprod") == 0) /* ARM64 without i8mm: the sdot kernels */
+            f &= PB_CPU_NEON | PB_CPU_DOTPROD;
         else if (strcmp(want, "avx2") == 0)
             f &= PB_CPU_AVX2 | PB_CPU_FMA | PB_CPU_F16C;
     }

@@ -159,6 +159,28 @@ static void run_unit(const mm_group *g, const mm_rt *r, int64_t u, int64_t t0, i
     }
 }
 
+/* Units [u, u + nu) of one matrix for tokens [t0, t1). With at most PB_GEMM_NT tokens (decode) a packed
+ * tile takes them in one call, so it can keep a token's activation block in registers while all their
+ * rows stream by: each weight byte is loaded once and the activations once per call instead of once per
+ * 16 rows. With more tokens, unit by unit: a unit's rows stay in L1 across the token chunks. */
+static void run_units(const mm_group *g, const mm_rt *r, int64_t u, int64_t nu, int64_t t0, int64_t t1) {
+    if (!r->pk || t1 - t0 > PB_GEMM_NT) {
+        for (int64_t i = 0; i < nu; i++) run_unit(g, r, u + i, t0, t1);
+        return;
+    }
+    const pb_mm_op *op = r->op;
+    const mm_fmt *f = r->f;
+    const uint8_t *w = (const uint8_t *)op->w + (size_t)(u * MM_UNIT) * r->w_row;
+    for (int64_t ts = t0; ts < t1; ts += PB_GEMM_NT) {
+        int nt = (int)PB_MIN(PB_GEMM_NT, t1 - ts);
+        r->pk(g->K, w, nu, r->w_row * MM_UNIT, f->act + (size_t)ts * f->a_row, f->a_row,
+              f->meta + (size_t)ts * (size_t)f->nb * f->m_size, nt, op->y + ts * op->N + u * MM_UNIT, op->N);
+    }
+}
+
+/* Units of a gate/up pair taken together by packed tiles: 128 rows of both stay in cache for pair(). */
+#define MM_PAIR_UNITS 8
+
 /* First unit whose bytes start at or after `cost` (units of one matrix weigh the same). */
 static int64_t unit_at(const mm_group *g, int64_t cost) {
     for (int i = 0; i < (g->pair ? 1 : g->n_m); i++) {
@@ -179,10 +201,12 @@ static void dot_worker(void *arg, int ith, int nth) {
         int64_t tc = PB_MIN(gr->tc, ur->tc), N = gr->op->N;
         for (int64_t c0 = 0; c0 < g->n_tok; c0 += tc) {
             int64_t c1 = PB_MIN(g->n_tok, c0 + tc);
-            for (int64_t u = lo; u < hi; u++) {
-                run_unit(g, gr, u, c0, c1);
-                run_unit(g, ur, u, c0, c1);
-                int64_t r0 = u * MM_UNIT, nr = PB_MIN(MM_UNIT, N - r0);
+            const int64_t step = gr->pk && ur->pk && c1 - c0 <= PB_GEMM_NT ? MM_PAIR_UNITS : 1;
+            for (int64_t u = lo; u < hi; u += step) {
+                const int64_t nu = PB_MIN(step, hi - u);
+                run_units(g, gr, u, nu, c0, c1);
+                run_units(g, ur, u, nu, c0, c1);
+                int64_t r0 = u * MM_UNIT, nr = PB_MIN(nu * MM_UNIT, N - r0);
                 for (int64_t t = c0; t < c1; t++) g->pair(gr->op->y + t * N + r0, ur->op->y + t * N + r0, nr);
             }
         }
@@ -193,7 +217,7 @@ static void dot_worker(void *arg, int ith, int nth) {
         int64_t a = PB_MAX(lo, r->u0), b = PB_MIN(hi, r->u0 + r->nu);
         for (int64_t c0 = 0; a < b && c0 < g->n_tok; c0 += r->tc) {
             int64_t c1 = PB_MIN(g->n_tok, c0 + r->tc);
-            for (int64_t u = a; u < b; u++) run_unit(g, r, u - r->u0, c0, c1);
+            run_units(g, r, a - r->u0, b - a, c0, c1);
         }
     }
 }

@@ -50,7 +50,7 @@ int bench_cold_child(const char *path, int threads, int out_fd) {
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
     pb_session_params sp = pb_session_default_params();
     sp.n_threads = threads;
-    sp.n_ctx = 256;
+    sp.n_ctx = 0; /* the default context, as run, chat and serve use: its K/V cache is part of cold start */
     pb_session *s;
     if ((st = pb_session_new(m, &sp, &s)) != PB_OK) {
         pb_model_close(m);

@@ -29,6 +29,7 @@ static const char *const help =
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
     "  --cold             cold start instead: process start -> first token of a 24-token prompt, each\n"
     "                     repetition a fresh process with the model file evicted from the page cache\n"
+    "                     (default context, as run uses)\n"
     "  --gpu, --no-gpu    run on the GPU (fail when none is usable) / on the CPU; default: the GPU when usable\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
     "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"

@@ -67,6 +67,13 @@ void pb_map_release(const pb_map *m, const void *p, size_t n);
 /* Large long-lived buffers (repacked weights): anonymous pages, 2 MiB aligned, transparent huge pages
  * asked for where the OS has them. NULL + pb_error on failure. Free with pb_big_free(p, n). */
 void *pb_big_alloc(size_t n);
+/* Like pb_big_alloc, but 4 KiB pages until pb_big_huge(p, n) asks for huge pages: for a buffer filled a
+ * little at a time (the K/V cache), whose first touch should zero 4 KiB, not 2 MiB per region touched. */
+void *pb_big_alloc_lazy(size_t n);
+/* Asks for transparent huge pages on a pb_big_alloc_lazy buffer from now on: untouched 2 MiB ranges get
+ * them at first touch, touched ones are merged now where the kernel can (Linux 6.1 MADV_COLLAPSE; else
+ * later, by khugepaged). No-op where the OS has none. */
+void pb_big_huge(void *p, size_t n);
 void pb_big_free(void *p, size_t n);
 /* True when the OS gives pb_big_alloc transparent huge pages (Linux THP "always" or "madvise"). */
 bool pb_huge_pages_available(void);

@@ -73,7 +73,7 @@ void pb_map_release(const pb_map *m, const void *p, size_t n) {
 
 #define BIG_ALIGN ((size_t)2 << 20)
 
-void *pb_big_alloc(size_t n) {
+static void *big_map(size_t n, bool huge) {
     size_t len = PB_PAD(n ? n : 1, BIG_ALIGN) + BIG_ALIGN;
     uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
@@ -84,10 +84,34 @@ void *pb_big_alloc(size_t n) {
     if (a > p) munmap(p, (size_t)(a - p));
     size_t keep = PB_PAD(n ? n : 1, BIG_ALIGN);
     if ((size_t)(p + len - (a + keep)) > 0) munmap(a + keep, (size_t)(p + len - (a + keep)));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(a, keep, MADV_HUGEPAGE);
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+    (void)madvise(a, keep, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE); /* NOHUGEPAGE: THP "always" too */
+#else
+    (void)huge;
 #endif
     return a;
+}
+
+void *pb_big_alloc(size_t n) { return big_map(n, true); }
+
+void *pb_big_alloc_lazy(size_t n) { return big_map(n, false); }
+
+#if defined(__linux__) && !defined(MADV_COLLAPSE)
+#define MADV_COLLAPSE 25 /* Linux 6.1 (uapi asm-generic/mman-common.h); older kernels answer EINVAL */
+#endif
+
+void pb_big_huge(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    if (!p) return;
+    size_t len = PB_PAD(n ? n : 1, BIG_ALIGN);
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#ifdef MADV_COLLAPSE
+    (void)madvise(p, len, MADV_COLLAPSE); /* the 2 MiB ranges already touched, now, not when khugepaged passes */
+#endif
+#else
+    (void)p;
+    (void)n;
+#endif
 }
 
 bool pb_huge_pages_available(void) {

@@ -850,6 +850,7 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     }
     commit_rings(kv, fc, n);
     kv->n_past += n;
+    pb_kv_grown(kv);
 
     /* logits = E . RMSNorm(x; output_norm) [, 30 tanh(./30) on Gemma 2] */
     norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);

@@ -60,12 +60,13 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
             return pb_error(PB_ERR_NOMEM, "kv: size overflow");
         }
     }
-    kv->mem = pb_big_alloc(total ? total : 64); /* huge pages where the OS has them: decode walks all of it */
+    kv->mem = pb_big_alloc_lazy(total ? total : 64); /* huge pages later: pb_kv_grown */
     if (!kv->mem) {
         free(kv);
         return pb_error(PB_ERR_NOMEM, "kv: cannot allocate %zu MiB for the K/V cache", total >> 20);
     }
     kv->bytes = total;
+    kv->huge_at = PB_KV_HUGE_AT;
     uint8_t *p = kv->mem;
     for (int il = 0; il < hp->n_layer; il++) {
         kv->k[il] = p;
@@ -215,5 +216,6 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
         }
     }
     kv->n_past = (int)np;
+    pb_kv_grown(kv);
     return pb_kv_gpu_push(kv);
 }

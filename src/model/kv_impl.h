@@ -22,7 +22,21 @@ struct pb_kv_cache {
     void *mem;
     size_t bytes;
     struct pb_cu_ctx *gpu; /* the device twin of this cache when the model runs on the GPU (model/gpu.c), else NULL */
+    int huge_at;           /* n_past from which mem asks for huge pages (pb_kv_grown); INT_MAX once asked */
 };
+
+/* Positions written before the K/V cache asks for huge pages. Until then it has 4 KiB pages: a short
+ * prompt touches one page per head and layer instead of zeroing a 2 MiB huge page for each (on the 2B
+ * model 208 of them, 416 MiB, paid by the first prefill after open). */
+#define PB_KV_HUGE_AT 1024
+
+/* Called after n_past grew: asks for huge pages once it reaches huge_at (decode then walks more rows; the
+ * touched ranges are merged into huge pages then, a one-off copy of a few hundred MiB at most). */
+static inline void pb_kv_grown(struct pb_kv_cache *kv) {
+    if (kv->n_past < kv->huge_at) return;
+    pb_big_huge(kv->mem, kv->bytes ? kv->bytes : 64);
+    kv->huge_at = 0x7fffffff;
+}
 
 /* Row of kv head g in cache slot `slot` of layer il (base: kv->k[il] or kv->v[il]). Head-major, so attention,
  * which walks one head's keys in position order, reads a contiguous stream the hardware prefetches; with

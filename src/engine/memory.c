@@ -39,8 +39,8 @@ size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) 
     int n_swa = 0;
     for (int il = 0; il < hp->n_layer; il++) n_swa += hp->sliding_window > 0 && hp->swa_layer[il];
     size_t stash = (size_t)n_swa * 2 * nb * kv * 4;
-    size_t tiles = pb_forward_tiles_bytes(hp, n_ctx, n_batch); /* prefill attention: K/V rows as floats */
-    size_t logits = 2 * (size_t)hp->n_vocab * 4;               /* forward's + the session's */
+    size_t tiles = pb_forward_tiles_bytes(hp, n_ctx, n_batch);          /* prefill attention: K/V rows as floats */
+    size_t logits = 2 * (size_t)hp->n_vocab * 4;                        /* forward's + the session's */
     act += nb * (size_t)hp->n_layer * (size_t)hp->n_embd_per_layer * 4; /* Gemma 4 per-layer inputs */
     size_t session = pb_sampler_bytes(hp->n_vocab) + (size_t)n_ctx * 8 + PB_STOP_BUF_CAP;
     return act + stash + tiles + logits + session + (4u << 20); /* + thread stacks, tables, slack */

@@ -391,7 +391,7 @@ const char *cv_preset_names(cv_arch arch) {
 
 /* ---- tensor table ---------------------------------------------------------------------------- */
 
-static void set_t(cv_tensor *t, const char *name, const char *hf, int layer, cv_kind kind, int64_t ne0, int64_t ne1) {
+void cv_tensor_set(cv_tensor *t, const char *name, const char *hf, int layer, cv_kind kind, int64_t ne0, int64_t ne1) {
     snprintf(t->name, sizeof t->name, "%s", name);
     snprintf(t->hf, sizeof t->hf, "%s", hf);
     t->layer = layer;
@@ -401,7 +401,7 @@ static void set_t(cv_tensor *t, const char *name, const char *hf, int layer, cv_
     t->ne[1] = ne1 ? ne1 : 1;
 }
 
-static int by_name(const void *a, const void *b) {
+int cv_tensor_by_name(const void *a, const void *b) {
     return strcmp(((const cv_tensor *)a)->name, ((const cv_tensor *)b)->name);
 }
 
@@ -413,8 +413,8 @@ int cv_tensor_plan(const cv_hparams *hp, cv_tensor *out) {
     const int64_t d = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t ff = hp->n_ff;
     cv_tensor *t = out;
-    set_t(t++, "output_norm.weight", "norm.weight", -1, CV_NORM, d, 0);
-    set_t(t++, "token_embd.weight", "embed_tokens.weight", -1, CV_EMBD, d, hp->n_vocab);
+    cv_tensor_set(t++, "output_norm.weight", "norm.weight", -1, CV_NORM, d, 0);
+    cv_tensor_set(t++, "token_embd.weight", "embed_tokens.weight", -1, CV_EMBD, d, hp->n_vocab);
     for (int il = 0; il < (int)hp->n_layer; il++) {
         cv_tensor *first = t;
         char g[64], h[80];
@@ -422,7 +422,7 @@ int cv_tensor_plan(const cv_hparams *hp, cv_tensor *out) {
     do {                                                                                                               \
         snprintf(g, sizeof g, "blk.%d." gname ".weight", il);                                                          \
         snprintf(h, sizeof h, "layers.%d." hname ".weight", il);                                                       \
-        set_t(t++, g, h, il, kind, ne0, ne1);                                                                          \
+        cv_tensor_set(t++, g, h, il, kind, ne0, ne1);                                                                  \
     } while (0)
         L("attn_norm", "input_layernorm", CV_NORM, d, 0);
         L("attn_q", "self_attn.q_proj", CV_MAT, d, q);
@@ -444,7 +444,7 @@ int cv_tensor_plan(const cv_hparams *hp, cv_tensor *out) {
             L("attn_k_norm", "self_attn.k_norm", CV_NORM, hp->head_dim, 0);
         }
 #undef L
-        qsort(first, (size_t)(t - first), sizeof *first, by_name);
+        qsort(first, (size_t)(t - first), sizeof *first, cv_tensor_by_name);
     }
     PB_ASSERT(t - out == total);
     return total;

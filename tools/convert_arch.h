@@ -111,6 +111,12 @@ pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void
 /* Tensor table as llama.cpp's converter writes it (KV-shared layers without attn_k/attn_v/attn_k_norm, k_eq_v
  * full layers without attn_v); out NULL: count. */
 int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out);
+
+/* Fills one planned tensor: GGUF name, HF name, layer (-1: none), kind, shape (ne1 0: a vector). Shared by the
+ * Gemma 1-3 and Gemma 4 plans. */
+void cv_tensor_set(cv_tensor *t, const char *name, const char *hf, int layer, cv_kind kind, int64_t ne0, int64_t ne1);
+/* qsort comparator: plans are sorted by GGUF name (llama.cpp's order). */
+int cv_tensor_by_name(const void *a, const void *b);
 /* gemma4.* keys (after general.*). */
 pb_status cv_gemma4_write_kv(pb_gguf_writer *w, const cv_hparams *hp);
 /* Values of a CV_GEN tensor (rope_freqs: 1 for the rotated pairs, 1e30 for the others), rows r0..r1. */

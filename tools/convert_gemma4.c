@@ -107,26 +107,12 @@ pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void
     return PB_OK;
 }
 
-static void set_t(cv_tensor *t, const char *name, const char *hf, int layer, cv_kind kind, int64_t ne0, int64_t ne1) {
-    snprintf(t->name, sizeof t->name, "%s", name);
-    snprintf(t->hf, sizeof t->hf, "%s", hf);
-    t->layer = layer;
-    t->kind = kind;
-    t->n_dims = ne1 ? 2 : 1;
-    t->ne[0] = ne0;
-    t->ne[1] = ne1 ? ne1 : 1;
-}
-
-static int by_name(const void *a, const void *b) {
-    return strcmp(((const cv_tensor *)a)->name, ((const cv_tensor *)b)->name);
-}
-
 int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
     cv_tensor tmp;
     int n = 0;
     const int64_t d = hp->n_embd, P = hp->n_embd_per_layer, L = hp->n_layer;
     const uint32_t first_shared = hp->n_layer - hp->n_kv_shared;
-#define ADD(...) (set_t(out ? &out[n] : &tmp, __VA_ARGS__), n++)
+#define ADD(...) (cv_tensor_set(out ? &out[n] : &tmp, __VA_ARGS__), n++)
     ADD("output_norm.weight", "norm.weight", -1, CV_VEC, d, 0);
     ADD("rope_freqs.weight", "", -1, CV_GEN, hp->head_dim_full / 2, 0);
     ADD("token_embd.weight", "embed_tokens.weight", -1, CV_EMBD, d, hp->n_vocab);
@@ -135,7 +121,8 @@ int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
         ADD("per_layer_proj_norm.weight", "per_layer_projection_norm.weight", -1, CV_VEC, P, 0);
         ADD("per_layer_token_embd.weight", "embed_tokens_per_layer.weight", -1, CV_MAT, L * P, hp->n_vocab);
     }
-    if (out) qsort(out, (size_t)n, sizeof *out, by_name); /* non-layer tensors by name, as llama.cpp's order */
+    if (out)
+        qsort(out, (size_t)n, sizeof *out, cv_tensor_by_name); /* non-layer tensors by name, as llama.cpp's order */
     for (int il = 0; il < (int)hp->n_layer; il++) {
         int first = n;
         char g[64], h[80];
@@ -172,7 +159,7 @@ int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
             LT("post_norm.weight", "post_per_layer_input_norm.weight", CV_VEC, d, 0);
         }
 #undef LT
-        if (out) qsort(out + first, (size_t)(n - first), sizeof *out, by_name);
+        if (out) qsort(out + first, (size_t)(n - first), sizeof *out, cv_tensor_by_name);
     }
 #undef ADD
     return n;

@@ -2,7 +2,8 @@
 # run.sh -- runs every test (C binaries, shell and node tests) and prints "N passed, N failed".
 # Usage: tests/run.sh BUILD_DIR [--unit-only] [--qemu] [--filter NAME]
 # Each test prints lines "ok - ..." / "not ok - ..."; a test that exits non-zero without a
-# "not ok" line counts as one failure. Logs go to BUILD_DIR/test-logs/.
+# "not ok" line counts as one failure. Logs go to BUILD_DIR/test-logs/. Each test gets at most
+# PB_TEST_TIMEOUT seconds (default 900): a hung test fails by name instead of eating CI's time.
 BUILD=${1:-build}; shift
 UNIT_ONLY=0; QEMU=""; FILTER=""
 while [ $# -gt 0 ]; do
@@ -17,13 +18,15 @@ export PB_BUILD="$BUILD"
 export PB_BIN="$BUILD/pocketbrain"
 export PB_MODELS="$BUILD/test-library" # an empty model library: tests never see the user's pulled models
 LOGS="$BUILD/test-logs"; mkdir -p "$LOGS"
+TEST_TIMEOUT=${PB_TEST_TIMEOUT:-900}
 pass=0; fail=0; failed_names=""
 run_one() { # name, command...
   name=$1; shift
   case "$name" in *"$FILTER"*) ;; *) return ;; esac
   start=$(date +%s)
-  "$@" >"$LOGS/$name.log" 2>&1
+  timeout -k 10 "$TEST_TIMEOUT" "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "not ok - $name timed out after ${TEST_TIMEOUT}s" >>"$LOGS/$name.log"; fi
   p=$(grep -c '^ok ' "$LOGS/$name.log"); f=$(grep -c '^not ok ' "$LOGS/$name.log")
   if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; echo "not ok - $name exited with status $rc" >>"$LOGS/$name.log"; fi
   if [ "$p" = 0 ] && [ "$f" = 0 ]; then f=1; echo "not ok - $name ran no check" >>"$LOGS/$name.log"; fi

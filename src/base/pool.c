@@ -44,6 +44,7 @@ enum {
     JUDGE_TAU_NS = 50000000,  /* judge()'s sums fade over about this long (like the first solo period) */
     JUDGE_MIN_JOB_NS = 20000, /* shorter jobs are not judged */
     WARM_NS = 20000000,       /* time sleeping workers get to wake up before judge() counts jobs without them */
+    WAIT_RECHECK_NS = 20000000, /* a sleeping thread re-checks its condition this often (lost wake-ups) */
 };
 
 #define JUDGE_MARGIN 1.1      /* judge(): workers must cost 10% more than they give before the caller goes solo */
@@ -104,11 +105,28 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Sleeping. Each sleep is one side of a store-then-load pair (Dekker): the sleeper stores "I sleep" and
+ * loads the condition, the waker stores the condition and loads "someone sleeps"; at least one of them
+ * must see the other's store. seq_cst accesses alone promise that in C11, but each pair also has an
+ * explicit seq_cst fence between its store and its load: some implementations of the memory model do not
+ * keep a store-release before a later load-acquire (qemu-user running an ARM64 binary on an x86 host
+ * emitted no fence between them, and a lost wake-up hung a test under qemu for over an hour in CI).
+ * And no sleep is unbounded: a waiter re-checks its condition every WAIT_RECHECK_NS, so even a missed
+ * wake-up costs a few milliseconds, never a hang. */
+static void timed_wait(pb_pool *p, pthread_cond_t *cv) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += WAIT_RECHECK_NS;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(cv, &p->mu, &ts);
+}
+
 /* Called by whoever finished the last outstanding part: wakes the caller if it went to sleep. The
- * seq_cst pair (fetch_sub of remaining here, store of caller_asleep there) guarantees that either we see
+ * fenced pair (fetch_sub of remaining here, store of caller_asleep there) guarantees that either we see
  * the caller asleep or the caller sees remaining == 0 before it waits. */
 static void part_done(pb_pool *p) {
-    if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_asleep)) {
+    if (atomic_fetch_sub(&p->remaining, 1) == 1 && (atomic_thread_fence(memory_order_seq_cst), 1) &&
+        atomic_load(&p->caller_asleep)) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_signal(&p->cv_done);
         pthread_mutex_unlock(&p->mu);
@@ -185,9 +203,9 @@ static uint64_t wait_work(pb_pool *p, uint32_t seen, uint64_t *budget) {
     }
     *budget = spin_adapt(*budget, how, WORKER_SPIN_MAX_NS, false);
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the caller's ticket store + sleepers load */
-    while (tk_gen(t = atomic_load(&p->ticket)) == seen && !atomic_load(&p->stop))
-        pthread_cond_wait(&p->cv_work, &p->mu);
+    atomic_fetch_add(&p->sleepers, 1); /* pairs with the caller's ticket store + sleepers load */
+    atomic_thread_fence(memory_order_seq_cst);
+    while (tk_gen(t = atomic_load(&p->ticket)) == seen && !atomic_load(&p->stop)) timed_wait(p, &p->cv_work);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
     /* work came soon after all: a longer spin would have caught it without the wake-up */
@@ -223,7 +241,8 @@ static void wait_done(pb_pool *p) {
     p->spin_ns = spin_adapt(p->spin_ns, how, CALLER_SPIN_MAX_NS, true);
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_asleep, 1);
-    while (atomic_load(&p->remaining) != 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    atomic_thread_fence(memory_order_seq_cst); /* the store above before the load below: see part_done */
+    while (atomic_load(&p->remaining) != 0) timed_wait(p, &p->cv_done);
     atomic_store(&p->caller_asleep, 0);
     pthread_mutex_unlock(&p->mu);
 }
@@ -239,8 +258,12 @@ pb_status pb_pool_new(int n_threads, pb_pool **out) {
     p->solo_ns = SOLO_MIN_NS;
     p->warm_until = pb_time_ns() + WARM_NS;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv_work, NULL);
-    pthread_cond_init(&p->cv_done, NULL);
+    pthread_condattr_t ca; /* timed waits on the monotonic clock (timed_wait) */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv_work, &ca);
+    pthread_cond_init(&p->cv_done, &ca);
+    pthread_condattr_destroy(&ca);
     if (n_threads > 1) {
         p->threads = pb_calloc((size_t)n_threads - 1, sizeof(pthread_t));
         if (!p->threads) {
@@ -334,6 +357,7 @@ void pb_pool_run_n(pb_pool *p, int n, pb_pool_fn fn, void *ctx) {
     uint64_t gen = (uint64_t)tk_gen(atomic_load_explicit(&p->ticket, memory_order_relaxed)) + 1;
     uint64_t t = (gen & 0xffffffffu) << 32 | (uint64_t)n << TICKET_PART_BITS | 1;
     atomic_store(&p->ticket, t); /* seq_cst: publishes fn/ctx/remaining; pairs with the sleepers count */
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv_work);

@@ -5,7 +5,8 @@
 #   sh scripts/gpu_check.sh [FIXTURES_DIR] [TYPES]   FIXTURES_DIR holds gemma2-tiny-v.*.gguf + tokens.bin
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
 # Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
-# PB_CUDA_FLOAT=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path), VARIANTS=1 (rows per warp), PROFILE=1 (ncu).
+# PB_CUDA_FLOAT=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path), PB_BIN_BASE (a CLI from an earlier tree: tg128
+# side by side on the same files), PROFILE=1 (ncu).
 set -u
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
@@ -76,11 +77,14 @@ if [ -n "${FLOATBENCH:-}" ] && [ -f "$f" ]; then
   PB_CUDA_FLOAT=1 $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/float.json 2>/dev/null
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('q4_k_m float path (PB_CUDA_FLOAT=1): tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/float.json
 fi
-if [ -n "${VARIANTS:-}" ] && [ -f "$f" ]; then
-  echo "== mat-vec rows per warp (PB_CUDA_ROWS), tg128 on q4_k_m"
-  for r in 1 2; do
-    PB_CUDA_ROWS=$r $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/rows$r.json 2>/dev/null
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('rows', sys.argv[2], [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/rows$r.json $r
+if [ -n "${PB_BIN_BASE:-}" ]; then # A/B in the same call: tg128 of a CLI built from an earlier tree, same files
+  echo "== base CLI ($PB_BIN_BASE) vs this tree, tg128 (-r 3) on the same files"
+  for t in $TYPES; do
+    for b in "$PB_BIN_BASE" "$PB"; do
+      [ -f /tmp/gemma2-2b-$t.gguf ] || continue
+      $b bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$b"
+    done
   done
 fi
 if [ -n "${PROFILE:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then

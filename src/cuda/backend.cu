@@ -47,10 +47,6 @@ static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
                         cudaGetErrorString(e_));                                                                       \
     } while (0)
 
-// Rows per warp of the mat-vec kernel: 1 or 2 (PB_CUDA_ROWS, read at model open; for benchmarks). The
-// results do not depend on it.
-static int g_rows = 1;
-
 // ---- device matrices ---------------------------------------------------------------------------------------
 
 struct dmat {
@@ -309,8 +305,6 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
                     need >> 20, fr >> 20);
     pb_cu_model *g = (pb_cu_model *)calloc(1, sizeof *g);
     if (!g) return fail(err, cap, ST_NOMEM, "cuda: out of host memory");
-    const char *rows = getenv("PB_CUDA_ROWS");
-    if (rows && (atoi(rows) == 1 || atoi(rows) == 2)) g_rows = atoi(rows);
 
     g->hp = *d;
     cudaDeviceProp prop;
@@ -368,75 +362,26 @@ struct mv_args {
     qact xa; // x quantized (int8 path)
 };
 
-// R rows per warp: the rows' loads are in flight together; each row's sum is taken in the same order whatever
-// R is, so results do not depend on it (bit for bit).
-template <int R> struct racc { float v[R]; };
+// ---- mat-vec: one warp per row, one kernel per weight type and path -----------------------------------------
+// Lane l takes units l, l + 32, ... of its row in that order, then the warp sums by shuffles. Each kernel is
+// instantiated per weight type and path (no switch over types in the loop): the one generic kernel that switched
+// over every type and both paths compiled to a real call with a 224-byte stack frame and 90 registers (ptxas -v,
+// 2026-12-02), at most 5 blocks an SM.
 
-template <int T, int R, bool I8>
-static __device__ __forceinline__ racc<R> row_dot_t(const dmat &M, int row, const float *x, const qact &xa, int lane) {
-    const uint8_t *q[R], *m[R];
-    racc<R> acc;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int rr = row + r < M.N ? row + r : row;
-        q[r] = M.q + (size_t)rr * M.qrow, m[r] = M.m + (size_t)rr * M.mrow;
-        acc.v[r] = 0.0f;
-    }
+template <int T, bool I8>
+static __device__ __forceinline__ float row_sum(const dmat &M, int row, const float *x, const qact &xa, int lane) {
+    const uint8_t *q = M.q + (size_t)row * M.qrow, *m = M.m + (size_t)row * M.mrow;
+    float acc = 0.0f;
 #pragma unroll 4
-    for (int u = lane; u < M.nunits; u += 32)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if constexpr (I8)
-                acc.v[r] += unit_dot8<T>(q[r], m[r], u, xa);
-            else
-                acc.v[r] += unit_dot<T>(q[r], m[r], u, x);
-        }
-    return acc;
-}
-
-template <int R>
-static __device__ racc<R> row_dot(const dmat &M, int row, const float *x, const qact &xa, int i8, int lane) {
-    racc<R> s;
-    switch (M.type) {
-    case T_F32: s = row_dot_t<T_F32, R, false>(M, row, x, xa, lane); break;
-    case T_F16: s = row_dot_t<T_F16, R, false>(M, row, x, xa, lane); break;
-    case T_BF16: s = row_dot_t<T_BF16, R, false>(M, row, x, xa, lane); break;
-    case T_F32 + T_SCALAR: s = row_dot_t<T_F32 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
-    case T_F16 + T_SCALAR: s = row_dot_t<T_F16 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
-    case T_BF16 + T_SCALAR: s = row_dot_t<T_BF16 + T_SCALAR, R, false>(M, row, x, xa, lane); break;
-    case T_Q4_0:
-        s = i8 ? row_dot_t<T_Q4_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_0, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q4_1:
-        s = i8 ? row_dot_t<T_Q4_1, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_1, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q5_0:
-        s = i8 ? row_dot_t<T_Q5_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_0, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q5_1:
-        s = i8 ? row_dot_t<T_Q5_1, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_1, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q8_0:
-        s = i8 ? row_dot_t<T_Q8_0, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q8_0, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q4_K:
-        s = i8 ? row_dot_t<T_Q4_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q4_K, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q5_K:
-        s = i8 ? row_dot_t<T_Q5_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q5_K, R, false>(M, row, x, xa, lane);
-        break;
-    case T_Q6_K:
-        s = i8 ? row_dot_t<T_Q6_K, R, true>(M, row, x, xa, lane) : row_dot_t<T_Q6_K, R, false>(M, row, x, xa, lane);
-        break;
-    default:
-#pragma unroll
-        for (int r = 0; r < R; r++) s.v[r] = 0.0f;
+    for (int u = lane; u < M.nunits; u += 32) {
+        if constexpr (I8)
+            acc += unit_dot8<T>(q, m, u, xa);
+        else
+            acc += unit_dot<T>(q, m, u, x);
     }
 #pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s.v[r] += __shfl_xor_sync(0xffffffffu, s.v[r], o);
-    return s;
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return acc;
 }
 
 static __device__ __forceinline__ float gelu_tanh(float x) {
@@ -444,39 +389,78 @@ static __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-// y_i = W_i x for up to three matrices (rows of each in turn; each N a multiple of R or the last one's tail
-// handled), or y_0 = gelu(W_0 x) * (W_1 x) when geglu; R rows per warp; an optional soft-cap on the results.
-template <int R> __global__ void __launch_bounds__(32 * MV_WARPS) k_matvec(const mv_args a) {
+// y_i = W_i x for up to three matrices, rows of each in turn: mat[0] and mat[1] of type TA, mat[2] of type TB
+// (q, k, v: Q4_K_M files keep v in Q6_K in some layers); an optional soft-cap on the results.
+template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv(const mv_args a) {
     const int lane = threadIdx.x & 31;
-    int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
-    racc<R> s;
-    if (a.geglu) {
-        if (row >= a.mat[0].N) return;
-        s = row_dot<R>(a.mat[0], row, a.x, a.xa, a.int8, lane);
-        const racc<R> u = row_dot<R>(a.mat[1], row, a.x, a.xa, a.int8, lane);
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                if (row + r < a.mat[0].N) a.y[0][row + r] = gelu_tanh(s.v[r]) * u.v[r];
-        return;
-    }
-    float *y;
-    int N;
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    float s, *y;
     if (row < a.mat[0].N) {
-        s = row_dot<R>(a.mat[0], row, a.x, a.xa, a.int8, lane);
-        y = a.y[0], N = a.mat[0].N;
+        s = row_sum<TA, I8>(a.mat[0], row, a.x, a.xa, lane);
+        y = a.y[0];
     } else if (a.n_mat > 1 && (row -= a.mat[0].N) < a.mat[1].N) {
-        s = row_dot<R>(a.mat[1], row, a.x, a.xa, a.int8, lane);
-        y = a.y[1], N = a.mat[1].N;
+        s = row_sum<TA, I8>(a.mat[1], row, a.x, a.xa, lane);
+        y = a.y[1];
     } else if (a.n_mat > 2 && (row -= a.mat[1].N) < a.mat[2].N) {
-        s = row_dot<R>(a.mat[2], row, a.x, a.xa, a.int8, lane);
-        y = a.y[2], N = a.mat[2].N;
+        s = row_sum<TB, I8>(a.mat[2], row, a.x, a.xa, lane);
+        y = a.y[2];
     } else
         return;
-    if (lane == 0)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (row + r < N) y[row + r] = a.softcap > 0.0f ? tanhf(s.v[r] / a.softcap) * a.softcap : s.v[r];
+    if (lane == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
+}
+
+// y_0 = gelu(W_0 x) * (W_1 x), both matrices of type T.
+template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_geglu(const mv_args a) {
+    const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (row >= a.mat[0].N) return;
+    const float g = row_sum<T, I8>(a.mat[0], row, a.x, a.xa, lane);
+    const float u = row_sum<T, I8>(a.mat[1], row, a.x, a.xa, lane);
+    if (lane == 0) a.y[0][row] = gelu_tanh(g) * u;
+}
+
+// y = gelu(y) * u elementwise: the GeGLU of gate and up matrices of two types, each run by k_mv.
+__global__ void k_geglu(float *y, const float *u, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = gelu_tanh(y[i]) * u[i];
+}
+
+typedef void (*mv_kernel)(mv_args);
+
+// The kernel for (ta, tb, path): plain (k_mv) or GeGLU (k_mv_geglu, ta == tb); NULL where none is instantiated.
+static mv_kernel mv_pick(int ta, int tb, bool i8, bool geglu) {
+#define MV_SAME(T)                                                                                                     \
+    case T:                                                                                                            \
+        if (tb != T) return NULL;                                                                                      \
+        return geglu ? (i8 ? (mv_kernel)k_mv_geglu<T, true> : (mv_kernel)k_mv_geglu<T, false>)                         \
+                     : (i8 ? (mv_kernel)k_mv<T, T, true> : (mv_kernel)k_mv<T, T, false>);
+#define MV_FLOAT(T)                                                                                                    \
+    case T:                                                                                                            \
+        if (tb != T) return NULL; /* F32/F16/BF16: the float path on either path */                                    \
+        return geglu ? (mv_kernel)k_mv_geglu<T, false> : (mv_kernel)k_mv<T, T, false>;
+    if (!geglu && ta != tb) { // the mixes llama-quantize writes (attn_v in Q6_K)
+        if (ta == T_Q4_K && tb == T_Q6_K) return i8 ? k_mv<T_Q4_K, T_Q6_K, true> : k_mv<T_Q4_K, T_Q6_K, false>;
+        if (ta == T_Q5_K && tb == T_Q6_K) return i8 ? k_mv<T_Q5_K, T_Q6_K, true> : k_mv<T_Q5_K, T_Q6_K, false>;
+        return NULL;
+    }
+    switch (ta) {
+        MV_FLOAT(T_F32)
+        MV_FLOAT(T_F16)
+        MV_FLOAT(T_BF16)
+        MV_FLOAT(T_F32 + T_SCALAR)
+        MV_FLOAT(T_F16 + T_SCALAR)
+        MV_FLOAT(T_BF16 + T_SCALAR)
+        MV_SAME(T_Q4_0)
+        MV_SAME(T_Q4_1)
+        MV_SAME(T_Q5_0)
+        MV_SAME(T_Q5_1)
+        MV_SAME(T_Q8_0)
+        MV_SAME(T_Q4_K)
+        MV_SAME(T_Q5_K)
+        MV_SAME(T_Q6_K)
+    }
+    return NULL;
+#undef MV_SAME
+#undef MV_FLOAT
 }
 
 // Block-wide sum in double (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
@@ -752,7 +736,7 @@ struct pb_cu_ctx {
     int cap[MAX_LAYERS];
     __half *kc[MAX_LAYERS], *vc[MAX_LAYERS];
     size_t kv_bytes[MAX_LAYERS]; // bytes of K (and of V) of a layer
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up;
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     int *params, *all_params;     // device: {token, pos}; all tokens of a call
     int *h_params;                // pinned host staging of all_params
@@ -804,7 +788,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    kmax / 4 + 1,
                    kmax / 32 + 1,
                    kmax / 4 + 1,
-                   kmax / 256 + 1};
+                   kmax / 256 + 1,
+                   (size_t)hp->n_ff};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
@@ -848,8 +833,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x,      &c->xn,   &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,
-                          &c->logits, &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK};
+        float **bufs[] = {&c->x,      &c->xn,   &c->q,   &c->k,   &c->v,   &c->att, &c->o,   &c->gate,
+                          &c->logits, &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
@@ -901,15 +886,33 @@ static void launch_quant(const pb_cu_ctx *c, const float *x, int K, cudaStream_t
     k_quant<<<nb, 128, 0, s>>>(x, K, qout_of(c));
 }
 
-static void launch_mv(const mv_args &a, int rows, cudaStream_t s) {
-    int R = g_rows;
-    for (int i = 0; i < a.n_mat; i++)
-        if (a.mat[i].N % R) R = 1; /* a warp's rows must not straddle two matrices */
-    const int per = MV_WARPS * R, nb = (rows + per - 1) / per;
-    if (R == 2)
-        k_matvec<2><<<nb, 32 * MV_WARPS, 0, s>>>(a);
-    else
-        k_matvec<1><<<nb, 32 * MV_WARPS, 0, s>>>(a);
+// y_i = W_i x (or the GeGLU) by the kernel of the matrices' types: one launch where one is instantiated for the
+// mix, else one launch a matrix (a GeGLU of two types: up into tmp, then k_geglu).
+static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
+    const bool i8 = a.int8 != 0;
+    const int ta = a.mat[0].type;
+    mv_kernel k = NULL;
+    int rows = a.mat[0].N;
+    if (a.geglu)
+        k = a.mat[1].type == ta ? mv_pick(ta, ta, i8, true) : NULL;
+    else if (a.n_mat == 1 || a.mat[1].type == ta) {
+        k = mv_pick(ta, a.n_mat > 2 ? a.mat[2].type : ta, i8, false);
+        for (int i = 1; i < a.n_mat; i++) rows += a.mat[i].N;
+    }
+    if (k) {
+        k<<<(rows + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, 0, s>>>(a);
+        return;
+    }
+    for (int i = 0; i < a.n_mat; i++) {
+        mv_args b = a;
+        b.mat[0] = a.mat[i];
+        b.y[0] = a.geglu && i == 1 ? tmp : a.y[i];
+        b.n_mat = 1;
+        b.geglu = 0;
+        k = mv_pick(b.mat[0].type, b.mat[0].type, i8, false); /* every uploaded type has its kernel */
+        k<<<(b.mat[0].N + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, 0, s>>>(b);
+    }
+    if (a.geglu) k_geglu<<<(a.mat[0].N + 255) / 256, 256, 0, s>>>(a.y[0], tmp, a.mat[0].N);
 }
 
 // Enqueues one token step (params already in c->params); with_output adds the output mat-vec.
@@ -929,7 +932,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         a.mat[2] = L->wv;
         a.y[2] = c->v;
         a.n_mat = 3;
-        launch_mv(a, L->wq.N + L->wk.N + L->wv.N, s);
+        launch_mv(a, c->up, s);
         const int ring = L->swa ? 1 : 0; /* slot = pos % cap (cap = min(window, n_ctx)), as the host cache */
         k_rope_kv<<<H + 2 * Hkv, 128, 0, s>>>(c->q, c->k, c->v, c->kc[il], c->vc[il], L->q_norm, L->k_norm,
                                               L->swa ? g->rope_l : g->rope_g, c->params, H, Hkv, hd, c->cap[il], ring,
@@ -940,22 +943,22 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         const int merge_threads = hd < 128 ? 64 : 128;
         k_attn_merge<<<H, merge_threads, 0, s>>>(c->part, c->att, n_rep, hd, c->S);
         launch_quant(c, c->att, H * hd, s);
-        launch_mv(mv1(c, L->wo, c->o, c->att), L->wo.N, s);
+        launch_mv(mv1(c, L->wo, c->o, c->att), c->up, s);
         k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_attn_norm, L->ffn_norm, c->xn, d, hp->norm_eps, qout_of(c));
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);
         gu.mat[1] = L->up;
         gu.n_mat = 2;
         gu.geglu = 1;
-        launch_mv(gu, L->gate.N, s);
+        launch_mv(gu, c->up, s);
         launch_quant(c, c->gate, hp->n_ff, s);
-        launch_mv(mv1(c, L->down, c->o, c->gate), L->down.N, s);
+        launch_mv(mv1(c, L->down, c->o, c->gate), c->up, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
         k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_ffw_norm, next, c->xn, d, hp->norm_eps, qout_of(c));
     }
     if (with_output) {
         mv_args a = mv1(c, g->output, c->logits, c->xn);
         a.softcap = hp->final_softcap;
-        launch_mv(a, g->output.N, s);
+        launch_mv(a, c->up, s);
     }
 }
 

@@ -147,12 +147,14 @@ $(BUILD)/tests/gpu_parity: tests/gpu_parity.c tests/pb_test.h $(LIB)
 # $(GPU_DEV) (git-ignored through .git/info/exclude), for scripts/gpu_check.sh's PB_PAR / PB_BIN (docs/CUDA.md):
 # the CUDA runtime and zlib linked statically, cJSON beside the CLI (lib/, found through its rpath), and every
 # other service-library function (SQLite, libmicrohttpd, curl, OpenSSL, editline, poppler) a stub that aborts:
-# bench, synth and convert never call them. Also copies the peer Q4_0 / Q4_K_M fixtures into $(GPU_DEV)/fix.
+# bench, synth and convert never call them. Also packs the three into $(GPU_DEV)/cuda-bins.tar.gz (the run tool
+# carries at most 64 MiB with the tree: carry that and fix/) and copies the peer Q4_0 / Q4_K_M fixtures into fix/.
 GPU_DEV    ?= .dev-cuda
 PB_SHARED  ?= ../shared
 CUDART_STATIC := -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ -ldl -lrt -lpthread -lm
 GPU_DEV_OBJ := $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(CATALOG_OBJ) $(LIB)
 gpu-dev: $(GPU_DEV)/pocketbrain $(GPU_DEV)/gpu_parity
+	cd $(GPU_DEV) && tar czf cuda-bins.tar.gz pocketbrain gpu_parity lib
 	@mkdir -p $(GPU_DEV)/fix
 	cp $(foreach t,q4_0 q4_k_m,$(PB_SHARED)/fixtures/peer/model/gemma2-tiny-v.$(t).gguf) \
 	   $(PB_SHARED)/fixtures/peer/model/tokens.bin $(GPU_DEV)/fix/

@@ -5,8 +5,9 @@
 #   sh scripts/gpu_check.sh [FIXTURES_DIR] [TYPES]   FIXTURES_DIR holds gemma2-tiny-v.*.gguf + tokens.bin
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
 # Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
-# PB_CUDA_FLOAT=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path), PB_BIN_BASE (a CLI from an earlier tree: tg128
-# side by side on the same files), PROFILE=1 (ncu).
+# PB_CUDA_FLOAT=1), PDLCHECK=1 (parity again with PB_CUDA_PDL=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path),
+# PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's, with and without PB_CUDA_PDL=1),
+# PROFILE=1 (ncu).
 set -u
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
@@ -53,6 +54,11 @@ for a in gemma gemma2 gemma3; do # transformers-made tiny models, converted here
 done
 $PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
 echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
+if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1): same checks
+  PB_CUDA_PDL=1 $PAR "$@" >"$OUT/parity-pdl.log" 2>&1
+  echo "parity (PB_CUDA_PDL=1): $(grep -c '^ok' "$OUT/parity-pdl.log") ok, $(grep -c '^not ok' "$OUT/parity-pdl.log") not ok"
+  grep "^not ok" "$OUT/parity-pdl.log" | head -5
+fi
 if [ -n "${FLOATCHECK:-}" ]; then # the float path (PB_CUDA_FLOAT=1) against the CPU's exact mode
   PB_CUDA_FLOAT=1 $PAR "$@" >"$OUT/parity-float.log" 2>&1
   echo "parity (float path): $(grep -c '^ok' "$OUT/parity-float.log") ok, $(grep -c '^not ok' "$OUT/parity-float.log") not ok"
@@ -77,13 +83,15 @@ if [ -n "${FLOATBENCH:-}" ] && [ -f "$f" ]; then
   PB_CUDA_FLOAT=1 $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/float.json 2>/dev/null
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('q4_k_m float path (PB_CUDA_FLOAT=1): tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/float.json
 fi
-if [ -n "${PB_BIN_BASE:-}" ]; then # A/B in the same call: tg128 of a CLI built from an earlier tree, same files
-  echo "== base CLI ($PB_BIN_BASE) vs this tree, tg128 (-r 3) on the same files"
+if [ -n "${PB_BIN_BASE:-}" ]; then # A/B in the same call: a CLI built from an earlier tree, this one, this one + PDL
+  echo "== tg128 (-r 3) on the same files: base CLI ($PB_BIN_BASE), this tree, this tree with PB_CUDA_PDL=1"
   for t in $TYPES; do
-    for b in "$PB_BIN_BASE" "$PB"; do
-      [ -f /tmp/gemma2-2b-$t.gguf ] || continue
-      $b bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
-      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$b"
+    [ -f /tmp/gemma2-2b-$t.gguf ] || continue
+    for v in base this pdl; do
+      b=$PB; [ $v = base ] && b=$PB_BIN_BASE
+      pdl=0; [ $v = pdl ] && pdl=1
+      PB_CUDA_PDL=$pdl $b bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$v"
     done
   done
 fi

@@ -71,6 +71,10 @@ struct pb_cu_model {
     // quantized matrices and PB_CUDA_FLOAT=1 was not set at open: that keeps the float32 dots on dequantized
     // weights, the CPU's exact mode). need0 / needK: some matrix takes q8_0 / q8_K activations.
     int int8, need0, needK;
+    // Programmatic dependent launch (PB_CUDA_PDL=1 at open): each kernel of the step lets the next one start
+    // before it ends; the next waits (griddepcontrol.wait) before touching activations, and a mat-vec meanwhile
+    // prefetches its weight rows into L2. Off by default until measured (docs/CUDA.md).
+    int pdl;
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
     size_t bytes;
@@ -340,6 +344,10 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         t->swa = s->swa;
     }
     choose_path(g, d->n_layer);
+    {
+        const char *pdl = getenv("PB_CUDA_PDL");
+        g->pdl = pdl && atoi(pdl) == 1;
+    }
     g->hp.layers = NULL;
     *out = g;
     return ST_OK;
@@ -356,7 +364,7 @@ extern "C" const char *pb_cu_device_name(const pb_cu_model *g) { return g ? g->n
 struct mv_args {
     dmat mat[3];
     float *y[3];
-    int n_mat, geglu, int8;
+    int n_mat, geglu, int8, pdl;
     float softcap;
     const float *x;
     qact xa; // x quantized (int8 path)
@@ -367,6 +375,22 @@ struct mv_args {
 // instantiated per weight type and path (no switch over types in the loop): the one generic kernel that switched
 // over every type and both paths compiled to a real call with a 224-byte stack frame and 90 registers (ptxas -v,
 // 2026-12-02), at most 5 blocks an SM.
+
+// Programmatic dependent launch (PTX griddepcontrol, sm_90): no-ops in a kernel launched without the attribute.
+// pdl_start: the next kernel of the stream may start once every block of this one has run it; pdl_wait: wait
+// until the previous kernel has finished and its writes are visible (every kernel calls it before it reads or
+// writes activations, so each one still ends after the one before it).
+static __device__ __forceinline__ void pdl_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Weight bytes of one row into L2 (weights are never written: safe before pdl_wait).
+static __device__ __forceinline__ void prefetch_row(const dmat &M, int row, int lane) {
+    const uint8_t *q = M.q + (size_t)row * M.qrow, *m = M.m + (size_t)row * M.mrow;
+    for (size_t o = (size_t)lane * 128; o < M.qrow; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(q + o));
+    for (size_t o = (size_t)lane * 128; o < M.mrow; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(m + o));
+}
 
 template <int T, bool I8>
 static __device__ __forceinline__ float row_sum(const dmat &M, int row, const float *x, const qact &xa, int lane) {
@@ -395,6 +419,17 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
     const int lane = threadIdx.x & 31;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     float s, *y;
+    pdl_start();
+    if (a.pdl) {
+        const int r1 = row - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
+        if (row < a.mat[0].N)
+            prefetch_row(a.mat[0], row, lane);
+        else if (a.n_mat > 1 && r1 < a.mat[1].N)
+            prefetch_row(a.mat[1], r1, lane);
+        else if (a.n_mat > 2 && r2 < a.mat[2].N)
+            prefetch_row(a.mat[2], r2, lane);
+    }
+    pdl_wait();
     if (row < a.mat[0].N) {
         s = row_sum<TA, I8>(a.mat[0], row, a.x, a.xa, lane);
         y = a.y[0];
@@ -412,6 +447,12 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
 // y_0 = gelu(W_0 x) * (W_1 x), both matrices of type T.
 template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_geglu(const mv_args a) {
     const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    pdl_start();
+    if (a.pdl && row < a.mat[0].N) {
+        prefetch_row(a.mat[0], row, lane);
+        prefetch_row(a.mat[1], row, lane);
+    }
+    pdl_wait();
     if (row >= a.mat[0].N) return;
     const float g = row_sum<T, I8>(a.mat[0], row, a.x, a.xa, lane);
     const float u = row_sum<T, I8>(a.mat[1], row, a.x, a.xa, lane);
@@ -420,6 +461,8 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
 
 // y = gelu(y) * u elementwise: the GeGLU of gate and up matrices of two types, each run by k_mv.
 __global__ void k_geglu(float *y, const float *u, int n) {
+    pdl_start();
+    pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = gelu_tanh(y[i]) * u[i];
 }
@@ -533,25 +576,83 @@ static __device__ void quant_act(const float *x, int K, const qout &o, int gw, i
 
 // Quantizes x[0..K) (see quant_act); any grid of 32-thread multiples.
 __global__ void k_quant(const float *x, int K, const qout o) {
+    pdl_start();
+    pdl_wait();
     quant_act(x, K, o, (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)),
               (int)(gridDim.x * (blockDim.x >> 5)));
 }
 
+#define NORM_NPT 4 // values a thread holds in registers in k_add_norm (d <= 4 x 1024)
+
 // x += [RMSNorm(o; post_w)] o (skipped when o is NULL); xn = RMSNorm(x; next_w), then xn quantized into the forms
-// qo asks for (q0 / qK set). One block.
+// qo asks for (q0 / qK set). One block. Where d <= NORM_NPT x blockDim.x every thread first loads all of its
+// values of o, x and both weights at once (one memory round trip instead of one a phase) and keeps them in
+// registers, and the quantization reads xn from shared memory; the sums run in the same order as the loop form
+// below (the same bits).
 __global__ void k_add_norm(float *x, const float *o, const float *post_w, const float *next_w, float *xn, int d,
                            float eps, const qout qo) {
     __shared__ double sh[32];
+    __shared__ float xs[NORM_NPT * 1024];
+    pdl_start();
+    pdl_wait();
+    const int t = threadIdx.x, bd = blockDim.x;
+    if (d <= NORM_NPT * bd) {
+        float ov[NORM_NPT], xv[NORM_NPT], pw[NORM_NPT], nw[NORM_NPT];
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++) {
+            const int i = t + k * bd;
+            const bool in = i < d;
+            ov[k] = in && o ? o[i] : 0.0f;
+            pw[k] = in && post_w ? post_w[i] : 0.0f;
+            xv[k] = in ? x[i] : 0.0f;
+            nw[k] = in ? next_w[i] : 0.0f;
+        }
+        if (o) {
+            float r = 1.0f;
+            if (post_w) {
+                double ss = 0.0;
+#pragma unroll
+                for (int k = 0; k < NORM_NPT; k++)
+                    if (t + k * bd < d) ss += (double)ov[k] * (double)ov[k];
+                ss = block_sum(ss, sh);
+                r = 1.0f / sqrtf((float)(ss / (double)d) + eps);
+            }
+#pragma unroll
+            for (int k = 0; k < NORM_NPT; k++)
+                if (t + k * bd < d) {
+                    xv[k] += post_w ? (ov[k] * r) * pw[k] : ov[k];
+                    x[t + k * bd] = xv[k];
+                }
+        }
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++)
+            if (t + k * bd < d) ss += (double)xv[k] * (double)xv[k];
+        ss = block_sum(ss, sh);
+        const float r = 1.0f / sqrtf((float)(ss / (double)d) + eps);
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++)
+            if (t + k * bd < d) {
+                const float v = (xv[k] * r) * nw[k];
+                xn[t + k * bd] = v;
+                xs[t + k * bd] = v;
+            }
+        if (qo.q0 || qo.qK) {
+            __syncthreads();
+            quant_act(xs, d, qo, t >> 5, bd >> 5);
+        }
+        return;
+    }
     if (o) {
         float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
-        for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] += post_w ? (o[i] * r) * post_w[i] : o[i];
+        for (int i = t; i < d; i += bd) x[i] += post_w ? (o[i] * r) * post_w[i] : o[i];
         __syncthreads();
     }
     float r = rms_factor(x, d, eps, sh);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = (x[i] * r) * next_w[i];
+    for (int i = t; i < d; i += bd) xn[i] = (x[i] * r) * next_w[i];
     if (qo.q0 || qo.qK) {
         __syncthreads();
-        quant_act(xn, d, qo, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+        quant_act(xn, d, qo, t >> 5, bd >> 5);
     }
 }
 
@@ -559,6 +660,8 @@ __global__ void k_add_norm(float *x, const float *o, const float *post_w, const 
 __global__ void k_embed(const dmat E, const int *params, float scale, float *x, const float *w, float *xn, int d,
                         float eps, const qout qo) {
     __shared__ double sh[32];
+    pdl_start();
+    pdl_wait();
     const int tok = params[0];
     const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
     for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] = deq_elem(E.type, q, m, i) * scale;
@@ -578,6 +681,8 @@ __global__ void k_rope_kv(float *q, const float *k, const float *v, __half *kc, 
                           int ring, float eps) {
     __shared__ float buf[32 * MAX_EPL];
     __shared__ double sh[32];
+    pdl_start();
+    pdl_wait();
     const int b = blockIdx.x, pos = params[1], slot = ring ? pos % cap : pos;
     if (b >= H + Hkv) { // value head: copy
         const int g = b - H - Hkv;
@@ -618,6 +723,8 @@ __global__ void __launch_bounds__(128)
     k_attn(const float *q, const __half *kc, const __half *vc, float *part, const int *params, int n_rep, int hd,
            int cap, int ring, int window, float scale, float softcap) {
     __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
+    pdl_start();
+    pdl_wait();
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
     const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
@@ -700,9 +807,13 @@ __global__ void __launch_bounds__(128)
 }
 
 // att[h] = merge of the S split states of query head h, divided by the softmax sum. Warp 0 finds the common max
-// and each split's weight once; then every thread merges its values.
-__global__ void k_attn_merge(const float *part, float *att, int n_rep, int hd, int S) {
+// and each split's weight once; then every thread merges its values. With qo set (the caller checks that a head
+// holds whole quantization blocks: hd % 32 for q8_0, hd % 256 for q8_K) the block then quantizes its head's
+// values as k_quant would over the whole of att (quant_act: the same bits; one launch less a layer).
+__global__ void k_attn_merge(const float *part, float *att, int n_rep, int hd, int S, const qout qo) {
     __shared__ float wt[MAX_SPLITS], Ls;
+    pdl_start();
+    pdl_wait();
     const int h = blockIdx.x, g = h / n_rep, r = h % n_rep;
     const size_t st = (size_t)n_rep * (hd + 2), base = ((size_t)g * S * n_rep + r) * (hd + 2);
     if (threadIdx.x < 32) {
@@ -723,8 +834,18 @@ __global__ void k_attn_merge(const float *part, float *att, int n_rep, int hd, i
     __syncthreads();
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         float a = 0.0f;
+#pragma unroll 8
         for (int s = 0; s < S; s++) a += part[base + s * st + 2 + e] * wt[s];
         att[(size_t)h * hd + e] = a / Ls;
+    }
+    if (qo.q0 || qo.qK) {
+        __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
+        qout o;
+        o.q0 = qo.q0 ? qo.q0 + (size_t)h * hd : NULL;
+        o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
+        o.d0 = qo.d0 + (size_t)h * (hd / 32);
+        o.dK = qo.dK + (size_t)h * (hd / 256);
+        quant_act(att + (size_t)h * hd, hd, o, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
     }
 }
 
@@ -872,6 +993,7 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     m.n_mat = 1;
     m.x = x;
     m.int8 = c->g->int8;
+    m.pdl = c->g->pdl;
     m.xa.q0 = (const int8_t *)c->aq0;
     m.xa.d0 = c->ad0;
     m.xa.qK = (const int8_t *)c->aqK;
@@ -879,17 +1001,36 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     return m;
 }
 
+// Launches kernel k on stream s, with the programmatic-dependent-launch attribute when pdl (see pb_cu_model.pdl).
+template <typename... P, typename... A>
+static void launch_k(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args) {
+    if (!pdl) {
+        k<<<grid, block, 0, s>>>(args...);
+        return;
+    }
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, k, args...); /* errors surface at the end of the graph capture */
+}
+
 // The int8 forms of x[0..K) (one warp per 32 values; nothing when the float path is chosen).
 static void launch_quant(const pb_cu_ctx *c, const float *x, int K, cudaStream_t s) {
     if (!c->g->int8 || K < 32) return;
     const int warps = K / 32, nb = (warps + 3) / 4;
-    k_quant<<<nb, 128, 0, s>>>(x, K, qout_of(c));
+    launch_k(c->g->pdl, k_quant, nb, 128, s, x, K, qout_of(c));
 }
 
 // y_i = W_i x (or the GeGLU) by the kernel of the matrices' types: one launch where one is instantiated for the
 // mix, else one launch a matrix (a GeGLU of two types: up into tmp, then k_geglu).
 static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
-    const bool i8 = a.int8 != 0;
+    const bool i8 = a.int8 != 0, pdl = a.pdl != 0;
     const int ta = a.mat[0].type;
     mv_kernel k = NULL;
     int rows = a.mat[0].N;
@@ -900,7 +1041,7 @@ static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
         for (int i = 1; i < a.n_mat; i++) rows += a.mat[i].N;
     }
     if (k) {
-        k<<<(rows + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, 0, s>>>(a);
+        launch_k(pdl, k, (rows + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, s, a);
         return;
     }
     for (int i = 0; i < a.n_mat; i++) {
@@ -910,9 +1051,9 @@ static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
         b.n_mat = 1;
         b.geglu = 0;
         k = mv_pick(b.mat[0].type, b.mat[0].type, i8, false); /* every uploaded type has its kernel */
-        k<<<(b.mat[0].N + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, 0, s>>>(b);
+        launch_k(pdl, k, (b.mat[0].N + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, s, b);
     }
-    if (a.geglu) k_geglu<<<(a.mat[0].N + 255) / 256, 256, 0, s>>>(a.y[0], tmp, a.mat[0].N);
+    if (a.geglu) launch_k(pdl, k_geglu, (a.mat[0].N + 255) / 256, 256, s, a.y[0], (const float *)tmp, a.mat[0].N);
 }
 
 // Enqueues one token step (params already in c->params); with_output adds the output mat-vec.
@@ -922,8 +1063,9 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
     cudaStream_t s = c->stream;
     const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
     const int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* 256 measured slower (13.5 vs 7.9 us a norm) */
-    k_embed<<<1, nt, 0, s>>>(g->tok_embd, c->params, hp->embd_scale, c->x, g->layers[0].attn_norm, c->xn, d,
-                             hp->norm_eps, qout_of(c));
+    const bool pdl = g->pdl != 0;
+    launch_k(pdl, k_embed, 1, nt, s, g->tok_embd, (const int *)c->params, hp->embd_scale, c->x,
+             (const float *)g->layers[0].attn_norm, c->xn, d, hp->norm_eps, qout_of(c));
     for (int il = 0; il < hp->n_layer; il++) {
         const pb_cu_layer_d *L = &g->layers[il];
         mv_args a = mv1(c, L->wq, c->q, c->xn);
@@ -934,17 +1076,23 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         a.n_mat = 3;
         launch_mv(a, c->up, s);
         const int ring = L->swa ? 1 : 0; /* slot = pos % cap (cap = min(window, n_ctx)), as the host cache */
-        k_rope_kv<<<H + 2 * Hkv, 128, 0, s>>>(c->q, c->k, c->v, c->kc[il], c->vc[il], L->q_norm, L->k_norm,
-                                              L->swa ? g->rope_l : g->rope_g, c->params, H, Hkv, hd, c->cap[il], ring,
-                                              hp->norm_eps);
-        k_attn<<<dim3(Hkv, c->S), 128, 0, s>>>(c->q, c->kc[il], c->vc[il], c->part, c->params, n_rep, hd, c->cap[il],
-                                               ring, L->swa ? hp->sliding_window : 0, hp->query_scale,
-                                               hp->attn_softcap);
+        launch_k(pdl, k_rope_kv, H + 2 * Hkv, 128, s, c->q, (const float *)c->k, (const float *)c->v, c->kc[il],
+                 c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
+                 (const float *)(L->swa ? g->rope_l : g->rope_g), (const int *)c->params, H, Hkv, hd, c->cap[il], ring,
+                 hp->norm_eps);
+        launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const __half *)c->kc[il],
+                 (const __half *)c->vc[il], c->part, (const int *)c->params, n_rep, hd, c->cap[il], ring,
+                 L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap);
         const int merge_threads = hd < 128 ? 64 : 128;
-        k_attn_merge<<<H, merge_threads, 0, s>>>(c->part, c->att, n_rep, hd, c->S);
-        launch_quant(c, c->att, H * hd, s);
+        // the merge quantizes att itself where each head holds whole q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
+        qout mq = qout_of(c);
+        const bool fuse = (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
+        if (!fuse) mq.q0 = NULL, mq.qK = NULL;
+        launch_k(pdl, k_attn_merge, H, merge_threads, s, (const float *)c->part, c->att, n_rep, hd, c->S, mq);
+        if (!fuse) launch_quant(c, c->att, H * hd, s);
         launch_mv(mv1(c, L->wo, c->o, c->att), c->up, s);
-        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_attn_norm, L->ffn_norm, c->xn, d, hp->norm_eps, qout_of(c));
+        launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_attn_norm,
+                 (const float *)L->ffn_norm, c->xn, d, hp->norm_eps, qout_of(c));
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);
         gu.mat[1] = L->up;
         gu.n_mat = 2;
@@ -953,7 +1101,8 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         launch_quant(c, c->gate, hp->n_ff, s);
         launch_mv(mv1(c, L->down, c->o, c->gate), c->up, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        k_add_norm<<<1, nt, 0, s>>>(c->x, c->o, L->post_ffw_norm, next, c->xn, d, hp->norm_eps, qout_of(c));
+        launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_ffw_norm, next, c->xn, d,
+                 hp->norm_eps, qout_of(c));
     }
     if (with_output) {
         mv_args a = mv1(c, g->output, c->logits, c->xn);

@@ -11,7 +11,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
-TYPES=${2:-q4_k_m q4_0 q8_0 f16}
+TYPES=${2-q4_k_m q4_0 q8_0 f16} # an empty TYPES ("") benches nothing
 REPS=${REPS:-5}
 J=$(nproc 2>/dev/null || echo 4)
 mkdir -p "$OUT"

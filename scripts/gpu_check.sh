@@ -52,6 +52,10 @@ for a in gemma gemma2 gemma3; do # transformers-made tiny models, converted here
       set -- "$@" "/tmp/synth-$a-$t.gguf"
   done
 done
+# head_dim 256 (the merge's own q8_K/q8_0 forms: every tiny model has head_dim 64, so that path runs only here) and
+# row lengths of 640 (Q5_0/Q8_0 fallbacks beside Q4_K/Q6_K: q/k/v of mixed types, one launch a matrix)
+$PB synth --arch gemma3 --size 270m --type q4_k_m -o /tmp/synth-gemma3-270m-q4_k_m.gguf --threads "$J" >/dev/null 2>&1 &&
+  set -- "$@" /tmp/synth-gemma3-270m-q4_k_m.gguf
 $PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
 echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
 if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1): same checks

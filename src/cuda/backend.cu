@@ -52,6 +52,7 @@ static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
 struct dmat {
     int type; // device type (T_SCALAR added for F* rows not a multiple of 8)
     int K, N, nunits;
+    int ahead; // rows of this matrix's mat-vec resident at once (blocks an SM x SMs x rows a block; 0: unknown)
     size_t qrow, mrow;
     uint8_t *q, *m;
 };
@@ -75,6 +76,7 @@ struct pb_cu_model {
     // before it ends; the next waits (griddepcontrol.wait) before touching activations, and a mat-vec meanwhile
     // prefetches its weight rows into L2. Off by default until measured (docs/CUDA.md).
     int pdl;
+    int n_sm; // multiprocessors of device 0
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
     size_t bytes;
@@ -283,6 +285,8 @@ static void choose_path(pb_cu_model *g, int n_layer) {
     g->int8 = (g->need0 || g->needK) && !(fl && atoi(fl) == 1);
 }
 
+static void set_ahead(pb_cu_model *g);
+
 extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *err, size_t cap) {
     *out = NULL;
     if (!pb_cu_available(err, cap)) return ST_UNSUPPORTED;
@@ -312,7 +316,10 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
 
     g->hp = *d;
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(g->name, sizeof g->name, "%s", prop.name);
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+        snprintf(g->name, sizeof g->name, "%s", prop.name);
+        g->n_sm = prop.multiProcessorCount;
+    }
     int st = ST_OK;
     char what[64];
     int hd = d->head_dim;
@@ -344,6 +351,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         t->swa = s->swa;
     }
     choose_path(g, d->n_layer);
+    set_ahead(g);
     {
         const char *pdl = getenv("PB_CUDA_PDL");
         g->pdl = pdl && atoi(pdl) == 1;
@@ -383,13 +391,20 @@ struct mv_args {
 static __device__ __forceinline__ void pdl_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// Weight bytes of one row into L2 (weights are never written: safe before pdl_wait).
+// Weight bytes of one row into L2, one request a 32-byte sector (weights are never written: safe before
+// pdl_wait). Requests without registers: the loop's loads of a long row (Q4_K down: 5 KB, 18 units a lane) then
+// find their later units in L2 instead of waiting a DRAM round trip a batch.
 static __device__ __forceinline__ void prefetch_row(const dmat &M, int row, int lane) {
     const uint8_t *q = M.q + (size_t)row * M.qrow, *m = M.m + (size_t)row * M.mrow;
-    for (size_t o = (size_t)lane * 128; o < M.qrow; o += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(q + o));
-    for (size_t o = (size_t)lane * 128; o < M.mrow; o += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(m + o));
+    for (size_t o = (size_t)lane * 32; o < M.qrow; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(q + o));
+    for (size_t o = (size_t)lane * 32; o < M.mrow; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(m + o));
+}
+
+// This row and, for a matrix of more rows than are resident at once, the row one wave ahead (the row the warp in
+// this slot takes next), so the next wave starts on L2 hits.
+static __device__ __forceinline__ void prefetch_rows(const dmat &M, int row, int lane) {
+    prefetch_row(M, row, lane);
+    if (M.ahead > 0 && row + M.ahead < M.N) prefetch_row(M, row + M.ahead, lane);
 }
 
 template <int T, bool I8>
@@ -420,11 +435,14 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     float s, *y;
     pdl_start();
-    if (a.pdl) {
+    {
         const int r1 = row - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
-        if (row < a.mat[0].N)
-            prefetch_row(a.mat[0], row, lane);
-        else if (a.n_mat > 1 && r1 < a.mat[1].N)
+        if (row < a.mat[0].N) {
+            if (a.n_mat == 1)
+                prefetch_rows(a.mat[0], row, lane);
+            else
+                prefetch_row(a.mat[0], row, lane);
+        } else if (a.n_mat > 1 && r1 < a.mat[1].N)
             prefetch_row(a.mat[1], r1, lane);
         else if (a.n_mat > 2 && r2 < a.mat[2].N)
             prefetch_row(a.mat[2], r2, lane);
@@ -448,9 +466,9 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
 template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_geglu(const mv_args a) {
     const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     pdl_start();
-    if (a.pdl && row < a.mat[0].N) {
-        prefetch_row(a.mat[0], row, lane);
-        prefetch_row(a.mat[1], row, lane);
+    if (row < a.mat[0].N) {
+        prefetch_rows(a.mat[0], row, lane);
+        prefetch_rows(a.mat[1], row, lane);
     }
     pdl_wait();
     if (row >= a.mat[0].N) return;
@@ -504,6 +522,30 @@ static mv_kernel mv_pick(int ta, int tb, bool i8, bool geglu) {
     return NULL;
 #undef MV_SAME
 #undef MV_FLOAT
+}
+
+// dmat.ahead of every matrix: resident blocks of its kernel an SM (the occupancy calculator) x SMs x rows a block.
+// The output and the single-matrix launches take the plain kernel, gate and up the GeGLU one; a matrix in a
+// launch of several only prefetches its own rows (ahead unused). Not called during a graph capture.
+static void set_ahead(pb_cu_model *g) {
+    dmat *all[7 * MAX_LAYERS + 1];
+    bool gg[7 * MAX_LAYERS + 1];
+    int na = 0;
+    gg[na] = false, all[na++] = &g->output; /* tied: a copy of tok_embd's description (k_embed ignores ahead) */
+    for (int il = 0; il < g->hp.n_layer; il++) {
+        pb_cu_layer_d *t = &g->layers[il];
+        dmat *ms[] = {&t->wq, &t->wk, &t->wv, &t->wo, &t->gate, &t->up, &t->down};
+        for (int i = 0; i < 7; i++) gg[na] = i == 4 || i == 5, all[na++] = ms[i];
+    }
+    for (int i = 0; i < na; i++) {
+        dmat *d = all[i];
+        const mv_kernel k = mv_pick(d->type, d->type, g->int8 != 0, gg[i]);
+        int nb = 0;
+        d->ahead = 0;
+        if (k && g->n_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, 32 * MV_WARPS, 0) == cudaSuccess)
+            d->ahead = nb * g->n_sm * MV_WARPS;
+    }
+    cudaGetLastError(); /* a failed query leaves ahead at 0 (own-row prefetch only); clear its error */
 }
 
 // Block-wide sum in double (blockDim.x a multiple of 32, <= 1024); every thread gets the result.

@@ -369,14 +369,25 @@ extern "C" const char *pb_cu_device_name(const pb_cu_model *g) { return g ? g->n
 
 // ---- kernels -----------------------------------------------------------------------------------------------
 
+// Where an activation vector's int8 forms go (q0 / qK NULL: that form is not wanted).
+struct qout {
+    int8_t *q0, *qK;
+    float *d0, *dK;
+};
+
 struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
     float softcap;
     const float *x;
-    qact xa; // x quantized (int8 path)
+    qact xa;  // x quantized (int8 path)
+    qout yq;  // GeGLU: y's int8 forms, made by the last block of each group of qgroup rows (q0 / qK NULL: none)
+    int *cnt; // GeGLU with yq: blocks done per group (zero between launches: the last block resets its group's)
+    int qgroup;
 };
+
+static __device__ void quant_act(const float *x, int K, const qout &o, int gw, int nw);
 
 // ---- mat-vec: one warp per row, one kernel per weight type and path -----------------------------------------
 // Lane l takes units l, l + 32, ... of its row in that order, then the warp sums by shuffles. Each kernel is
@@ -463,7 +474,13 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
 }
 
 // y_0 = gelu(W_0 x) * (W_1 x), both matrices of type T.
+// With a.yq set (the caller checks N % qgroup == 0, qgroup 256 where q8_K is wanted, else 32) the block that
+// finishes a group of qgroup rows last quantizes it as k_quant would (quant_act on the same values: the same bits),
+// so no k_quant launch follows: each block's writes are fenced before it counts itself in its group (the
+// threadfence-reduction pattern), and the last one reads the group through L2 (__ldcg) into shared memory.
 template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_geglu(const mv_args a) {
+    __shared__ float ys[256];
+    __shared__ int last;
     const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     pdl_start();
     if (row < a.mat[0].N) {
@@ -471,10 +488,28 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
         prefetch_rows(a.mat[1], row, lane);
     }
     pdl_wait();
-    if (row >= a.mat[0].N) return;
-    const float g = row_sum<T, I8>(a.mat[0], row, a.x, a.xa, lane);
-    const float u = row_sum<T, I8>(a.mat[1], row, a.x, a.xa, lane);
-    if (lane == 0) a.y[0][row] = gelu_tanh(g) * u;
+    if (row < a.mat[0].N) {
+        const float g = row_sum<T, I8>(a.mat[0], row, a.x, a.xa, lane);
+        const float u = row_sum<T, I8>(a.mat[1], row, a.x, a.xa, lane);
+        if (lane == 0) a.y[0][row] = gelu_tanh(g) * u;
+    }
+    if (!a.yq.q0 && !a.yq.qK) return;
+    __threadfence();
+    __syncthreads();
+    const int G = a.qgroup, grp = (int)(blockIdx.x * MV_WARPS) / G;
+    if (threadIdx.x == 0) last = atomicAdd(&a.cnt[grp], 1) == G / MV_WARPS - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < G; i += blockDim.x) ys[i] = __ldcg(a.y[0] + (size_t)grp * G + i);
+    __syncthreads();
+    qout o;
+    o.q0 = a.yq.q0 ? a.yq.q0 + (size_t)grp * G : NULL;
+    o.qK = a.yq.qK ? a.yq.qK + (size_t)grp * G : NULL;
+    o.d0 = a.yq.d0 + (size_t)grp * (G / 32);
+    o.dK = a.yq.dK + (size_t)grp * (G / 256);
+    quant_act(ys, G, o, (int)(threadIdx.x >> 5), MV_WARPS);
+    if (threadIdx.x == 0) a.cnt[grp] = 0;
 }
 
 // y = gelu(y) * u elementwise: the GeGLU of gate and up matrices of two types, each run by k_mv.
@@ -567,12 +602,6 @@ static __device__ float rms_factor(const float *x, int n, float eps, double *sh)
     ss = block_sum(ss, sh);
     return 1.0f / sqrtf((float)(ss / (double)n) + eps);
 }
-
-// Where an activation vector's int8 forms go (q0 / qK NULL: that form is not wanted).
-struct qout {
-    int8_t *q0, *qK;
-    float *d0, *dK;
-};
 
 // The CPU's pb_quant_q8_0 (d = amax / 127 stored as fp16, q = roundf(x / d) with the float32 d) and
 // pb_quant_q8_K (d = max / -127 with max the first value of largest magnitude, q = round-half-even(x * -127 /
@@ -899,7 +928,8 @@ struct pb_cu_ctx {
     int cap[MAX_LAYERS];
     __half *kc[MAX_LAYERS], *vc[MAX_LAYERS];
     size_t kv_bytes[MAX_LAYERS]; // bytes of K (and of V) of a layer
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem;
+    int *gcnt;                    // k_mv_geglu's blocks done per group of rows (gcnt_mem; zero between launches)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     int *params, *all_params;     // device: {token, pos}; all tokens of a call
     int *h_params;                // pinned host staging of all_params
@@ -952,7 +982,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    kmax / 32 + 1,
                    kmax / 4 + 1,
                    kmax / 256 + 1,
-                   (size_t)hp->n_ff};
+                   (size_t)hp->n_ff,
+                   (size_t)hp->n_ff / 32 + 1};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
@@ -996,13 +1027,14 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x,      &c->xn,   &c->q,   &c->k,   &c->v,   &c->att, &c->o,   &c->gate,
-                          &c->logits, &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up};
+        float **bufs[] = {&c->x,    &c->xn,  &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,    &c->logits,
+                          &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up, &c->gcnt_mem};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
         }
     }
+    c->gcnt = (int *)c->gcnt_mem;
     c->params = (int *)p;
     p += 256;
     c->all_params = (int *)p;
@@ -1096,6 +1128,8 @@ static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
         launch_k(pdl, k, (b.mat[0].N + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, s, b);
     }
     if (a.geglu) launch_k(pdl, k_geglu, (a.mat[0].N + 255) / 256, 256, s, a.y[0], (const float *)tmp, a.mat[0].N);
+    if (a.geglu && (a.yq.q0 || a.yq.qK)) // the fused quantization asked for, done apart here
+        launch_k(pdl, k_quant, (a.mat[0].N / 32 + 3) / 4, 128, s, (const float *)a.y[0], a.mat[0].N, a.yq);
 }
 
 // Enqueues one token step (params already in c->params); with_output adds the output mat-vec.
@@ -1139,8 +1173,13 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         gu.mat[1] = L->up;
         gu.n_mat = 2;
         gu.geglu = 1;
+        // the GeGLU's last block of each group of rows quantizes the group (q8_K groups of 256, else q8_0 of 32)
+        const qout gq = qout_of(c);
+        const int G = gq.qK ? 256 : 32;
+        const bool qfuse = (gq.q0 || gq.qK) && hp->n_ff % G == 0;
+        if (qfuse) gu.yq = gq, gu.cnt = c->gcnt, gu.qgroup = G;
         launch_mv(gu, c->up, s);
-        launch_quant(c, c->gate, hp->n_ff, s);
+        if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);
         launch_mv(mv1(c, L->down, c->o, c->gate), c->up, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
         launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_ffw_norm, next, c->xn, d,

@@ -787,13 +787,60 @@ __global__ void k_rope_kv(float *q, const float *k, const float *v, __half *kc, 
     }
 }
 
+// att[h] = merge of the S split states of query head h, divided by the softmax sum (one block, blockDim.x a
+// multiple of 32; wt and Ls in shared memory). Warp 0 finds the common max and each split's weight once; then
+// every thread merges its values, each value's sum over the splits in split order whatever the block size. The
+// states are read through L2 (__ldcg: other blocks wrote them in this kernel). With qo set (the caller checks that
+// a head holds whole quantization blocks: hd % 32 for q8_0, hd % 256 for q8_K) the block then quantizes its head's
+// values as k_quant would over the whole of att (quant_act: the same bits).
+static __device__ void merge_head(const float *part, float *att, int h, int n_rep, int hd, int S, const qout &qo,
+                                  float *wt, float *Ls) {
+    const int g = h / n_rep, r = h % n_rep;
+    const size_t st = (size_t)n_rep * (hd + 2), base = ((size_t)g * S * n_rep + r) * (hd + 2);
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int s = threadIdx.x; s < S; s += 32) M = fmaxf(M, __ldcg(part + base + s * st));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.0f;
+        for (int s = threadIdx.x; s < S; s += 32) {
+            const float m = __ldcg(part + base + s * st), w = m == -INFINITY ? 0.0f : expf(m - M);
+            wt[s] = w;
+            L += __ldcg(part + base + s * st + 1) * w;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (threadIdx.x == 0) *Ls = L;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < S; s++) a += __ldcg(part + base + s * st + 2 + e) * wt[s];
+        att[(size_t)h * hd + e] = a / *Ls;
+    }
+    if (qo.q0 || qo.qK) {
+        __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
+        qout o;
+        o.q0 = qo.q0 ? qo.q0 + (size_t)h * hd : NULL;
+        o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
+        o.d0 = qo.d0 + (size_t)h * (hd / 32);
+        o.dK = qo.dK + (size_t)h * (hd / 256);
+        quant_act(att + (size_t)h * hd, hd, o, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    }
+}
+
 // Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
 // walks keys warp, warp + 4, ... with an online softmax; the 4 warps' states are merged into
-// part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}.
+// part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}. The last of kv head g's S blocks to
+// finish (a counter a kv head in cnt, zero between launches: that block resets it; threadfence-reduction style)
+// then merges the head's n_rep query heads into att (merge_head, with its int8 forms where qo is set).
 __global__ void __launch_bounds__(128)
     k_attn(const float *q, const __half *kc, const __half *vc, float *part, const int *params, int n_rep, int hd,
-           int cap, int ring, int window, float scale, float softcap) {
+           int cap, int ring, int window, float scale, float softcap, float *att, const qout qo, int *cnt) {
     __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
+    __shared__ float wt[MAX_SPLITS], Ls;
+    __shared__ int last;
     pdl_start();
     pdl_wait();
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -875,49 +922,17 @@ __global__ void __launch_bounds__(128)
         }
         part[(((size_t)g * S + s) * n_rep + r) * (hd + 2) + e] = out;
     }
-}
-
-// att[h] = merge of the S split states of query head h, divided by the softmax sum. Warp 0 finds the common max
-// and each split's weight once; then every thread merges its values. With qo set (the caller checks that a head
-// holds whole quantization blocks: hd % 32 for q8_0, hd % 256 for q8_K) the block then quantizes its head's
-// values as k_quant would over the whole of att (quant_act: the same bits; one launch less a layer).
-__global__ void k_attn_merge(const float *part, float *att, int n_rep, int hd, int S, const qout qo) {
-    __shared__ float wt[MAX_SPLITS], Ls;
-    pdl_start();
-    pdl_wait();
-    const int h = blockIdx.x, g = h / n_rep, r = h % n_rep;
-    const size_t st = (size_t)n_rep * (hd + 2), base = ((size_t)g * S * n_rep + r) * (hd + 2);
-    if (threadIdx.x < 32) {
-        float M = -INFINITY;
-        for (int s = threadIdx.x; s < S; s += 32) M = fmaxf(M, part[base + s * st]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.0f;
-        for (int s = threadIdx.x; s < S; s += 32) {
-            const float m = part[base + s * st], w = m == -INFINITY ? 0.0f : expf(m - M);
-            wt[s] = w;
-            L += part[base + s * st + 1] * w;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (threadIdx.x == 0) Ls = L;
-    }
+    __threadfence();
     __syncthreads();
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float a = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < S; s++) a += part[base + s * st + 2 + e] * wt[s];
-        att[(size_t)h * hd + e] = a / Ls;
+    if (threadIdx.x == 0) last = atomicAdd(&cnt[g], 1) == S - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int r = 0; r < n_rep; r++) {
+        merge_head(part, att, g * n_rep + r, n_rep, hd, S, qo, wt, &Ls);
+        __syncthreads(); // wt and Ls are rewritten for the next head
     }
-    if (qo.q0 || qo.qK) {
-        __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
-        qout o;
-        o.q0 = qo.q0 ? qo.q0 + (size_t)h * hd : NULL;
-        o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
-        o.d0 = qo.d0 + (size_t)h * (hd / 32);
-        o.dK = qo.dK + (size_t)h * (hd / 256);
-        quant_act(att + (size_t)h * hd, hd, o, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
-    }
+    if (threadIdx.x == 0) cnt[g] = 0;
 }
 
 // ---- a session's context -------------------------------------------------------------------------------------
@@ -928,8 +943,9 @@ struct pb_cu_ctx {
     int cap[MAX_LAYERS];
     __half *kc[MAX_LAYERS], *vc[MAX_LAYERS];
     size_t kv_bytes[MAX_LAYERS]; // bytes of K (and of V) of a layer
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem, *acnt_mem;
     int *gcnt;                    // k_mv_geglu's blocks done per group of rows (gcnt_mem; zero between launches)
+    int *acnt;                    // k_attn's blocks done per kv head (acnt_mem; zero between launches)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     int *params, *all_params;     // device: {token, pos}; all tokens of a call
     int *h_params;                // pinned host staging of all_params
@@ -983,7 +999,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    kmax / 4 + 1,
                    kmax / 256 + 1,
                    (size_t)hp->n_ff,
-                   (size_t)hp->n_ff / 32 + 1};
+                   (size_t)hp->n_ff / 32 + 1,
+                   (size_t)hp->n_head_kv + 1};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
@@ -1027,14 +1044,15 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x,    &c->xn,  &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,    &c->logits,
-                          &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up, &c->gcnt_mem};
+        float **bufs[] = {&c->x,    &c->xn,  &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,     &c->logits,
+                          &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up, &c->gcnt_mem, &c->acnt_mem};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
         }
     }
     c->gcnt = (int *)c->gcnt_mem;
+    c->acnt = (int *)c->acnt_mem;
     c->params = (int *)p;
     p += 256;
     c->all_params = (int *)p;
@@ -1156,15 +1174,14 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                  c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
                  (const float *)(L->swa ? g->rope_l : g->rope_g), (const int *)c->params, H, Hkv, hd, c->cap[il], ring,
                  hp->norm_eps);
-        launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const __half *)c->kc[il],
-                 (const __half *)c->vc[il], c->part, (const int *)c->params, n_rep, hd, c->cap[il], ring,
-                 L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap);
-        const int merge_threads = hd < 128 ? 64 : 128;
-        // the merge quantizes att itself where each head holds whole q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
+        // the merge (in k_attn's last block of each kv head) quantizes att itself where each head holds whole
+        // q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
         qout mq = qout_of(c);
         const bool fuse = (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
-        launch_k(pdl, k_attn_merge, H, merge_threads, s, (const float *)c->part, c->att, n_rep, hd, c->S, mq);
+        launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const __half *)c->kc[il],
+                 (const __half *)c->vc[il], c->part, (const int *)c->params, n_rep, hd, c->cap[il], ring,
+                 L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, c->att, mq, c->acnt);
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         launch_mv(mv1(c, L->wo, c->o, c->att), c->up, s);
         launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_attn_norm,

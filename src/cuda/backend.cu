@@ -745,25 +745,11 @@ __global__ void k_embed(const dmat E, const int *params, float scale, float *x, 
     }
 }
 
-// Per head: [RMSNorm (Gemma 3)], RoPE (NeoX halves) at pos; k and v heads go into the cache as F16 at the
-// position's slot. Blocks 0..H-1: query heads (in place), H..H+Hkv-1: key heads, then value heads.
-__global__ void k_rope_kv(float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn,
-                          const float *kn, const float *inv, const int *params, int H, int Hkv, int hd, int cap,
-                          int ring, float eps) {
-    __shared__ float buf[32 * MAX_EPL];
-    __shared__ double sh[32];
-    pdl_start();
-    pdl_wait();
-    const int b = blockIdx.x, pos = params[1], slot = ring ? pos % cap : pos;
-    if (b >= H + Hkv) { // value head: copy
-        const int g = b - H - Hkv;
-        __half *dst = vc + ((size_t)g * cap + slot) * hd;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = __float2half_rn(v[(size_t)g * hd + i]);
-        return;
-    }
-    const bool isq = b < H;
-    const float *src = isq ? q + (size_t)b * hd : k + (size_t)(b - H) * hd;
-    const float *nw = isq ? qn : kn;
+// One head of hd values at src: [RMSNorm with weights nw (Gemma 3 q/k norm)], then RoPE (NeoX halves) at position p
+// with inverse frequencies inv, into out (shared memory); buf: hd floats of shared scratch. Every thread of the
+// block calls it; it ends with a barrier.
+static __device__ void rope_head(const float *src, const float *nw, const float *inv, int hd, float p, float eps,
+                                 float *buf, double *sh, float *out) {
     for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = src[i];
     __syncthreads();
     if (nw) {
@@ -772,19 +758,12 @@ __global__ void k_rope_kv(float *q, const float *k, const float *v, __half *kc, 
         __syncthreads();
     }
     const int half = hd / 2;
-    const float p = (float)pos;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const float th = p * inv[i], c = cosf(th), s = sinf(th), a = buf[i], bb = buf[i + half];
-        const float o0 = a * c - bb * s, o1 = bb * c + a * s;
-        if (isq) {
-            q[(size_t)b * hd + i] = o0;
-            q[(size_t)b * hd + i + half] = o1;
-        } else {
-            __half *dst = kc + ((size_t)(b - H) * cap + slot) * hd;
-            dst[i] = __float2half_rn(o0);
-            dst[i + half] = __float2half_rn(o1);
-        }
+        out[i] = a * c - bb * s;
+        out[i + half] = bb * c + a * s;
     }
+    __syncthreads();
 }
 
 // att[h] = merge of the S split states of query head h, divided by the softmax sum (one block, blockDim.x a
@@ -832,13 +811,19 @@ static __device__ void merge_head(const float *part, float *att, int h, int n_re
 
 // Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
 // walks keys warp, warp + 4, ... with an online softmax; the 4 warps' states are merged into
-// part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}. The last of kv head g's S blocks to
+// part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}. Each block first ropes its n_rep query
+// heads from the q/k/v mat-vec's q (rope_head, Gemma 3 q norm), and the block whose split holds pos ropes kv head
+// g's key and writes it and the value, as F16, into the position's slot before it reads the keys (no other split
+// reads that slot: pos % cap is a position outside every window). The last of kv head g's S blocks to
 // finish (a counter a kv head in cnt, zero between launches: that block resets it; threadfence-reduction style)
 // then merges the head's n_rep query heads into att (merge_head, with its int8 forms where qo is set).
 __global__ void __launch_bounds__(128)
-    k_attn(const float *q, const __half *kc, const __half *vc, float *part, const int *params, int n_rep, int hd,
-           int cap, int ring, int window, float scale, float softcap, float *att, const qout qo, int *cnt) {
+    k_attn(const float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn, const float *kn,
+           const float *inv, float eps, float *part, const int *params, int n_rep, int hd, int cap, int ring,
+           int window, float scale, float softcap, float *att, const qout qo, int *cnt) {
     __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
+    __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL], ks[32 * MAX_EPL];
+    __shared__ double rsh[32];
     __shared__ float wt[MAX_SPLITS], Ls;
     __shared__ int last;
     pdl_start();
@@ -846,6 +831,18 @@ __global__ void __launch_bounds__(128)
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
     const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
+    for (int r = 0; r < n_rep; r++)
+        rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+    if (s == (pos - lo) / per) { // this split holds pos: kv head g's row of this position into the cache first
+        const int slot = ring ? pos % cap : pos;
+        rope_head(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks);
+        __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            kd[i] = __float2half_rn(ks[i]);
+            vd[i] = __float2half_rn(v[(size_t)g * hd + i]);
+        }
+        __syncthreads(); // the block's own cache writes are visible to its loads after the barrier
+    }
     float qr[MAX_REP][MAX_EPL], acc[MAX_REP][MAX_EPL], mx[MAX_REP], l[MAX_REP];
 #pragma unroll
     for (int r = 0; r < MAX_REP; r++) {
@@ -854,7 +851,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int i = 0; i < MAX_EPL; i++) {
             const int e = lane + 32 * i;
-            qr[r][i] = r < n_rep && e < hd ? q[((size_t)g * n_rep + r) * hd + e] : 0.0f;
+            qr[r][i] = r < n_rep && e < hd ? qs[r][e] : 0.0f;
             acc[r][i] = 0.0f;
         }
     }
@@ -1170,18 +1167,16 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         a.n_mat = 3;
         launch_mv(a, c->up, s);
         const int ring = L->swa ? 1 : 0; /* slot = pos % cap (cap = min(window, n_ctx)), as the host cache */
-        launch_k(pdl, k_rope_kv, H + 2 * Hkv, 128, s, c->q, (const float *)c->k, (const float *)c->v, c->kc[il],
-                 c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
-                 (const float *)(L->swa ? g->rope_l : g->rope_g), (const int *)c->params, H, Hkv, hd, c->cap[il], ring,
-                 hp->norm_eps);
         // the merge (in k_attn's last block of each kv head) quantizes att itself where each head holds whole
         // q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
         qout mq = qout_of(c);
         const bool fuse = (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
-        launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const __half *)c->kc[il],
-                 (const __half *)c->vc[il], c->part, (const int *)c->params, n_rep, hd, c->cap[il], ring,
-                 L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, c->att, mq, c->acnt);
+        launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const float *)c->k, (const float *)c->v,
+                 c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
+                 (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part, (const int *)c->params, n_rep,
+                 hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, c->att, mq,
+                 c->acnt);
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         launch_mv(mv1(c, L->wo, c->o, c->att), c->up, s);
         launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_attn_norm,

@@ -69,6 +69,10 @@ void pb_thermal_get(const pb_thermal *t, pb_thermal_state *out);
 pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx);
 /* Bytes of K+V for n_ctx positions (sliding-window layers hold min(window, n_ctx)). */
 size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type);
+/* The same for layer il alone (0 for a Gemma 4 KV-shared layer: it reads layer kv_src[il]'s cache), and the
+ * positions (cells) that layer keeps. pb_engine_kv_estimate is their sum over the layers. */
+size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type);
+int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx);
 /* Bytes of a session's buffers besides the KV: forward scratch for n_batch tokens, logits, sampler,
  * token history. An upper bound of what pb_session_new allocates. */
 size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_gemma4_cli.sh -- a tiny Gemma 4 model end to end through the CLI: convert the HF folder, run, chat (system
-# turn, two turns), info --mem (KV per layer, PLE table), quantize, serve (chat completion) -- the Gemma 4 turn format and its stop tokens.
+# turn, two turns, --think), info --mem (KV per layer, PLE table), quantize, serve (chat completion, thinking), ask,
+# bench -- the Gemma 4 turn format and its stop tokens.
 BIN=${PB_BIN:-build/pocketbrain}
 T=$(mktemp -d)
 PID=
@@ -52,3 +53,65 @@ if [ -n "$PORT" ] && curl -s -o "$T/body" -H "Content-Type: application/json" \
   "http://127.0.0.1:$PORT/v1/chat/completions" && grep -q '"choices"' "$T/body"; then
   ok "serve: chat completion on gemma4"
 else nok "serve: $(head -c 300 "$T/body" 2>/dev/null) $(tail -2 "$T/serr")"; fi
+# thinking (--think): the prompt gains the system turn <|turn>system\n<|think|><turn|>\n (6 ids: 16 instead of 10 for
+# "hi": <bos> <|turn> user \n hi <turn|> \n <|turn> model \n); a Gemma 1-3 model refuses it with a message.
+"$BIN" run -m "$M" -p hi -n 2 --seed 1 -v >/dev/null 2>"$T/t0"
+"$BIN" run -m "$M" -p hi -n 2 --seed 1 -v --think >/dev/null 2>"$T/t1"
+if grep -q "prompt 10 tok" "$T/t0" && grep -q "prompt 16 tok" "$T/t1"; then ok "run --think: 6 more prompt ids (the <|think|> system turn)"
+else nok "run --think: $(tail -1 "$T/t0") / $(tail -1 "$T/t1")"; fi
+printf 'hello\nagain\n' | "$BIN" chat -m "$M" -n 3 --seed 1 --think --system "be brief" >"$T/tc" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "answer [0-9]* tok" "$T/tc")" -eq 2 ]; then ok "chat --think: two turns"; else nok "chat --think rc $rc: $(tail -2 "$T/tc")"; fi
+if "$BIN" convert tests/data/model/gemma3 "$T/g3.gguf" --type f32 >/dev/null 2>&1 &&
+  ! "$BIN" run -m "$T/g3.gguf" -p hi -n 1 --think >/dev/null 2>"$T/g3err" && grep -q "thinking needs a Gemma 4" "$T/g3err"; then
+  ok "run --think on a Gemma 3 model: refused with a message"
+else nok "run --think on gemma3: $(cat "$T/g3err" 2>/dev/null)"; fi
+if [ -n "$PORT" ]; then
+  curl -s -o "$T/tb" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"seed":1,"think":true}' \
+    "http://127.0.0.1:$PORT/v1/chat/completions"
+  curl -s -o "$T/tb2" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"seed":1,"chat_template_kwargs":{"enable_thinking":true}}' \
+    "http://127.0.0.1:$PORT/v1/chat/completions"
+  curl -s -o "$T/tb3" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"seed":1,"think":"yes"}' \
+    "http://127.0.0.1:$PORT/v1/chat/completions"
+  if tr -d ' \n' <"$T/tb" | grep -q '"reasoning_content":' && tr -d ' \n' <"$T/tb" | grep -q '"prompt_tokens":16' &&
+    tr -d ' \n' <"$T/tb2" | grep -q '"prompt_tokens":16' && grep -q "must be a boolean" "$T/tb3"; then
+    ok "serve: \"think\": true / chat_template_kwargs.enable_thinking -> 16 prompt tokens, message.reasoning_content"
+  else nok "serve think: $(head -c 300 "$T/tb") | $(head -c 200 "$T/tb3")"; fi
+else nok "serve think: no server"; fi
+# ask (knowledge hub) on Gemma 4: ingest two notes, answer grounded in them with the <|turn> format
+mkdir -p "$T/docs"
+printf 'Parking is free next to the pipe after six.\nThe office opens at nine.\n' >"$T/docs/a.txt"
+printf 'The cafe sells tea and cake. Tea costs two euros.\n' >"$T/docs/b.md"
+if "$BIN" ingest --db "$T/kb.sqlite" "$T/docs" >/dev/null 2>&1 &&
+  "$BIN" ask --db "$T/kb.sqlite" -m "$M" --max-tokens 16 --seed 1 --fallback-after 0 --json "is parking free?" >"$T/ask" 2>"$T/ask.err" &&
+  tr -d ' \n' <"$T/ask" | grep -q '"fallback":false' && tr -d ' \n' <"$T/ask" | grep -q '"generated_tokens":16' &&
+  tr -d ' \n' <"$T/ask" | grep -q '"path":"[^"]*a.txt"'; then
+  ok "ask: a grounded answer from the model (16 tokens, citation of a.txt, no fallback)"
+else nok "ask: $(head -c 300 "$T/ask") $(tail -2 "$T/ask.err")"; fi
+# bench: prefill and decode run; its KV bytes by hand at the default n_ctx 256, F16: sliding layers 0-3 hold the
+# window (2 x 8 x 16 x 2 = 512 each), full layer 4 the context (2 x 256 x 32 x 2 = 32768), shared layers 0 -> 34816
+"$BIN" bench -m "$M" -p 16 -n 8 -r 1 -t 1 --json >"$T/bench" 2>"$T/bench.err"
+rc=$?
+tr -d ' \t\n' <"$T/bench" >"$T/benchf"
+if [ $rc -eq 0 ] && grep -q '"model_type":"gemma4F32"' "$T/benchf" && grep -q '"pp16":{"median":[1-9]' "$T/benchf" &&
+  grep -q '"tg8":{"median":[1-9]' "$T/benchf" && grep -q '"kv_bytes":34816,"n_ctx":256' "$T/benchf"; then
+  ok "bench: pp16 and tg8 on gemma4, KV 34816 bytes at n_ctx 256"
+else nok "bench rc $rc: $(head -c 400 "$T/benchf") $(tail -2 "$T/bench.err")"; fi
+# --special with the llama.cpp-converted vocabulary (its types: <bos>/<eos> CONTROL, <|channel>/<channel|>
+# USER_DEFINED, <|turn>/<turn|>/<|think|> NORMAL): control tokens print only with --special, and are parsed from
+# text only with --special; USER_DEFINED pieces always match (llama.cpp's rule).
+V=tests/data/model/gemma4_e2b/llama.f32.gguf
+s1=$("$BIN" detokenize --special --vocab "$V" 2 105 1581 107 98 106 107 100 101 1)
+s0=$("$BIN" detokenize --vocab "$V" 2 105 1581 107 98 106 107 100 101 1)
+w1=$(printf '<bos><|turn>system\n<|think|><turn|>\n<|channel><channel|><eos>')
+w0=$(printf '<|turn>system\n<|think|><turn|>\n<|channel><channel|>')
+if [ "$s1" = "$w1" ] && [ "$s0" = "$w0" ]; then ok "detokenize --special prints <bos>/<eos>; without it they print nothing"
+else nok "detokenize --special: [$s1] / [$s0]"; fi
+i1=$("$BIN" tokenize --ids --special --vocab "$V" "<bos><|channel>x<channel|><eos>")
+i0=$("$BIN" tokenize --ids --vocab "$V" "<bos><|channel>x<channel|><eos>")
+if [ "$i1" = "[2, 2, 100, 449, 101, 1]" ] && [ "$i0" = "[2, 1191, 394, 100, 449, 101, 2012, 394]" ]; then
+  ok "tokenize --special parses <bos>/<eos> (2, 1); without it they stay text, <|channel> (user-defined) 100 either way"
+else nok "tokenize --special: $i1 / $i0"; fi

@@ -46,7 +46,10 @@ const char *const cli_opts_help =
     "  --seed N               random seed (same seed and settings -> same text; default 42)\n"
     "  -n, --max-tokens N     stop after N tokens (0 = until the model stops)\n"
     "  --stop TEXT            stop string, never printed (repeatable)\n"
-    "  --system TEXT          system prompt";
+    "  --system TEXT          system prompt\n"
+    "  --think                Gemma 4: turn thinking on (<|think|> in the system turn); the model's reasoning\n"
+    "                         (its thought channel) is not printed, only the answer\n"
+    "  --show-thinking        print the thought channel to stderr as it streams";
 
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
@@ -165,6 +168,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         o->context_shift = true;
     } else if (strcmp(a, "--warmup") == 0) {
         o->warmup = true;
+    } else if (strcmp(a, "--think") == 0) {
+        o->think = true;
+    } else if (strcmp(a, "--show-thinking") == 0) {
+        o->show_thinking = true;
     } else {
         return 0;
     }
@@ -215,7 +222,16 @@ pb_session_params cli_opts_session(const cli_opts *o) {
     p.ctx_policy = o->context_shift ? PB_CTX_SHIFT : PB_CTX_ERROR;
     p.warmup = o->warmup;
     p.thermal = o->thermal;
+    p.think = o->think;
     return p;
+}
+
+/* --show-thinking: the thought channel streams to stderr (stdout keeps the answer alone). */
+static bool thought_to_stderr(const char *piece, size_t len, void *user) {
+    (void)user;
+    fwrite(piece, 1, len, stderr);
+    fflush(stderr);
+    return true;
 }
 
 pb_gen_params cli_opts_gen(const cli_opts *o) {
@@ -224,6 +240,7 @@ pb_gen_params cli_opts_gen(const cli_opts *o) {
     g.max_tokens = o->max_tokens;
     g.stop = o->n_stop ? o->stop : NULL;
     g.n_stop = o->n_stop;
+    if (o->show_thinking) g.thought_cb = thought_to_stderr;
     return g;
 }
 

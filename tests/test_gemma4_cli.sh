@@ -115,3 +115,29 @@ i0=$("$BIN" tokenize --ids --vocab "$V" "<bos><|channel>x<channel|><eos>")
 if [ "$i1" = "[2, 2, 100, 449, 101, 1]" ] && [ "$i0" = "[2, 1191, 394, 100, 449, 101, 2012, 394]" ]; then
   ok "tokenize --special parses <bos>/<eos> (2, 1); without it they stay text, <|channel> (user-defined) 100 either way"
 else nok "tokenize --special: $i1 / $i0"; fi
+# the thought channel end to end: a scripted model (test_gemma4_ref --write-bigram: greedy decoding writes
+# <|channel>thought\nxy<channel|>AB<turn|>) -- run prints only the answer, --show-thinking the thought on stderr, the
+# server splits them into content and reasoning_content (whole and streamed)
+BG=$T/bigram.gguf
+if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
+  a0=$("$BIN" run -m "$BG" -p hi --temp 0 --think 2>"$T/bg0")
+  a1=$("$BIN" run -m "$BG" -p hi --temp 0 --think --show-thinking 2>"$T/bg1")
+  if [ "$a0" = AB ] && [ "$a1" = AB ] && [ ! -s "$T/bg0" ] && [ "$(cat "$T/bg1")" = xy ]; then
+    ok "run --think: the answer alone on stdout; --show-thinking puts the thought on stderr"
+  else nok "run thought channel: [$a0] [$a1] stderr [$(cat "$T/bg0")] [$(cat "$T/bg1")]"; fi
+  "$BIN" serve -m "$BG" --port 0 >"$T/bsout" 2>"$T/bserr" &
+  BPID=$!
+  for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done
+  BPORT=$(sed -n 's/^listening //p' "$T/bsout")
+  curl -s -o "$T/bb" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20,"temperature":0,"think":true}' \
+    "http://127.0.0.1:$BPORT/v1/chat/completions"
+  curl -s -N -o "$T/bbs" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20,"temperature":0,"think":true,"stream":true}' \
+    "http://127.0.0.1:$BPORT/v1/chat/completions"
+  kill $BPID 2>/dev/null; wait $BPID 2>/dev/null
+  if tr -d ' \n' <"$T/bb" | grep -q '"content":"AB","reasoning_content":"xy"' &&
+    grep -q '"reasoning_content":[[:space:]]*"x' "$T/bbs" && ! grep '"content"' "$T/bbs" | grep -q '"content":[[:space:]]*"[xy]'; then
+    ok "serve: message.content AB, message.reasoning_content xy; the stream sends the thought as delta.reasoning_content"
+  else nok "serve thought channel: $(head -c 300 "$T/bb") | $(head -c 300 "$T/bbs")"; fi
+else nok "test_gemma4_ref --write-bigram failed"; fi

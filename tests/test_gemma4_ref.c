@@ -309,9 +309,26 @@ typedef struct micro {
     int L, n_shared, P, E, I, hkv[4], ff[4];
     bool keqv;
     uint8_t swa[4];
+    bool bigram; /* the scripted model below instead of random weights */
 } micro;
 
 enum { MD = 4, MH = 2, MHD_SWA = 4, MHD_FULL = 8, MV = 16 };
+
+/* A scripted "bigram" Gemma 4 model: every block weight 0 (the stream stays the token's embedding), one-hot
+ * embeddings (d = vocab), and output.weight picking the next token from the current one alone, so greedy decoding
+ * after any prompt writes "<|channel>" "thought\n" "x" "y" "<channel|>" "A" "B" "<turn|>": a thought "xy" and the
+ * answer "AB". For tests of the thought channel end to end (session, CLI, server). */
+enum { BV = 19 };
+static const char *const bigram_pieces[BV] = {
+    "<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "thought\n",
+    "x",     "y",     "A",     "B",     "\n",      "user",    "model",     "system",     "hi"};
+static int bigram_next(int t) {
+    static const int chain[][2] = {{7, 9}, {9, 10}, {10, 11}, {11, 8}, {8, 12}, {12, 13}, {13, 5}};
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
+        if (chain[i][0] == t) return chain[i][1];
+    return 7; /* anything else (the prompt's last token): open the thought channel */
+}
+static float bigram_embd[BV * BV], bigram_out[BV * BV];
 
 /* Deterministic small values for matrices, positive ones near 1 for vectors (norms, scales, rope factors): the
  * seeds are byte-stable across runs. */
@@ -331,14 +348,21 @@ static bool micro_write(const micro *m, const char *path) {
         state = state * 1664525u + 1013904223u;
         micro_vals[i] = (float)((int)(state >> 24) - 128) / 512.0f;
         micro_pos[i] = 1.0f + fabsf(micro_vals[i]);
+        if (m->bigram) micro_vals[i] = 0.0f, micro_pos[i] = 1.0f;
     }
+    const int MDX = m->bigram ? BV : MD, MVX = m->bigram ? BV : MV; /* d and vocab of this file */
+    for (int t = 0; t < BV; t++)
+        for (int k = 0; k < BV; k++) {
+            bigram_embd[t * BV + k] = k == t;             /* token_embd row t: e_t */
+            bigram_out[t * BV + k] = bigram_next(k) == t; /* output row u: 1 at each t whose next token is u */
+        }
     pb_gguf_writer *w = pb_gguf_writer_new();
     pb_status s = pb_gguf_set_str(w, "general.architecture", "gemma4");
     uint32_t arr[4];
 #define U32(k, v)                                                                                                      \
     if (s == PB_OK) s = pb_gguf_set_u32(w, "gemma4." k, (v))
     U32("context_length", 64);
-    U32("embedding_length", MD);
+    U32("embedding_length", (uint32_t)MDX);
     U32("block_count", (uint32_t)m->L);
     for (int il = 0; il < m->L; il++) arr[il] = (uint32_t)m->ff[il];
     if (s == PB_OK) s = pb_gguf_set_arr(w, "gemma4.feed_forward_length", PB_GGUF_UINT32, arr, (uint64_t)m->L);
@@ -380,14 +404,15 @@ static bool micro_write(const micro *m, const char *path) {
                                            "cd",
                                            "de",
                                            "x"};
-    float scores[MV];
-    int32_t types[MV];
-    for (int i = 0; i < MV; i++) scores[i] = -(float)i, types[i] = i < 4 ? 3 : 1;
+    float scores[BV];
+    int32_t types[BV];
+    for (int i = 0; i < MVX; i++) scores[i] = -(float)i, types[i] = i < 4 || (m->bigram && i < 9) ? 3 : 1;
     types[3] = 2;
     if (s == PB_OK) s = pb_gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    if (s == PB_OK) s = pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", pieces, NULL, MV);
-    if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.scores", PB_GGUF_FLOAT32, scores, MV);
-    if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.token_type", PB_GGUF_INT32, types, MV);
+    if (s == PB_OK)
+        s = pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", m->bigram ? bigram_pieces : pieces, NULL, (uint64_t)MVX);
+    if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.scores", PB_GGUF_FLOAT32, scores, (uint64_t)MVX);
+    if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.token_type", PB_GGUF_INT32, types, (uint64_t)MVX);
     if (s == PB_OK) s = pb_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
     if (s == PB_OK) s = pb_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
     char n[64];
@@ -396,48 +421,54 @@ static bool micro_write(const micro *m, const char *path) {
 #define LT(suffix, nd, a, b, c)                                                                                        \
     snprintf(n, sizeof n, "blk.%d." suffix, il);                                                                       \
     T(n, nd, a, b, c)
-    T("output_norm.weight", 1, MD, 1, 1);
+    T("output_norm.weight", 1, MDX, 1, 1);
     T("rope_freqs.weight", 1, MHD_FULL / 2, 1, 1);
-    T("token_embd.weight", 2, MD, MV, 1);
+    if (m->bigram) {
+        int64_t ne[2] = {BV, BV};
+        if (s == PB_OK) s = pb_gguf_add_tensor(w, "output.weight", PB_TYPE_F32, 2, ne, bigram_out);
+        if (s == PB_OK) s = pb_gguf_add_tensor(w, "token_embd.weight", PB_TYPE_F32, 2, ne, bigram_embd);
+    } else {
+        T("token_embd.weight", 2, MDX, MV, 1);
+    }
     if (m->P) {
-        T("per_layer_model_proj.weight", 2, MD, m->L * m->P, 1);
+        T("per_layer_model_proj.weight", 2, MDX, m->L * m->P, 1);
         T("per_layer_proj_norm.weight", 1, m->P, 1, 1);
         T("per_layer_token_embd.weight", 2, m->L * m->P, MV, 1);
     }
     for (int il = 0; il < m->L; il++) {
         int hd = m->swa[il] ? MHD_SWA : MHD_FULL;
-        LT("attn_norm.weight", 1, MD, 1, 1);
-        LT("attn_q.weight", 2, MD, MH * hd, 1);
+        LT("attn_norm.weight", 1, MDX, 1, 1);
+        LT("attn_q.weight", 2, MDX, MH * hd, 1);
         LT("attn_q_norm.weight", 1, hd, 1, 1);
         if (il < m->L - m->n_shared) {
-            LT("attn_k.weight", 2, MD, m->hkv[il] * hd, 1);
+            LT("attn_k.weight", 2, MDX, m->hkv[il] * hd, 1);
             LT("attn_k_norm.weight", 1, hd, 1, 1);
             if (!(m->keqv && !m->swa[il])) {
-                LT("attn_v.weight", 2, MD, m->hkv[il] * hd, 1);
+                LT("attn_v.weight", 2, MDX, m->hkv[il] * hd, 1);
             }
         }
-        LT("attn_output.weight", 2, MH * hd, MD, 1);
-        LT("post_attention_norm.weight", 1, MD, 1, 1);
-        LT("ffn_norm.weight", 1, MD, 1, 1);
-        LT("ffn_gate.weight", 2, MD, m->ff[il], 1);
-        LT("ffn_up.weight", 2, MD, m->ff[il], 1);
-        LT("ffn_down.weight", 2, m->ff[il], MD, 1);
-        LT("post_ffw_norm.weight", 1, MD, 1, 1);
+        LT("attn_output.weight", 2, MH * hd, MDX, 1);
+        LT("post_attention_norm.weight", 1, MDX, 1, 1);
+        LT("ffn_norm.weight", 1, MDX, 1, 1);
+        LT("ffn_gate.weight", 2, MDX, m->ff[il], 1);
+        LT("ffn_up.weight", 2, MDX, m->ff[il], 1);
+        LT("ffn_down.weight", 2, m->ff[il], MDX, 1);
+        LT("post_ffw_norm.weight", 1, MDX, 1, 1);
         LT("layer_output_scale.weight", 1, 1, 1, 1);
         if (m->P) {
-            LT("inp_gate.weight", 2, MD, m->P, 1);
-            LT("proj.weight", 2, m->P, MD, 1);
-            LT("post_norm.weight", 1, MD, 1, 1);
+            LT("inp_gate.weight", 2, MDX, m->P, 1);
+            LT("proj.weight", 2, m->P, MDX, 1);
+            LT("post_norm.weight", 1, MDX, 1, 1);
         }
         if (m->E) {
-            LT("ffn_gate_inp.weight", 2, MD, m->E, 1);
-            LT("ffn_gate_inp.scale", 1, MD, 1, 1);
+            LT("ffn_gate_inp.weight", 2, MDX, m->E, 1);
+            LT("ffn_gate_inp.scale", 1, MDX, 1, 1);
             LT("ffn_down_exps.scale", 1, m->E, 1, 1);
-            LT("pre_ffw_norm_2.weight", 1, MD, 1, 1);
-            LT("post_ffw_norm_1.weight", 1, MD, 1, 1);
-            LT("post_ffw_norm_2.weight", 1, MD, 1, 1);
-            LT("ffn_gate_up_exps.weight", 3, MD, 2 * m->I, m->E);
-            LT("ffn_down_exps.weight", 3, m->I, MD, m->E);
+            LT("pre_ffw_norm_2.weight", 1, MDX, 1, 1);
+            LT("post_ffw_norm_1.weight", 1, MDX, 1, 1);
+            LT("post_ffw_norm_2.weight", 1, MDX, 1, 1);
+            LT("ffn_gate_up_exps.weight", 3, MDX, 2 * m->I, m->E);
+            LT("ffn_down_exps.weight", 3, m->I, MDX, m->E);
         }
     }
 #undef LT
@@ -450,8 +481,9 @@ static bool micro_write(const micro *m, const char *path) {
 
 /* e2b-like: sliding/full/sliding/full, the last two KV-shared (reading layers 0 and 1), double-wide MLP there, PLE 2.
  * moe: sliding (2 KV heads) + full k_eq_v (1 KV head), 2 experts of width 4 beside the dense MLP. */
-static const micro micro_e2b = {4, 2, 2, 0, 0, {1, 1, 1, 1}, {8, 8, 16, 16}, false, {1, 0, 1, 0}};
-static const micro micro_moe = {2, 0, 0, 2, 4, {2, 1}, {8, 8}, true, {1, 0}};
+static const micro micro_e2b = {4, 2, 2, 0, 0, {1, 1, 1, 1}, {8, 8, 16, 16}, false, {1, 0, 1, 0}, false};
+static const micro micro_moe = {2, 0, 0, 2, 4, {2, 1}, {8, 8}, true, {1, 0}, false};
+static const micro micro_bigram = {1, 0, 0, 0, 0, {1}, {8}, false, {0}, true};
 
 /* Seeds: the two valid micro files, their truncations, and the malformed cases of malformed() applied to them. The
  * name says what each is; want is the text the refusal names ("" = opens). */
@@ -561,8 +593,58 @@ static void corpus(void) {
     CHECK(total > 0 && total < 100 * 1024, "gemma4 seeds total %zu bytes (< 100 KB)", total);
 }
 
+typedef struct text_buf {
+    char s[256];
+    size_t n;
+} text_buf;
+
+static bool collect(const char *p, size_t n, void *user) {
+    text_buf *b = user;
+    if (b->n + n < sizeof b->s) memcpy(b->s + b->n, p, n), b->n += n, b->s[b->n] = 0;
+    return true;
+}
+
+/* The scripted model through pb_session_chat: the thought reaches thought_cb only, the answer the piece callback
+ * only, and a stop string that occurs in the thought ("x") does not end the answer. */
+static void bigram_chat(void) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/pb_g4_bigram_%d.gguf", (int)getpid());
+    pb_model *m = NULL;
+    if (!micro_write(&micro_bigram, path) || pb_model_open(path, NULL, &m) != PB_OK) {
+        CHECK(0, "bigram model written and opened (%s)", pb_last_error());
+        remove(path);
+        return;
+    }
+    for (int round = 0; round < 2; round++) {
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = 64;
+        sp.think = true;
+        pb_session *s = NULL;
+        pb_gen_params gp = pb_gen_default_params();
+        gp.sampler.temperature = 0;
+        gp.max_tokens = 20;
+        text_buf ans = {{0}, 0}, th = {{0}, 0};
+        gp.thought_cb = collect;
+        gp.thought_user = &th;
+        const char *stops[] = {"x"};
+        if (round == 1) gp.stop = stops, gp.n_stop = 1;
+        pb_gen_stats st;
+        bool ok =
+            pb_session_new(m, &sp, &s) == PB_OK && pb_session_chat(s, NULL, "hi", &gp, collect, &ans, &st) == PB_OK;
+        CHECK(ok && strcmp(ans.s, "AB") == 0 && strcmp(th.s, "xy") == 0 && st.stop_reason == PB_STOP_EOS &&
+                  st.n_generated == 8,
+              "thought channel%s: answer [%s], thought [%s], %lld tokens, stop %s", round ? " (stop string \"x\")" : "",
+              ans.s, th.s, ok ? (long long)st.n_generated : -1LL,
+              ok ? pb_stop_reason_name(st.stop_reason) : pb_last_error());
+        pb_session_free(s);
+    }
+    pb_model_close(m);
+    remove(path);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0) return write_corpus(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--write-bigram") == 0) return micro_write(&micro_bigram, argv[2]) ? 0 : 1;
     const char *bin = getenv("PB_BIN");
     if (!bin || access(bin, X_OK) != 0) {
         const char *ci = getenv("CI");
@@ -575,5 +657,6 @@ int main(int argc, char **argv) {
     malformed();
     corpus();
     think_chat();
+    bigram_chat();
     TEST_DONE();
 }

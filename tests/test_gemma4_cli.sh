@@ -125,6 +125,9 @@ if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
   if [ "$a0" = AB ] && [ "$a1" = AB ] && [ ! -s "$T/bg0" ] && [ "$(cat "$T/bg1")" = xy ]; then
     ok "run --think: the answer alone on stdout; --show-thinking puts the thought on stderr"
   else nok "run thought channel: [$a0] [$a1] stderr [$(cat "$T/bg0")] [$(cat "$T/bg1")]"; fi
+  if "$BIN" run -m "$BG" -p hi --temp 0 --think --json | tr -d ' \t\n' | grep -q '"text":"AB","thinking":"xy"'; then
+    ok "run --think --json: text AB, thinking xy"
+  else nok "run --think --json: $("$BIN" run -m "$BG" -p hi --temp 0 --think --json 2>&1 | head -c 200)"; fi
   "$BIN" serve -m "$BG" --port 0 >"$T/bsout" 2>"$T/bserr" &
   BPID=$!
   for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done

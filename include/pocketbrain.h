@@ -134,8 +134,12 @@ int32_t pb_vocab_find(const pb_vocab *v, const char *text, size_t len);
 const char *pb_vocab_piece(const pb_vocab *v, int32_t id);
 
 typedef enum pb_tokenize_flags {
-    PB_TOK_ADD_BOS = 1,      /* prepend BOS if the vocabulary says so (tokenizer.ggml.add_bos_token) */
-    PB_TOK_PARSE_SPECIAL = 2 /* recognize control-token text such as <start_of_turn> in the input */
+    PB_TOK_ADD_BOS = 1,       /* prepend BOS if the vocabulary says so (tokenizer.ggml.add_bos_token) */
+    PB_TOK_PARSE_SPECIAL = 2, /* recognize control-token text such as <start_of_turn> in the input */
+    /* text of a chat message: the chat template's markers (<|turn>, <turn|>, <|think|>, <|channel>, <channel|>,
+     * <start_of_turn>, <end_of_turn>, <bos>, <eos>) stay plain text even where the vocabulary types them
+     * USER_DEFINED (always matched otherwise, as llama.cpp's converter types <|channel> in small vocabularies) */
+    PB_TOK_CHAT_TEXT = 4
 } pb_tokenize_flags;
 
 /* Tokenizes len bytes of text into ids[cap]. *n_out gets the number of tokens; when it exceeds cap,
@@ -177,6 +181,20 @@ pb_status pb_chat_format(const pb_model *m, const pb_chat_msg *msgs, int n_msgs,
  * contain no control-token text. *n_out and cap behave as in pb_tokenize. */
 pb_status pb_chat_tokenize(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
                            int32_t *ids, int64_t cap, int64_t *n_out);
+
+/* Options of the _opts variants (the plain functions above are these with think = false). */
+typedef struct pb_chat_opts {
+    bool add_generation_prompt; /* append the opening of the model's turn */
+    /* Gemma 4 thinking: the conversation opens with a system turn that starts with the <|think|> control token
+     * ("<|turn>system\n<|think|>{system}<turn|>\n", the system text empty when there is no system message);
+     * the model then writes "<|channel>thought\n{reasoning}<channel|>" before its answer (see
+     * pb_gen_params.thought_cb). PB_ERR_UNSUPPORTED for a vocabulary without <|think|> (Gemma 1-3). */
+    bool think;
+} pb_chat_opts;
+pb_status pb_chat_format_opts(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
+                              char *buf, size_t cap, size_t *len_out);
+pb_status pb_chat_tokenize_opts(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
+                                int32_t *ids, int64_t cap, int64_t *n_out);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 
@@ -250,6 +268,9 @@ typedef struct pb_session_params {
     float thermal_hysteresis_c; /* a level is left only below its threshold minus this (default 5) */
     int thermal_pause_ms;       /* pause between tokens when hot (default 100) */
     int thermal_interval_ms;    /* re-read the temperature at most this often (default 1000; 0 = every token) */
+    /* Gemma 4 thinking: pb_session_chat opens the conversation with "<|turn>system\n<|think|>{system}<turn|>\n"
+     * (as pb_chat_opts.think). pb_session_new refuses it (PB_ERR_UNSUPPORTED) without <|think|> in the vocabulary. */
+    bool think;
 } pb_session_params;
 
 pb_session_params pb_session_default_params(void);
@@ -301,6 +322,11 @@ typedef struct pb_gen_params {
     const int32_t *stop_tokens; /* extra token ids that end generation (borrowed), not emitted */
     int n_stop_tokens;
     bool stop_at_eos; /* stop on <eos> / <end_of_turn> (default true) */
+    /* Gemma 4's thought channel ("<|channel>thought\n...<channel|>", written when thinking is on): its text goes
+     * to thought_cb (NULL: dropped), never to the piece callback, and stop strings do not look at it. Returning
+     * false stops generation as the piece callback does. */
+    pb_piece_fn thought_cb;
+    void *thought_user;
 } pb_gen_params;
 
 pb_gen_params pb_gen_default_params(void); /* balanced sampler, no limit, no stop strings */

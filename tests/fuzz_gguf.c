@@ -1,6 +1,7 @@
-/* fuzz_gguf.c -- libFuzzer target: pb_gguf_open_memory on any bytes, every accessor, a writer round trip.
- * corpus: tests/data/gguf/ */
+/* fuzz_gguf.c -- libFuzzer target: pb_gguf_open_memory on any bytes, every accessor, a writer round trip, and the
+ * model's header checks (hparams, per-arch tensor check). corpus: tests/data/gguf/ (gemma4_*: micro Gemma 4 files) */
 #include "gguf/gguf.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     touch_kvs(g);
     touch_tensors(g);
     round_trip(g);
+    /* what pb_model_open checks before it binds weights: refusals only, never a crash */
+    pb_hparams hp;
+    if (pb_hparams_from_gguf(g, &hp) == PB_OK) sink += pb_arch_check_tensors(g, &hp, NULL, NULL) == PB_OK;
     pb_gguf_close(g);
     return 0;
 }

@@ -1,5 +1,6 @@
-/* test_engine_stop.c -- stop-string matcher (split across pieces, held text released, never emitted)
- * and the thermal governor driven by a fake temperature file. No model needed. */
+/* test_engine_stop.c -- stop-string matcher (split across pieces, held text released, never emitted), Gemma 4's
+ * thought channel split from the answer, and the thermal governor driven by a fake temperature file. No model
+ * needed. */
 #include "engine/engine.h"
 #include "pb_test.h"
 
@@ -40,9 +41,43 @@ static void write_temp(const char *path, int mc) {
     fclose(f);
 }
 
+/* Gemma 4's thought channel: ids (open 100, close 101, anything else a text token) with their text; what the
+ * answer and the thought receive, as decode_loop routes them. */
+static void channel_case(const int32_t *ids, const char *const *texts, int n, const char *want_answer,
+                         const char *want_thought, const char *what) {
+    static sink ans, th;
+    memset(&ans, 0, sizeof ans);
+    memset(&th, 0, sizeof th);
+    pb_channel c;
+    pb_channel_init(&c, 100, 101, on_piece, &th);
+    for (int i = 0; i < n; i++) {
+        if (pb_channel_marker(&c, ids[i])) continue;
+        if (pb_channel_inside(&c))
+            pb_channel_push(&c, texts[i], strlen(texts[i]));
+        else
+            on_piece(texts[i], strlen(texts[i]), &ans);
+    }
+    CHECK(strcmp(ans.text, want_answer) == 0 && strcmp(th.text, want_thought) == 0,
+          "channel: %s: answer [%s] thought [%s]", what, ans.text, th.text);
+}
+
 int main(void) {
     sink k;
     pb_stopper st;
+    {
+        const int32_t a[] = {100, 7, 8, 9, 101, 10, 11};
+        const char *at[] = {"", "thought", "\nI weigh", " it", "", "The", " answer"};
+        channel_case(a, at, 7, "The answer", "I weigh it", "name line dropped, thought apart from the answer");
+        const int32_t b[] = {100, 7, 8, 9, 101, 10};
+        const char *bt[] = {"", "tho", "ught\nx", "y\nz", "", "ok"};
+        channel_case(b, bt, 6, "ok", "xy\nz", "name split over tokens, only its first newline ends it");
+        const int32_t c[] = {100, 7, 101, 10};
+        const char *ct[] = {"", "thought\n", "", "hi"};
+        channel_case(c, ct, 4, "hi", "", "empty thought block (thinking off on larger models)");
+        const int32_t d[] = {5, 6};
+        const char *dt[] = {"no ", "channel"};
+        channel_case(d, dt, 2, "no channel", "", "no markers: all answer");
+    }
     {
         const char *stops[] = {"<END>"};
         const char *pieces[] = {"Hello wor", "ld <E", "N", "D> never"};

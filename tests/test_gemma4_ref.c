@@ -1,10 +1,12 @@
 /* test_gemma4_ref.c -- tiny random Gemma 4 models (tests/data/model/gemma4_*, made by tools/reference/gemma4_tiny.py
  * with transformers 5.17 and converted by llama.cpp's convert_hf_to_gguf.py): our logits vs transformers float64 at
- * every position, prefill at once == chunked == token by token, and `pocketbrain convert` of the HF folder giving
- * the same logits as llama.cpp's file. e2b: 4:1 sliding:full, PLE, KV sharing, double-wide MLP; keqv: k_eq_v full
- * layers with 1 KV head (2 on sliding layers); moe: 8 experts top 2 beside the dense MLP. Window 8 < 40 tokens. */
+ * every position, prefill at once == chunked == token by token, and `pocketbrain convert` of the HF folder (MoE
+ * included) giving the same logits as llama.cpp's file. e2b: 4:1 sliding:full, PLE, KV sharing, double-wide MLP; keqv:
+ * k_eq_v full layers with 1 KV head (2 on sliding layers); moe: 8 experts top 2 beside the dense MLP. Window 8 < 40
+ * tokens. */
 #include "engine/engine.h"
 #include "forward_common.h"
+#include "tensor/types.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -110,20 +112,33 @@ static void test_model(const char *bin, const char *name) {
     snprintf(cmd, sizeof cmd, "%s convert %s %s --type f32 >/dev/null 2>&1", bin, dir, ours);
     int rc = bin ? sh(cmd) : -1;
     pb_model *m2 = NULL;
-    if (strcmp(name, "gemma4_moe") == 0) { /* not converted yet: refused, no file left */
-        CHECK(!bin || (rc == 1 && access(ours, F_OK) != 0), "%s: convert refuses the MoE block (rc %d), no output",
-              name, rc);
-        rc = -2;
-    } else
+    if (bin)
         CHECK(rc == 0 && pb_model_open(ours, NULL, &m2) == PB_OK, "%s: pocketbrain convert --type f32 opens (rc %d)",
               name, rc);
     if (m2 && ok) {
         bool ok2 = run_ex(m2, toks, NTOK, NTOK, PB_KV_F32, 2, true, b) == PB_OK;
-        cmp d = cmpn(b, ex);
+        cmp d = cmpn(b, ex), dh = cmpn(b, hf);
+        double range = range_of(hf, n);
         CHECK(ok2 && d.max <= 1e-4, "%s: our conversion == llama.cpp's (max|d| %.3g <= 1e-4)", name, d.max);
+        CHECK(ok2 && dh.max <= 1e-3 * range && dh.top1 == NTOK,
+              "%s: our conversion vs transformers f64: max|d| %.3g <= 1e-3 x range, top-1 at all %d positions", name,
+              dh.max, NTOK);
     }
     pb_model_close(m2);
     remove(ours);
+    if (bin && strcmp(name, "gemma4_moe") == 0) { /* --type f16: the router stays f32 (llama.cpp's rule) */
+        snprintf(cmd, sizeof cmd, "%s convert %s %s --type f16 >/dev/null 2>&1", bin, dir, ours);
+        pb_gguf *g = NULL;
+        const pb_gguf_tensor *gi = NULL, *gu = NULL;
+        if (sh(cmd) == 0 && pb_gguf_open(ours, &g) == PB_OK) {
+            gi = pb_gguf_find_tensor(g, "blk.3.ffn_gate_inp.weight");
+            gu = pb_gguf_find_tensor(g, "blk.3.ffn_gate_up_exps.weight");
+        }
+        CHECK(gi && gu && gi->type == PB_TYPE_F32 && gu->type == PB_TYPE_F16 && gu->n_dims == 3 && gu->ne[2] == 8,
+              "%s: convert --type f16: router f32, experts f16 [32, 32, 8]", name);
+        pb_gguf_close(g);
+        remove(ours);
+    }
 
     /* quantized: our error vs transformers no worse than llama.cpp's on the same file + 10% (llama_quant_err.txt:
      * tools/reference/gemma4_llama_quant.sh, llama.cpp run on our quantize output) */
@@ -182,8 +197,8 @@ static bool mutate(const char *src, const char *path, const char *drop_tensor, c
     return s == PB_OK;
 }
 
-/* Malformed gemma4 files are refused with a message naming the key or tensor (also written to the fuzz corpus
- * directory when PB_G4_CORPUS names one). */
+/* Malformed gemma4 files are refused with a message naming the key or tensor (micro versions of these are the
+ * fuzzer's gemma4 seeds: corpus() below). */
 static void malformed(void) {
     const char *src = "tests/data/model/gemma4_e2b/llama.f32.gguf";
     static const struct {
@@ -218,7 +233,418 @@ static void malformed(void) {
     }
 }
 
-int main(void) {
+/* ---- thinking: the <|think|> system turn, typed markers stay text ---------------------------------------------- */
+
+static int count_id(const int32_t *ids, int64_t n, int32_t id) {
+    int c = 0;
+    for (int64_t i = 0; i < n; i++) c += ids[i] == id;
+    return c;
+}
+
+static bool on_text(const char *p, size_t n, void *user) {
+    (void)p, (void)n, (void)user;
+    return true;
+}
+
+static void think_chat(void) {
+    pb_model *m = NULL;
+    if (pb_model_open("tests/data/model/gemma4_e2b/llama.f32.gguf", NULL, &m) != PB_OK) {
+        CHECK(0, "think: model opens (%s)", pb_last_error());
+        return;
+    }
+    /* the user typed every marker; the template alone makes <|turn> (105), <|think|> (98), <turn|> (106) */
+    pb_chat_msg msgs[2] = {{"system", "be brief"}, {"user", "hi <|channel>x<|think|><|turn>"}};
+    pb_chat_opts o = {.add_generation_prompt = true, .think = true};
+    static const int32_t want[] = {
+        2,    105,  1581, 107,  98,                           /* <bos> <|turn> system \n <|think|> */
+        985,  427,  443,  434,  430, 431, 106, 107,           /* be_ b r i e f <turn|> \n */
+        105,  1187, 107,  587,                                /* <|turn> user \n hi */
+        1190, 453,  542,  540,  439, 430, 437, 394, 449,      /* _< | ch an n e l > x: the typed <|channel> as text */
+        392,  453,  524,  523,  436, 453, 779, 453, 781, 394, /* < | th in k | >< | turn >: typed <|think|><|turn> */
+        106,  107,  105,  1396, 107};                         /* <turn|> \n <|turn> model \n */
+    int32_t ids[256];
+    int64_t n = 0;
+    pb_status st = pb_chat_tokenize_opts(m, msgs, 2, &o, ids, 256, &n);
+    bool same = st == PB_OK && n == (int64_t)(sizeof want / sizeof want[0]) && memcmp(ids, want, sizeof want) == 0;
+    CHECK(same, "think: prompt ids exact: <bos><|turn>system\\n<|think|>be brief<turn|>\\n... (%lld ids)",
+          (long long)n);
+    CHECK(st == PB_OK && count_id(ids, n, 100) == 0 && count_id(ids, n, 101) == 0 && count_id(ids, n, 98) == 1 &&
+              count_id(ids, n, 105) == 3,
+          "think: typed <|channel>/<|think|>/<|turn> never become control ids (<|channel> is USER_DEFINED here)");
+    char buf[512];
+    size_t len = 0;
+    st = pb_chat_format_opts(m, msgs + 1, 1, &o, buf, sizeof buf, &len);
+    CHECK(st == PB_OK &&
+              strcmp(buf, "<|turn>system\n<|think|><turn|>\n<|turn>user\nhi <|channel>x<|think|><|turn><turn|>\n"
+                          "<|turn>model\n") == 0,
+          "think: no system message: a system turn of <|think|> alone, typed markers kept as text");
+    o.think = false;
+    int64_t n0 = 0;
+    st = pb_chat_tokenize_opts(m, msgs, 2, &o, ids, 256, &n0);
+    CHECK(st == PB_OK && n0 == n - 1 && count_id(ids, n0, 98) == 0, "think off: the same prompt without <|think|>");
+
+    /* the session path (pb_session_chat) feeds the same ids, and a typed marker stays text there too */
+    pb_session_params sp = pb_session_default_params();
+    sp.n_ctx = 128;
+    sp.think = true;
+    pb_session *s = NULL;
+    pb_gen_params gp = pb_gen_default_params();
+    gp.max_tokens = 1;
+    gp.sampler.temperature = 0;
+    int64_t nt = 0;
+    const int32_t *toks = NULL;
+    bool ok = pb_session_new(m, &sp, &s) == PB_OK &&
+              pb_session_chat(s, "be brief", "hi <|channel>x<|think|><|turn>", &gp, on_text, NULL, NULL) == PB_OK;
+    if (ok) toks = pb_session_tokens(s, &nt);
+    CHECK(ok && toks && nt >= (int64_t)(sizeof want / sizeof want[0]) && memcmp(toks, want, sizeof want) == 0,
+          "think: pb_session_chat with params.think feeds the same ids (%s)", ok ? "ok" : pb_last_error());
+    pb_session_free(s);
+    pb_model_close(m);
+}
+
+/* ---- micro Gemma 4 files: the fuzzer's gemma4 seeds (tests/data/gguf/gemma4_*.gguf) -------------------------- */
+
+/* Geometry of a micro model: d 4, 2 heads, vocab 16; swa[il] 1 = sliding. */
+typedef struct micro {
+    int L, n_shared, P, E, I, hkv[4], ff[4];
+    bool keqv;
+    uint8_t swa[4];
+    bool bigram; /* the scripted model below instead of random weights */
+} micro;
+
+enum { MD = 4, MH = 2, MHD_SWA = 4, MHD_FULL = 8, MV = 16 };
+
+/* A scripted "bigram" Gemma 4 model: every block weight 0 (the stream stays the token's embedding), one-hot
+ * embeddings (d = vocab), and output.weight picking the next token from the current one alone, so greedy decoding
+ * after any prompt writes "<|channel>" "thought\n" "x" "y" "<channel|>" "A" "B" "<turn|>": a thought "xy" and the
+ * answer "AB". For tests of the thought channel end to end (session, CLI, server). */
+enum { BV = 19 };
+static const char *const bigram_pieces[BV] = {
+    "<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "thought\n",
+    "x",     "y",     "A",     "B",     "\n",      "user",    "model",     "system",     "hi"};
+static int bigram_next(int t) {
+    static const int chain[][2] = {{7, 9}, {9, 10}, {10, 11}, {11, 8}, {8, 12}, {12, 13}, {13, 5}};
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
+        if (chain[i][0] == t) return chain[i][1];
+    return 7; /* anything else (the prompt's last token): open the thought channel */
+}
+static float bigram_embd[BV * BV], bigram_out[BV * BV];
+
+/* Deterministic small values for matrices, positive ones near 1 for vectors (norms, scales, rope factors): the
+ * seeds are byte-stable across runs. */
+static float micro_vals[4096], micro_pos[4096];
+
+static pb_status micro_tensor(pb_gguf_writer *w, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
+    int64_t ne[3] = {ne0, ne1, ne2};
+    PB_ASSERT(ne0 * ne1 * ne2 <= 4096);
+    return pb_gguf_add_tensor(w, name, PB_TYPE_F32, n_dims, ne, n_dims == 1 ? micro_pos : micro_vals);
+}
+
+/* The tensor table and gemma4.* keys llama.cpp's converter writes for m (as tools/convert_gemma4.c plans them), a
+ * 16-piece SentencePiece vocabulary, F32 data. */
+static bool micro_write(const micro *m, const char *path) {
+    uint32_t state = 12345;
+    for (int i = 0; i < 4096; i++) {
+        state = state * 1664525u + 1013904223u;
+        micro_vals[i] = (float)((int)(state >> 24) - 128) / 512.0f;
+        micro_pos[i] = 1.0f + fabsf(micro_vals[i]);
+        if (m->bigram) micro_vals[i] = 0.0f, micro_pos[i] = 1.0f;
+    }
+    const int MDX = m->bigram ? BV : MD, MVX = m->bigram ? BV : MV; /* d and vocab of this file */
+    for (int t = 0; t < BV; t++)
+        for (int k = 0; k < BV; k++) {
+            bigram_embd[t * BV + k] = k == t;             /* token_embd row t: e_t */
+            bigram_out[t * BV + k] = bigram_next(k) == t; /* output row u: 1 at each t whose next token is u */
+        }
+    pb_gguf_writer *w = pb_gguf_writer_new();
+    pb_status s = pb_gguf_set_str(w, "general.architecture", "gemma4");
+    uint32_t arr[4];
+#define U32(k, v)                                                                                                      \
+    if (s == PB_OK) s = pb_gguf_set_u32(w, "gemma4." k, (v))
+    U32("context_length", 64);
+    U32("embedding_length", (uint32_t)MDX);
+    U32("block_count", (uint32_t)m->L);
+    for (int il = 0; il < m->L; il++) arr[il] = (uint32_t)m->ff[il];
+    if (s == PB_OK) s = pb_gguf_set_arr(w, "gemma4.feed_forward_length", PB_GGUF_UINT32, arr, (uint64_t)m->L);
+    U32("attention.head_count", MH);
+    for (int il = 0; il < m->L; il++) arr[il] = (uint32_t)m->hkv[il];
+    if (s == PB_OK) s = pb_gguf_set_arr(w, "gemma4.attention.head_count_kv", PB_GGUF_UINT32, arr, (uint64_t)m->L);
+    if (s == PB_OK) s = pb_gguf_set_f32(w, "gemma4.attention.layer_norm_rms_epsilon", 1e-6f);
+    if (m->E) {
+        U32("expert_count", (uint32_t)m->E);
+        U32("expert_used_count", 1);
+        U32("expert_feed_forward_length", (uint32_t)m->I);
+    }
+    U32("attention.key_length", MHD_FULL);
+    U32("attention.value_length", MHD_FULL);
+    U32("attention.key_length_swa", MHD_SWA);
+    U32("attention.value_length_swa", MHD_SWA);
+    if (s == PB_OK) s = pb_gguf_set_f32(w, "gemma4.final_logit_softcapping", 30.0f);
+    U32("attention.sliding_window", 4);
+    U32("attention.shared_kv_layers", (uint32_t)m->n_shared);
+    U32("embedding_length_per_layer_input", (uint32_t)m->P);
+    if (s == PB_OK)
+        s = pb_gguf_set_arr(w, "gemma4.attention.sliding_window_pattern", PB_GGUF_BOOL, m->swa, (uint64_t)m->L);
+#undef U32
+    static const char *const pieces[MV] = {"<pad>",
+                                           "<eos>",
+                                           "<bos>",
+                                           "<unk>",
+                                           "\xe2\x96\x81",
+                                           "a",
+                                           "b",
+                                           "c",
+                                           "d",
+                                           "e",
+                                           "\xe2\x96\x81"
+                                           "a",
+                                           "\xe2\x96\x81"
+                                           "b",
+                                           "ab",
+                                           "cd",
+                                           "de",
+                                           "x"};
+    float scores[BV];
+    int32_t types[BV];
+    for (int i = 0; i < MVX; i++) scores[i] = -(float)i, types[i] = i < 4 || (m->bigram && i < 9) ? 3 : 1;
+    types[3] = 2;
+    if (s == PB_OK) s = pb_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    if (s == PB_OK)
+        s = pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", m->bigram ? bigram_pieces : pieces, NULL, (uint64_t)MVX);
+    if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.scores", PB_GGUF_FLOAT32, scores, (uint64_t)MVX);
+    if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.token_type", PB_GGUF_INT32, types, (uint64_t)MVX);
+    if (s == PB_OK) s = pb_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    if (s == PB_OK) s = pb_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    char n[64];
+#define T(name, nd, a, b, c)                                                                                           \
+    if (s == PB_OK) s = micro_tensor(w, name, nd, a, b, c)
+#define LT(suffix, nd, a, b, c)                                                                                        \
+    snprintf(n, sizeof n, "blk.%d." suffix, il);                                                                       \
+    T(n, nd, a, b, c)
+    T("output_norm.weight", 1, MDX, 1, 1);
+    T("rope_freqs.weight", 1, MHD_FULL / 2, 1, 1);
+    if (m->bigram) {
+        int64_t ne[2] = {BV, BV};
+        if (s == PB_OK) s = pb_gguf_add_tensor(w, "output.weight", PB_TYPE_F32, 2, ne, bigram_out);
+        if (s == PB_OK) s = pb_gguf_add_tensor(w, "token_embd.weight", PB_TYPE_F32, 2, ne, bigram_embd);
+    } else {
+        T("token_embd.weight", 2, MDX, MV, 1);
+    }
+    if (m->P) {
+        T("per_layer_model_proj.weight", 2, MDX, m->L * m->P, 1);
+        T("per_layer_proj_norm.weight", 1, m->P, 1, 1);
+        T("per_layer_token_embd.weight", 2, m->L * m->P, MV, 1);
+    }
+    for (int il = 0; il < m->L; il++) {
+        int hd = m->swa[il] ? MHD_SWA : MHD_FULL;
+        LT("attn_norm.weight", 1, MDX, 1, 1);
+        LT("attn_q.weight", 2, MDX, MH * hd, 1);
+        LT("attn_q_norm.weight", 1, hd, 1, 1);
+        if (il < m->L - m->n_shared) {
+            LT("attn_k.weight", 2, MDX, m->hkv[il] * hd, 1);
+            LT("attn_k_norm.weight", 1, hd, 1, 1);
+            if (!(m->keqv && !m->swa[il])) {
+                LT("attn_v.weight", 2, MDX, m->hkv[il] * hd, 1);
+            }
+        }
+        LT("attn_output.weight", 2, MH * hd, MDX, 1);
+        LT("post_attention_norm.weight", 1, MDX, 1, 1);
+        LT("ffn_norm.weight", 1, MDX, 1, 1);
+        LT("ffn_gate.weight", 2, MDX, m->ff[il], 1);
+        LT("ffn_up.weight", 2, MDX, m->ff[il], 1);
+        LT("ffn_down.weight", 2, m->ff[il], MDX, 1);
+        LT("post_ffw_norm.weight", 1, MDX, 1, 1);
+        LT("layer_output_scale.weight", 1, 1, 1, 1);
+        if (m->P) {
+            LT("inp_gate.weight", 2, MDX, m->P, 1);
+            LT("proj.weight", 2, m->P, MDX, 1);
+            LT("post_norm.weight", 1, MDX, 1, 1);
+        }
+        if (m->E) {
+            LT("ffn_gate_inp.weight", 2, MDX, m->E, 1);
+            LT("ffn_gate_inp.scale", 1, MDX, 1, 1);
+            LT("ffn_down_exps.scale", 1, m->E, 1, 1);
+            LT("pre_ffw_norm_2.weight", 1, MDX, 1, 1);
+            LT("post_ffw_norm_1.weight", 1, MDX, 1, 1);
+            LT("post_ffw_norm_2.weight", 1, MDX, 1, 1);
+            LT("ffn_gate_up_exps.weight", 3, MDX, 2 * m->I, m->E);
+            LT("ffn_down_exps.weight", 3, m->I, MDX, m->E);
+        }
+    }
+#undef LT
+#undef T
+    if (s == PB_OK) s = pb_gguf_write(w, path);
+    pb_gguf_writer_free(w);
+    if (s != PB_OK) NOTE("micro_write %s: %s", path, pb_last_error());
+    return s == PB_OK;
+}
+
+/* e2b-like: sliding/full/sliding/full, the last two KV-shared (reading layers 0 and 1), double-wide MLP there, PLE 2.
+ * moe: sliding (2 KV heads) + full k_eq_v (1 KV head), 2 experts of width 4 beside the dense MLP. */
+static const micro micro_e2b = {4, 2, 2, 0, 0, {1, 1, 1, 1}, {8, 8, 16, 16}, false, {1, 0, 1, 0}, false};
+static const micro micro_moe = {2, 0, 0, 2, 4, {2, 1}, {8, 8}, true, {1, 0}, false};
+static const micro micro_bigram = {1, 0, 0, 0, 0, {1}, {8}, false, {0}, true};
+
+/* Seeds: the two valid micro files, their truncations, and the malformed cases of malformed() applied to them. The
+ * name says what each is; want is the text the refusal names ("" = opens). */
+static const struct seed {
+    const char *name;
+    const micro *m;
+    const char *drop, *key, *key2;
+    uint32_t v;
+    int n_arr;
+    size_t cut; /* bytes kept (0: all) */
+    const char *want;
+} seeds[] = {
+    {"gemma4_micro_e2b", &micro_e2b, NULL, NULL, NULL, 0, 0, 0, ""},
+    {"gemma4_micro_moe", &micro_moe, NULL, NULL, NULL, 0, 0, 0, ""},
+    {"gemma4_missing_ple_tensor", &micro_e2b, "blk.1.inp_gate.weight", NULL, NULL, 0, 0, 0, "blk.1.inp_gate.weight"},
+    {"gemma4_missing_expert", &micro_moe, "blk.1.ffn_down_exps.weight", NULL, NULL, 0, 0, 0,
+     "blk.1.ffn_down_exps.weight"},
+    {"gemma4_ff_array_short", &micro_moe, NULL, "gemma4.feed_forward_length", NULL, 8, 1, 0,
+     "gemma4.feed_forward_length"},
+    {"gemma4_shared_all", &micro_moe, NULL, "gemma4.attention.shared_kv_layers", NULL, 2, 0, 0, "shared_kv_layers"},
+    {"gemma4_head_dim_swa", &micro_moe, NULL, "gemma4.attention.key_length_swa", "gemma4.attention.value_length_swa", 2,
+     0, 0, "blk.0.attn_q.weight"},
+    {"gemma4_truncated_header", &micro_moe, NULL, NULL, NULL, 0, 0, 300, "gguf: "},
+    {"gemma4_truncated_data", &micro_e2b, NULL, NULL, NULL, 0, 0, 9000, "gguf: "},
+};
+
+/* Writes seed i to path; false on failure. */
+static bool seed_write(size_t i, const char *path) {
+    const struct seed *sd = &seeds[i];
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s.micro", path);
+    bool ok = micro_write(sd->m, sd->drop || sd->key ? tmp : path);
+    if (ok && (sd->drop || sd->key)) {
+        ok = mutate(tmp, path, sd->drop, sd->key, sd->key2, sd->v, sd->n_arr);
+        remove(tmp);
+    }
+    if (ok && sd->cut) ok = truncate(path, (off_t)sd->cut) == 0;
+    return ok;
+}
+
+static int write_corpus(const char *dir) {
+    char path[512];
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, seeds[i].name);
+        if (!seed_write(i, path)) {
+            fprintf(stderr, "cannot write %s: %s\n", path, pb_last_error());
+            return 1;
+        }
+    }
+    printf("wrote %zu gemma4 seeds to %s\n", sizeof seeds / sizeof seeds[0], dir);
+    return 0;
+}
+
+static bool same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        same = ca == cb;
+        if (ca == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* The committed gemma4 seeds are what seed_write makes; the valid ones open and run, the others are refused
+ * naming the defect, through the same header checks the fuzzer runs (hparams + tensor check) and pb_model_open. */
+static void corpus(void) {
+    char path[512], fresh[512];
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        const struct seed *sd = &seeds[i];
+        snprintf(path, sizeof path, "tests/data/gguf/%s.gguf", sd->name);
+        snprintf(fresh, sizeof fresh, "/tmp/pb_g4_seed_%d_%zu.gguf", (int)getpid(), i);
+        struct stat st;
+        bool made = seed_write(i, fresh);
+        CHECK(
+            made && stat(path, &st) == 0 && same_bytes(path, fresh),
+            "seed %s is committed and in sync (regenerate: build/tests/test_gemma4_ref --write-corpus tests/data/gguf)",
+            path);
+        total += stat(path, &st) == 0 ? (size_t)st.st_size : 0;
+        pb_model *m = NULL;
+        pb_status s = pb_model_open(path, NULL, &m);
+        if (!*sd->want) {
+            pb_gguf *g = NULL;
+            pb_hparams hp;
+            bool hdr = pb_gguf_open(path, &g) == PB_OK && pb_hparams_from_gguf(g, &hp) == PB_OK &&
+                       pb_arch_check_tensors(g, &hp, NULL, NULL) == PB_OK;
+            pb_gguf_close(g);
+            int32_t toks[3] = {2, 5, 6};
+            float *lg = malloc(3 * MV * sizeof(float));
+            bool fwd = s == PB_OK && run(m, toks, 3, 3, PB_KV_F32, 1, lg) == PB_OK;
+            bool finite = fwd;
+            for (int k = 0; fwd && k < 3 * MV; k++) finite = finite && isfinite(lg[k]);
+            CHECK(hdr && fwd && finite, "seed %s: header checks pass, opens and runs 3 tokens (%s)", sd->name,
+                  s == PB_OK ? "finite logits" : pb_last_error());
+            free(lg);
+        } else {
+            const char *msg = pb_last_error();
+            CHECK(s != PB_OK && m == NULL && strstr(msg, sd->want), "seed %s: refused naming '%s' (%s)", sd->name,
+                  sd->want, msg);
+        }
+        pb_model_close(m);
+        remove(fresh);
+    }
+    CHECK(total > 0 && total < 100 * 1024, "gemma4 seeds total %zu bytes (< 100 KB)", total);
+}
+
+typedef struct text_buf {
+    char s[256];
+    size_t n;
+} text_buf;
+
+static bool collect(const char *p, size_t n, void *user) {
+    text_buf *b = user;
+    if (b->n + n < sizeof b->s) memcpy(b->s + b->n, p, n), b->n += n, b->s[b->n] = 0;
+    return true;
+}
+
+/* The scripted model through pb_session_chat: the thought reaches thought_cb only, the answer the piece callback
+ * only, and a stop string that occurs in the thought ("x") does not end the answer. */
+static void bigram_chat(void) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/pb_g4_bigram_%d.gguf", (int)getpid());
+    pb_model *m = NULL;
+    if (!micro_write(&micro_bigram, path) || pb_model_open(path, NULL, &m) != PB_OK) {
+        CHECK(0, "bigram model written and opened (%s)", pb_last_error());
+        remove(path);
+        return;
+    }
+    for (int round = 0; round < 2; round++) {
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = 64;
+        sp.think = true;
+        pb_session *s = NULL;
+        pb_gen_params gp = pb_gen_default_params();
+        gp.sampler.temperature = 0;
+        gp.max_tokens = 20;
+        text_buf ans = {{0}, 0}, th = {{0}, 0};
+        gp.thought_cb = collect;
+        gp.thought_user = &th;
+        const char *stops[] = {"x"};
+        if (round == 1) gp.stop = stops, gp.n_stop = 1;
+        pb_gen_stats st;
+        bool ok =
+            pb_session_new(m, &sp, &s) == PB_OK && pb_session_chat(s, NULL, "hi", &gp, collect, &ans, &st) == PB_OK;
+        CHECK(ok && strcmp(ans.s, "AB") == 0 && strcmp(th.s, "xy") == 0 && st.stop_reason == PB_STOP_EOS &&
+                  st.n_generated == 8,
+              "thought channel%s: answer [%s], thought [%s], %lld tokens, stop %s", round ? " (stop string \"x\")" : "",
+              ans.s, th.s, ok ? (long long)st.n_generated : -1LL,
+              ok ? pb_stop_reason_name(st.stop_reason) : pb_last_error());
+        pb_session_free(s);
+    }
+    pb_model_close(m);
+    remove(path);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0) return write_corpus(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--write-bigram") == 0) return micro_write(&micro_bigram, argv[2]) ? 0 : 1;
     const char *bin = getenv("PB_BIN");
     if (!bin || access(bin, X_OK) != 0) {
         const char *ci = getenv("CI");
@@ -229,5 +655,8 @@ int main(void) {
     const char *names[] = {"gemma4_e2b", "gemma4_keqv", "gemma4_moe"};
     for (int i = 0; i < 3; i++) test_model(bin, names[i]);
     malformed();
+    corpus();
+    think_chat();
+    bigram_chat();
     TEST_DONE();
 }

@@ -3,6 +3,10 @@
 #include "cli_common.h"
 #include "library.h"
 #include "base/base.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tensor/types.h"
 #include "tokenizer/utf8.h"
 
 #include <cjson/cJSON.h>
@@ -42,7 +46,10 @@ const char *const cli_opts_help =
     "  --seed N               random seed (same seed and settings -> same text; default 42)\n"
     "  -n, --max-tokens N     stop after N tokens (0 = until the model stops)\n"
     "  --stop TEXT            stop string, never printed (repeatable)\n"
-    "  --system TEXT          system prompt";
+    "  --system TEXT          system prompt\n"
+    "  --think                Gemma 4: turn thinking on (<|think|> in the system turn); the model's reasoning\n"
+    "                         (its thought channel) is not printed, only the answer\n"
+    "  --show-thinking        print the thought channel to stderr as it streams";
 
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
@@ -161,6 +168,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         o->context_shift = true;
     } else if (strcmp(a, "--warmup") == 0) {
         o->warmup = true;
+    } else if (strcmp(a, "--think") == 0) {
+        o->think = true;
+    } else if (strcmp(a, "--show-thinking") == 0) {
+        o->show_thinking = true;
     } else {
         return 0;
     }
@@ -211,7 +222,16 @@ pb_session_params cli_opts_session(const cli_opts *o) {
     p.ctx_policy = o->context_shift ? PB_CTX_SHIFT : PB_CTX_ERROR;
     p.warmup = o->warmup;
     p.thermal = o->thermal;
+    p.think = o->think;
     return p;
+}
+
+/* --show-thinking: the thought channel streams to stderr (stdout keeps the answer alone). */
+static bool thought_to_stderr(const char *piece, size_t len, void *user) {
+    (void)user;
+    fwrite(piece, 1, len, stderr);
+    fflush(stderr);
+    return true;
 }
 
 pb_gen_params cli_opts_gen(const cli_opts *o) {
@@ -220,6 +240,7 @@ pb_gen_params cli_opts_gen(const cli_opts *o) {
     g.max_tokens = o->max_tokens;
     g.stop = o->n_stop ? o->stop : NULL;
     g.n_stop = o->n_stop;
+    if (o->show_thinking) g.thought_cb = thought_to_stderr;
     return g;
 }
 
@@ -293,6 +314,51 @@ static bool estimate(const char *path, const cli_mem_opts *o, pb_mem_estimate *e
     return pb_estimate_memory(path, &sp, o->mem_limit, e) == PB_OK;
 }
 
+/* Gemma 4: KV per layer (head dims, KV heads and windows differ by layer; KV-shared layers hold none) and the PLE
+ * table, which is mapped and read one row per layer and token (never streamed whole). Text to stdout, or into
+ * the JSON object mj when it is not NULL. Other archs: nothing. */
+static void mem_layers(const char *path, const pb_mem_estimate *e, cJSON *mj) {
+    pb_gguf *g = NULL;
+    pb_hparams hp;
+    if (pb_gguf_open(path, &g) != PB_OK) return;
+    if (pb_hparams_from_gguf(g, &hp) != PB_OK || hp.arch != PB_ARCH_GEMMA4) {
+        pb_gguf_close(g);
+        return;
+    }
+    const pb_gguf_tensor *ple = pb_gguf_find_tensor(g, "per_layer_token_embd.weight");
+    size_t ple_bytes = ple ? ple->nbytes : 0;
+    cJSON *arr = mj ? cJSON_AddArrayToObject(mj, "layers") : NULL;
+    if (mj) cJSON_AddNumberToObject(mj, "ple_table", (double)ple_bytes);
+    if (!mj && ple)
+        printf("               PLE table per_layer_token_embd.weight: %zu bytes (%.1f MiB, %s) of the weights: mapped, "
+               "one row per layer read per token, not streamed\n",
+               ple_bytes, (double)ple_bytes / MIB, pb_type_name(ple->type));
+    if (!mj) printf("KV by layer:   layer  type     head_dim  kv_heads  cells     KV bytes\n");
+    for (int il = 0; il < hp.n_layer; il++) {
+        size_t b = pb_engine_kv_layer_bytes(&hp, il, e->n_ctx, e->kv_type);
+        int cells = pb_engine_kv_layer_cells(&hp, il, e->n_ctx), src = hp.kv_src[il];
+        const char *type = hp.swa_layer[il] ? "sliding" : "full";
+        if (mj) {
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddNumberToObject(l, "layer", il);
+            cJSON_AddStringToObject(l, "type", type);
+            cJSON_AddNumberToObject(l, "head_dim", hp.head_dim_l[il]);
+            cJSON_AddNumberToObject(l, "kv_heads", hp.n_head_kv_l[il]);
+            cJSON_AddNumberToObject(l, "kv_bytes", (double)b);
+            if (src != il) cJSON_AddNumberToObject(l, "shared_with", src);
+            cJSON_AddItemToArray(arr, l);
+        } else if (src != il) {
+            printf("               %5d  %-7s  %8d  %8d  %5s  %11zu  shared with layer %d\n", il, type,
+                   hp.head_dim_l[il], hp.n_head_kv_l[il], "-", b, src);
+        } else {
+            printf("               %5d  %-7s  %8d  %8d  %5d  %11zu\n", il, type, hp.head_dim_l[il], hp.n_head_kv_l[il],
+                   cells, b);
+        }
+    }
+    if (!mj) printf("%15s%-43s%11zu\n", "", "total", e->kv);
+    pb_gguf_close(g);
+}
+
 bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     pb_mem_estimate e;
     if (!o->on) return true;
@@ -306,6 +372,7 @@ bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d\n", (double)e.available / MIB,
            o->mem_limit ? "--mem-limit" : "MemAvailable/cgroup", e.total <= e.available ? "fits" : "does NOT fit",
            e.max_n_ctx);
+    mem_layers(path, &e, NULL);
     return true;
 }
 
@@ -326,5 +393,6 @@ bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     cJSON_AddNumberToObject(m, "available", (double)e.available);
     cJSON_AddBoolToObject(m, "fits", e.total <= e.available);
     cJSON_AddNumberToObject(m, "max_n_ctx", e.max_n_ctx);
+    mem_layers(path, &e, m);
     return true;
 }

@@ -32,7 +32,9 @@ typedef struct cli_opts {
     int gpu;             /* --gpu 1 / --no-gpu 0; -1 = the GPU when usable */
     int max_tokens;      /* -n */
     const char *stop[CLI_MAX_STOP];
-    int n_stop; /* --stop (repeatable) */
+    int n_stop;         /* --stop (repeatable) */
+    bool think;         /* --think: Gemma 4 thinking system turn */
+    bool show_thinking; /* --show-thinking: the thought channel to stderr (default: not printed) */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

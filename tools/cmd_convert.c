@@ -96,9 +96,13 @@ static pb_status bind_tensors(conv *c) {
         if (!pb_st_dtype_is_float(s->dtype))
             return pb_error(PB_ERR_UNSUPPORTED, "tensor '%s' has dtype %s (F32, F16 or BF16 expected)", name,
                             pb_st_dtype_name(s->dtype));
-        /* HF shapes are [out, in] for matrices: the reverse of GGUF ne. */
-        int64_t exp[2] = {t->n_dims == 2 ? t->ne[1] : t->ne[0], t->ne[0]};
-        bool ok = s->n_dims == t->n_dims && s->shape[0] == exp[0] && (t->n_dims == 1 || s->shape[1] == exp[1]);
+        /* HF shapes are [out, in] for matrices ([expert, out, in] for Gemma 4 experts): the reverse of GGUF ne. */
+        int64_t exp[3];
+        bool ok = s->n_dims == t->n_dims;
+        for (int k = 0; k < t->n_dims; k++) {
+            exp[k] = t->ne[t->n_dims - 1 - k];
+            ok = ok && s->shape[k] == exp[k];
+        }
         if (t->kind == CV_EMBD) /* rows beyond the vocabulary may be trimmed (Gemma 3) */
             ok = s->n_dims == 2 && s->shape[0] >= exp[0] && s->shape[1] == exp[1];
         if (!ok) {

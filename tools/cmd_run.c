@@ -18,7 +18,8 @@ static const char *const help =
     "  -p, --prompt TEXT      the prompt\n"
     "  -f, --file FILE        read the prompt from FILE (- = stdin); without -p/-f stdin is read\n"
     "  --raw                  plain completion: no chat template, the text is continued as is\n"
-    "  --json                 print one JSON object: text, token counts, timings, stop reason\n"
+    "  --json                 print one JSON object: text, token counts, timings, stop reason (with --think:\n"
+    "                         also thinking, the thought channel)\n"
     "  -v, --verbose          print token counts and speeds on stderr\n";
 
 static pb_session *volatile g_session;
@@ -159,6 +160,11 @@ PB_CMD(run) {
 
     pb_gen_params gp = cli_opts_gen(&o);
     out_buf out = {NULL, 0, 0, json, true};
+    out_buf thought = {NULL, 0, 0, true, true}; /* --json --think: the thought channel, as "thinking" */
+    if (json && o.think) {
+        gp.thought_cb = on_piece;
+        gp.thought_user = &thought;
+    }
     pb_gen_stats gs;
     memset(&gs, 0, sizeof gs);
     pb_status st;
@@ -189,6 +195,7 @@ PB_CMD(run) {
     if (json) {
         cJSON *root = cJSON_CreateObject();
         cJSON_AddStringToObject(root, "text", out.s ? out.s : "");
+        if (o.think) cJSON_AddStringToObject(root, "thinking", thought.s ? thought.s : "");
         cJSON_AddNumberToObject(root, "n_prompt", (double)gs.n_prompt);
         cJSON_AddNumberToObject(root, "n_generated", (double)gs.n_generated);
         cJSON_AddStringToObject(root, "stop_reason", pb_stop_reason_name(gs.stop_reason));
@@ -226,6 +233,7 @@ PB_CMD(run) {
                 gs.t_generate_ms > 0 ? (double)gs.n_generated * 1000.0 / gs.t_generate_ms : 0.0, gs.t_first_token_ms,
                 pb_stop_reason_name(gs.stop_reason));
     free(out.s);
+    free(thought.s);
     free(text);
     pb_session_free(s);
     pb_model_close(m);

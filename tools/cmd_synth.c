@@ -115,13 +115,16 @@ static void print_table(const synth *sy, const char *type_name, uint32_t file_ty
            sy->n_plan, sy->hp.n_vocab, file_type);
     for (int i = 0; i < sy->n_plan; i++) {
         const cv_tensor *t = &sy->plan[i];
-        size_t nb = pb_row_size(sy->types[i], t->ne[0]) * (size_t)t->ne[1];
+        size_t nb = pb_row_size(sy->types[i], t->ne[0]) * (size_t)t->ne[1] * (size_t)t->ne[2];
         total += nb;
         if (t->n_dims == 1)
             printf("%s\t%s\t[%lld]\t%zu\n", t->name, pb_type_name(sy->types[i]), (long long)t->ne[0], nb);
-        else
+        else if (t->n_dims == 2)
             printf("%s\t%s\t[%lld, %lld]\t%zu\n", t->name, pb_type_name(sy->types[i]), (long long)t->ne[0],
                    (long long)t->ne[1], nb);
+        else
+            printf("%s\t%s\t[%lld, %lld, %lld]\t%zu\n", t->name, pb_type_name(sy->types[i]), (long long)t->ne[0],
+                   (long long)t->ne[1], (long long)t->ne[2], nb);
     }
     printf("# tensor data %zu bytes (%.3f GB)\n", total, (double)total / 1e9);
 }

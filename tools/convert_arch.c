@@ -399,6 +399,7 @@ void cv_tensor_set(cv_tensor *t, const char *name, const char *hf, int layer, cv
     t->n_dims = ne1 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[2] = 1;
 }
 
 int cv_tensor_by_name(const void *a, const void *b) {
@@ -524,6 +525,8 @@ bool cv_outtype_parse(const char *name, int *type, uint32_t *file_type) {
 
 int cv_outtype_for(const cv_tensor *t, int out_type) {
     if (t->n_dims < 2 || t->kind == CV_NORM) return PB_TYPE_F32;
+    /* convert_hf_to_gguf.py keeps the MoE router (FFN_GATE_INP) in float32 for every out type */
+    if (strstr(t->name, "ffn_gate_inp.weight")) return PB_TYPE_F32;
     if (out_type == PB_TYPE_Q8_0 && t->ne[0] % 32 != 0) return PB_TYPE_F16;
     return out_type;
 }
@@ -545,7 +548,7 @@ typedef struct fill_job {
 
 static void fill_worker(void *ctx, int ith, int nth) {
     fill_job *j = ctx;
-    const int64_t ne0 = j->t->ne[0], n_rows = j->t->ne[1];
+    const int64_t ne0 = j->t->ne[0], n_rows = j->t->ne[1] * j->t->ne[2];
     const pb_type_traits *tr = pb_type_get(j->type);
     float *buf = j->scratch + (size_t)ith * (size_t)j->chunk * (size_t)ne0;
     int64_t lo, hi;
@@ -571,9 +574,10 @@ pb_status cv_fill_tensor(pb_pool *pool, const cv_tensor *t, int type, cv_rows_fn
     if (!tr->from_float || !row_bytes)
         return pb_error(PB_ERR_UNSUPPORTED, "cannot write tensor '%s' (%lld values per row) as %s", t->name,
                         (long long)t->ne[0], pb_type_name(type));
-    if (row_bytes * (size_t)t->ne[1] != nbytes)
+    size_t n_rows = (size_t)t->ne[1] * (size_t)t->ne[2];
+    if (row_bytes * n_rows != nbytes)
         return pb_error(PB_ERR_INTERNAL, "tensor '%s': %zu bytes expected, writer gave %zu", t->name,
-                        row_bytes * (size_t)t->ne[1], nbytes);
+                        row_bytes * n_rows, nbytes);
     int nth = pool ? pb_pool_size(pool) : 1;
     if (nth > 64) nth = 64;
     /* About 1 MiB of float32 per thread and chunk; at least one row. */

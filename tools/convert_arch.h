@@ -32,8 +32,9 @@ typedef struct cv_hparams {
     uint32_t head_dim_full, n_head_kv_full; /* n_head_kv_full 0: as n_head_kv (scalar head_count_kv key) */
     uint32_t n_kv_shared, n_embd_per_layer;
     bool double_wide, k_eq_v;
-    float rope_base_swa, rope_partial; /* sliding theta; rotated fraction of the full layers' pairs */
-    uint8_t swa[256];                  /* layer il is sliding */
+    uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE block (enable_moe_block); n_expert 0: none */
+    float rope_base_swa, rope_partial;          /* sliding theta; rotated fraction of the full layers' pairs */
+    uint8_t swa[256];                           /* layer il is sliding */
 } cv_hparams;
 
 /* "gemma" / "gemma2" / "gemma3". */
@@ -61,8 +62,8 @@ typedef enum cv_kind { CV_EMBD, CV_NORM, CV_MAT, CV_VEC, CV_GEN } cv_kind;
 typedef struct cv_tensor {
     char name[64]; /* GGUF name, e.g. "blk.3.attn_q.weight" */
     char hf[80];   /* HF name under the text-model prefix, e.g. "layers.3.self_attn.q_proj.weight" */
-    int n_dims;    /* 1 or 2 */
-    int64_t ne[2]; /* GGUF order: ne[0] contiguous (= HF shape[1] for matrices) */
+    int n_dims;    /* 1, 2, or 3 (Gemma 4 experts: [ne0, ne1, n_expert]) */
+    int64_t ne[3]; /* GGUF order: ne[0] contiguous (= HF shape[n_dims - 1]); unused dims 1 */
     int layer;     /* -1 for token_embd / output_norm */
     cv_kind kind;
 } cv_tensor;
@@ -94,8 +95,8 @@ pb_status cv_pick_types(const char *type_name, const cv_hparams *hp, const cv_te
 
 /* ---- producing tensor data ----------------------------------------------------------------------- */
 
-/* Produces float32 rows [r0, r1) of tensor ti (each t->ne[0] values, row-major) into buf. Called from
- * several pool threads at once, with disjoint row ranges. */
+/* Produces float32 rows [r0, r1) of tensor ti (each t->ne[0] values, row-major; ne[1] x ne[2] rows) into buf. Called
+ * from several pool threads at once, with disjoint row ranges. */
 typedef pb_status (*cv_rows_fn)(void *user, int64_t ti, int64_t r0, int64_t r1, float *buf);
 
 /* Fills dst (nbytes = rows x row size of type) with tensor ti converted/quantized to type, row chunks
@@ -105,11 +106,11 @@ pb_status cv_fill_tensor(pb_pool *pool, const cv_tensor *t, int type, cv_rows_fn
                          void *dst, size_t nbytes);
 
 /* ---- Gemma 4 (convert_gemma4.c) ----------------------------------------------------------------- */
-/* Gemma 4 fields of config.json's (text_)config c into hp (the common ones are read already). Refuses the MoE
- * block (enable_moe_block) with PB_ERR_UNSUPPORTED. */
+/* Gemma 4 fields of config.json's (text_)config c into hp (the common ones are read already), the MoE block's
+ * expert count, top-k and expert width included. */
 pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user);
 /* Tensor table as llama.cpp's converter writes it (KV-shared layers without attn_k/attn_v/attn_k_norm, k_eq_v
- * full layers without attn_v); out NULL: count. */
+ * full layers without attn_v, MoE layers with the router, expert and extra norm tensors); out NULL: count. */
 int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out);
 
 /* Fills one planned tensor: GGUF name, HF name, layer (-1: none), kind, shape (ne1 0: a vector). Shared by the

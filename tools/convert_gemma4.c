@@ -20,6 +20,16 @@ static pb_status num(const cJSON *o, const char *key, double def, double lo, dou
     return PB_OK;
 }
 
+/* A required MoE count under key (or its alias when key is absent). */
+static pb_status moe_num(const cJSON *c, const char *key, const char *alias, double lo, double hi, uint32_t *out) {
+    double v;
+    const char *k = cJSON_GetObjectItemCaseSensitive(c, key) ? key : alias;
+    pb_status s = num(c, k, NAN, lo, hi, &v);
+    if (s == PB_OK && v != floor(v)) s = pb_error(PB_ERR_FORMAT, "config.json: '%s' must be an integer", k);
+    if (s == PB_OK) *out = (uint32_t)v;
+    return s;
+}
+
 static bool flag(const cJSON *o, const char *key) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key)); }
 
 /* A value of the first full-attention layer in per_layer_config ({"4": {"head_dim": 512}}), 0 when absent. */
@@ -38,9 +48,6 @@ static uint32_t full_layer_value(const cJSON *c, const cv_hparams *hp, const cha
 pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user) {
     (void)warn, (void)user;
     if (hp->n_layer > 256) return pb_error(PB_ERR_UNSUPPORTED, "config.json: %u layers (at most 256)", hp->n_layer);
-    if (flag(c, "enable_moe_block"))
-        return pb_error(PB_ERR_UNSUPPORTED, "config.json: enable_moe_block: converting the Gemma 4 MoE block is not "
-                                            "supported yet (llama.cpp's converter writes files pocketbrain runs)");
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
     if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)hp->n_layer)
         return pb_error(PB_ERR_FORMAT, "config.json: 'layer_types' must list %u layers", hp->n_layer);
@@ -66,6 +73,12 @@ pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void
         if ((uint32_t)v != hp->n_vocab)
             return pb_error(PB_ERR_UNSUPPORTED, "config.json: vocab_size_per_layer_input %g differs from vocab_size %u",
                             v, hp->n_vocab);
+    }
+    hp->n_expert = hp->n_expert_used = hp->n_ff_exp = 0;
+    if (flag(c, "enable_moe_block")) { /* transformers' names first, then the aliases configs also carry */
+        if ((s = moe_num(c, "num_experts", "num_local_experts", 1, 1024, &hp->n_expert))) return s;
+        if ((s = moe_num(c, "top_k_experts", "num_experts_per_tok", 1, hp->n_expert, &hp->n_expert_used))) return s;
+        if ((s = moe_num(c, "moe_intermediate_size", "expert_intermediate_size", 1, 1 << 20, &hp->n_ff_exp))) return s;
     }
     hp->double_wide = flag(c, "use_double_wide_mlp");
     hp->k_eq_v = flag(c, "attention_k_eq_v");
@@ -105,6 +118,13 @@ pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void
                             hp->n_kv_shared, il);
     }
     return PB_OK;
+}
+
+/* Makes a planned matrix one of n_expert stacked matrices (t NULL: counting pass). */
+static void expert_dims(cv_tensor *t, int64_t n_expert) {
+    if (!t) return;
+    t->n_dims = 3;
+    t->ne[2] = n_expert;
 }
 
 int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
@@ -153,6 +173,20 @@ int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
         LT("ffn_down.weight", "mlp.down_proj.weight", CV_MAT, ff, d);
         LT("post_ffw_norm.weight", "post_feedforward_layernorm.weight", CV_VEC, d, 0);
         LT("layer_output_scale.weight", "layer_scalar", CV_VEC, 1, 0);
+        if (hp->n_expert) { /* the MoE block beside the dense MLP; every value stored as is */
+            const int64_t E = hp->n_expert, I = hp->n_ff_exp;
+            LT("ffn_gate_inp.weight", "router.proj.weight", CV_MAT, d, E);
+            LT("ffn_gate_inp.scale", "router.scale", CV_VEC, d, 0);
+            LT("ffn_down_exps.scale", "router.per_expert_scale", CV_VEC, E, 0);
+            LT("pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight", CV_VEC, d, 0);
+            LT("post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight", CV_VEC, d, 0);
+            LT("post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight", CV_VEC, d, 0);
+            /* HF [E, 2I, d] (gate rows then up rows) and [E, d, I]: GGUF [d, 2I, E] and [I, d, E] */
+            LT("ffn_gate_up_exps.weight", "experts.gate_up_proj", CV_MAT, d, 2 * I);
+            expert_dims(out ? &out[n - 1] : NULL, E);
+            LT("ffn_down_exps.weight", "experts.down_proj", CV_MAT, I, d);
+            expert_dims(out ? &out[n - 1] : NULL, E);
+        }
         if (P) {
             LT("inp_gate.weight", "per_layer_input_gate.weight", CV_MAT, d, P);
             LT("proj.weight", "per_layer_projection.weight", CV_MAT, P, d);
@@ -186,6 +220,10 @@ pb_status cv_gemma4_write_kv(pb_gguf_writer *w, const cv_hparams *hp) {
     }
     U32("attention.head_count", hp->n_head);
     F32("attention.layer_norm_rms_epsilon", hp->rms_eps);
+    if (hp->n_expert) {
+        U32("expert_count", hp->n_expert);
+        U32("expert_used_count", hp->n_expert_used);
+    }
     U32("attention.key_length", hp->head_dim_full);
     U32("attention.value_length", hp->head_dim_full);
     F32("rope.freq_base", hp->rope_base);
@@ -204,6 +242,7 @@ pb_status cv_gemma4_write_kv(pb_gguf_writer *w, const cv_hparams *hp) {
     ARR("attention.sliding_window_pattern", PB_GGUF_BOOL, swa);
     U32("attention.key_length_swa", hp->head_dim);
     U32("attention.value_length_swa", hp->head_dim);
+    if (hp->n_expert) U32("expert_feed_forward_length", hp->n_ff_exp);
     U32("rope.dimension_count", hp->head_dim_full);
     U32("rope.dimension_count_swa", hp->head_dim);
 #undef U32

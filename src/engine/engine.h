@@ -37,6 +37,22 @@ bool pb_stopper_push(pb_stopper *st, const char *text, size_t len);
 /* End of generation without a stop string: releases the held text. Returns false if cb said stop. */
 bool pb_stopper_flush(pb_stopper *st);
 
+/* Gemma 4's thought channel in the sampled ids: "<|channel>" {name}"\n" {thought} "<channel|>". Markers carry no
+ * text; the name line is dropped; the thought goes to cb (NULL: dropped); text outside the channel is the answer. */
+typedef struct pb_channel {
+    int32_t open, close; /* ids of <|channel> / <channel|> (-1: the vocabulary has none) */
+    int state;           /* 0 answer, 1 the channel's name line, 2 thought */
+    pb_piece_fn cb;
+    void *user;
+} pb_channel;
+void pb_channel_init(pb_channel *c, int32_t open, int32_t close, pb_piece_fn cb, void *user);
+/* True when id is a channel marker (consumed; the state changes). */
+bool pb_channel_marker(pb_channel *c, int32_t id);
+/* True while text belongs to the channel (pass it to pb_channel_push, not to the answer). */
+static inline bool pb_channel_inside(const pb_channel *c) { return c->state != 0; }
+/* Text of a token inside the channel. Returns false when cb asked to stop. */
+bool pb_channel_push(pb_channel *c, const char *text, size_t len);
+
 /* ---- thermal governor -------------------------------------------------------------------------- */
 
 #define PB_THERMAL_MAX_ZONES 32
@@ -69,6 +85,10 @@ void pb_thermal_get(const pb_thermal *t, pb_thermal_state *out);
 pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx);
 /* Bytes of K+V for n_ctx positions (sliding-window layers hold min(window, n_ctx)). */
 size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type);
+/* The same for layer il alone (0 for a Gemma 4 KV-shared layer: it reads layer kv_src[il]'s cache), and the
+ * positions (cells) that layer keeps. pb_engine_kv_estimate is their sum over the layers. */
+size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type);
+int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx);
 /* Bytes of a session's buffers besides the KV: forward scratch for n_batch tokens, logits, sampler,
  * token history. An upper bound of what pb_session_new allocates. */
 size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch);
@@ -87,8 +107,10 @@ struct pb_session {
     pb_session_params params;
     int32_t n_vocab;
     int n_ctx, n_batch, n_threads;
-    int32_t bos, eos, eot, sot; /* special ids (-1 when absent); sot = <start_of_turn> (Gemma 4: <|turn>) */
-    bool turn_system;           /* Gemma 4: the system prompt is a turn of its own */
+    int32_t bos, eos, eot, sot;    /* special ids (-1 when absent); sot = <start_of_turn> (Gemma 4: <|turn>) */
+    bool turn_system;              /* Gemma 4: the system prompt is a turn of its own */
+    int32_t think_id;              /* <|think|> (-1: none); used when params.think */
+    int32_t chan_open, chan_close; /* <|channel> / <channel|> (-1: none): the thought channel */
 
     pb_kv_cache *kv;
     pb_forward_ctx *fc;

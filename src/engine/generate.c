@@ -69,6 +69,8 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
     double t_start = pb_time_ms();
     pb_stopper stopper;
     pb_stopper_init(&stopper, s->stop_buf, PB_STOP_BUF_CAP, gp->stop, gp->n_stop, cb, user);
+    pb_channel chan;
+    pb_channel_init(&chan, s->chan_open, s->chan_close, gp->thought_cb, gp->thought_user);
     pb_status status = PB_OK;
     bool ended = false; /* a stop that makes held text obsolete (stop string, callback) */
     st->stop_reason = PB_STOP_EOS;
@@ -102,19 +104,33 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
             st->stop_reason = PB_STOP_EOS;
             break;
         }
+        if (pb_channel_marker(&chan, tok)) continue; /* <|channel> / <channel|>: no text either way */
         const char *piece;
         size_t len;
         status = pb_detok_stream_push(s->detok, tok, &piece, &len);
         if (status != PB_OK) break;
+        if (pb_channel_inside(&chan)) { /* the thought: never the answer, never a stop string */
+            if (!pb_channel_push(&chan, piece, len)) {
+                st->stop_reason = PB_STOP_CALLBACK;
+                ended = true;
+                break;
+            }
+            continue;
+        }
         if (!pb_stopper_push(&stopper, piece, len)) {
             st->stop_reason = stopper.hit_stop ? PB_STOP_STRING : PB_STOP_CALLBACK;
             ended = true;
             break;
         }
     }
-    const char *rest;
-    size_t rest_len;
-    if (pb_detok_stream_flush(s->detok, &rest, &rest_len) == PB_OK && !ended) {
+    const char *rest = "";
+    size_t rest_len = 0;
+    bool flushed = pb_detok_stream_flush(s->detok, &rest, &rest_len) == PB_OK;
+    if (flushed && !ended && pb_channel_inside(&chan)) {
+        pb_channel_push(&chan, rest, rest_len); /* ended inside the channel (a limit): the tail is thought */
+        rest_len = 0;
+    }
+    if (flushed && !ended) {
         if (!pb_stopper_push(&stopper, rest, rest_len)) ended = true;
         if (stopper.hit_stop && status == PB_OK) st->stop_reason = PB_STOP_STRING;
     }
@@ -162,7 +178,7 @@ static pb_status put_text(pb_session *s, const char *text, int64_t *n) {
     size_t len = strlen(text);
     if (len == 0) return PB_OK;
     int64_t got = 0, cap = s->n_ctx - *n;
-    pb_status st = pb_tokenize(s->vocab, text, len, 0, s->tmp + *n, cap, &got);
+    pb_status st = pb_tokenize(s->vocab, text, len, PB_TOK_CHAT_TEXT, s->tmp + *n, cap, &got);
     if (st == PB_ERR_INVALID_ARG && got > cap)
         return pb_error(PB_ERR_CONTEXT_FULL, "context full: the turn alone is longer than n_ctx %d tokens", s->n_ctx);
     if (st != PB_OK) return st;
@@ -199,10 +215,13 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
     int64_t n = 0, n_open;
     if (first) {
         if (s->bos >= 0 && (status = put_id(s, s->bos, &n)) != PB_OK) goto fail;
-        if (s->turn_system && system && *system) { /* Gemma 4: <|turn>system\n{system}<turn|>\n */
+        bool think = s->params.think && s->think_id >= 0;
+        if (s->turn_system && ((system && *system) || think)) {
+            /* Gemma 4: <|turn>system\n{system}<turn|>\n; thinking: <|think|> first (the system text may be empty) */
             if ((status = put_id(s, s->sot, &n)) != PB_OK || (status = put_text(s, "system\n", &n)) != PB_OK ||
-                (status = put_text(s, system, &n)) != PB_OK || (status = put_id(s, s->eot, &n)) != PB_OK ||
-                (status = put_text(s, "\n", &n)) != PB_OK)
+                (think && (status = put_id(s, s->think_id, &n)) != PB_OK) ||
+                (status = put_text(s, system ? system : "", &n)) != PB_OK ||
+                (status = put_id(s, s->eot, &n)) != PB_OK || (status = put_text(s, "\n", &n)) != PB_OK)
                 goto fail;
             system = NULL;
         }

@@ -16,15 +16,20 @@ static size_t kv_row_bytes(int64_t n, pb_kv_type type) {
     return (size_t)n * 2;
 }
 
+int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx) {
+    if (hp->sliding_window > 0 && hp->swa_layer[il] && hp->sliding_window < n_ctx) return hp->sliding_window;
+    return n_ctx;
+}
+
+size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type) {
+    /* per layer: Gemma 4 head dims and KV heads differ, KV-shared layers hold nothing */
+    int64_t width = hp->kv_src[il] == il ? (int64_t)hp->n_head_kv_l[il] * hp->head_dim_l[il] : 0;
+    return 2 * (size_t)pb_engine_kv_layer_cells(hp, il, n_ctx) * kv_row_bytes(width, type); /* K and V */
+}
+
 size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type) {
     size_t total = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
-        /* per layer: Gemma 4 head dims and KV heads differ, KV-shared layers hold nothing */
-        int64_t width = hp->kv_src[il] == il ? (int64_t)hp->n_head_kv_l[il] * hp->head_dim_l[il] : 0;
-        int cells = n_ctx;
-        if (hp->sliding_window > 0 && hp->swa_layer[il] && hp->sliding_window < n_ctx) cells = hp->sliding_window;
-        total += 2 * (size_t)cells * kv_row_bytes(width, type); /* K and V */
-    }
+    for (int il = 0; il < hp->n_layer; il++) total += pb_engine_kv_layer_bytes(hp, il, n_ctx, type);
     return total;
 }
 

@@ -62,8 +62,16 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     s->turn_system = false;
     if (s->sot < 0 && (s->sot = find_special(s->vocab, "<|turn>")) >= 0) /* Gemma 4: eot is <turn|> (vocab.c) */
         s->turn_system = true;
+    s->think_id = s->turn_system ? find_special(s->vocab, "<|think|>") : -1;
+    s->chan_open = find_special(s->vocab, "<|channel>");
+    s->chan_close = find_special(s->vocab, "<channel|>");
+    if (s->chan_open < 0 || s->chan_close < 0) s->chan_open = s->chan_close = -1;
 
     pb_status st;
+    if (p.think && s->think_id < 0) {
+        st = pb_error(PB_ERR_UNSUPPORTED, "session: thinking needs a Gemma 4 vocabulary (with <|turn> and <|think|>)");
+        goto fail;
+    }
     if ((st = pb_kv_new(m, n_ctx, p.kv_type, &s->kv)) != PB_OK) goto fail;
     if ((st = pb_forward_ctx_new_kv(m, n_batch, s->kv, &s->fc)) != PB_OK) goto fail;
     if ((st = pb_pool_new(s->n_threads, &s->pool)) != PB_OK) goto fail;

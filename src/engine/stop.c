@@ -1,5 +1,6 @@
 /* stop.c -- stop strings over a token stream: found across token boundaries, never emitted, and text
- * held back only while it could still be the start of a stop string. No allocation. */
+ * held back only while it could still be the start of a stop string; Gemma 4's thought channel split from the
+ * answer. No allocation. */
 #include "engine/engine.h"
 
 #include <string.h>
@@ -101,4 +102,39 @@ bool pb_stopper_flush(pb_stopper *st) {
     bool ok = emit(st, st->buf, st->n);
     st->n = 0;
     return ok;
+}
+
+/* ---- thought channel ----------------------------------------------------------------------------- */
+
+void pb_channel_init(pb_channel *c, int32_t open, int32_t close, pb_piece_fn cb, void *user) {
+    c->open = open;
+    c->close = close;
+    c->state = 0;
+    c->cb = cb;
+    c->user = user;
+}
+
+bool pb_channel_marker(pb_channel *c, int32_t id) {
+    if (id < 0) return false;
+    if (id == c->open) {
+        c->state = 1;
+        return true;
+    }
+    if (id == c->close) {
+        c->state = 0;
+        return true;
+    }
+    return false;
+}
+
+bool pb_channel_push(pb_channel *c, const char *text, size_t len) {
+    if (c->state == 1) { /* the channel's name ("thought"): up to and including its newline */
+        const char *nl = memchr(text, '\n', len);
+        if (!nl) return true;
+        len -= (size_t)(nl + 1 - text);
+        text = nl + 1;
+        c->state = 2;
+    }
+    if (len == 0 || !c->cb) return true;
+    return c->cb(text, len, c->user);
 }

@@ -66,6 +66,9 @@ typedef struct job {
     int n_msgs, last_user;
     char *text; /* completion: the prompt text */
     bool use_documents;
+    bool think;    /* chat: Gemma 4 thinking system turn ("think": true or chat_template_kwargs.enable_thinking) */
+    char *thought; /* non-stream: the thought channel's text (reasoning_content), or NULL */
+    size_t thought_len, thought_cap;
     char *question; /* last user message, for the FAQ fallback */
 
     pthread_mutex_t mu;
@@ -198,6 +201,8 @@ void pb_server_sse_event(job *j, cJSON *obj);
 /* A chunk object: chat delta (with the role when role is set) or completion text; finish NULL = null. */
 cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *content, size_t len, bool role,
                            const char *finish);
+/* A chat chunk whose delta is {"reasoning_content": text} (the thought channel of a Gemma 4 thinking answer). */
+cJSON *pb_server_sse_reasoning_chunk(const job *j, const char *model_id, const char *text, size_t len);
 /* The stream_options.include_usage chunk: empty choices and the usage. */
 cJSON *pb_server_sse_usage_chunk(const job *j, const char *model_id);
 /* Queues the 200 event-stream response of a queued job; takes over the caller's job reference. */

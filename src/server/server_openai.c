@@ -207,7 +207,8 @@ static bool tokenize_into(job *j, const pb_model *m, const pb_vocab *v, const pb
         free(j->prompt);
         j->prompt = malloc((size_t)cap * sizeof(int32_t));
         if (!j->prompt) return perr(e, NULL, "out of memory");
-        pb_status s = msgs ? pb_chat_tokenize(m, msgs, n_msgs, true, j->prompt, cap, &n)
+        pb_chat_opts co = {.add_generation_prompt = true, .think = j->think};
+        pb_status s = msgs ? pb_chat_tokenize_opts(m, msgs, n_msgs, &co, j->prompt, cap, &n)
                            : pb_tokenize(v, text, strlen(text), PB_TOK_ADD_BOS, j->prompt, cap, &n);
         if (s == PB_OK) {
             j->n_prompt = n;
@@ -259,6 +260,16 @@ static bool parse_chat(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         j->n_msgs++;
     }
     if (j->last_user >= 0) j->question = pb_strdup(j->texts[j->last_user]);
+    /* Gemma 4 thinking: "think": true, or chat_template_kwargs {"enable_thinking": true} as llama.cpp's server */
+    cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
+    cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    if (!think && cJSON_IsObject(kw)) think = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
+    if (think && !cJSON_IsNull(think)) {
+        if (!cJSON_IsBool(think)) return perr(e, "think", "'think' (enable_thinking) must be a boolean");
+        j->think = cJSON_IsTrue(think);
+        if (j->think && pb_vocab_find(srv->vocab, "<|think|>", 9) < 0)
+            return perr(e, "think", "this model has no thinking mode (no <|think|> token: not a Gemma 4 model)");
+    }
     /* "use my documents": ground the last user message in the knowledge base (when the prompt is built). */
     cJSON *use_docs = cJSON_GetObjectItemCaseSensitive(root, "use_documents");
     if (use_docs && !cJSON_IsNull(use_docs)) {
@@ -351,6 +362,8 @@ static enum MHD_Result respond_whole(pb_server *srv, struct MHD_Connection *c, j
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
             cJSON_AddStringToObject(msg, "content", j->out ? j->out : "");
+            if (j->think || j->thought_len)
+                cJSON_AddStringToObject(msg, "reasoning_content", j->thought ? j->thought : "");
         } else {
             cJSON_AddStringToObject(ch, "text", j->out ? j->out : "");
         }

@@ -24,6 +24,7 @@ void pb_server_job_release(job *j) {
     free(j->texts);
     free(j->msgs);
     free(j->text);
+    free(j->thought);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -82,6 +83,32 @@ static bool on_piece(const char *piece, size_t len, void *user) {
     return keep;
 }
 
+/* The thought channel (Gemma 4 thinking): a stream sends it as delta.reasoning_content, a whole answer keeps it for
+ * message.reasoning_content. */
+static bool on_thought(const char *piece, size_t len, void *user) {
+    job *j = user;
+    pthread_mutex_lock(&j->mu);
+    bool ok = true;
+    if (j->stream) {
+        pb_server_sse_event(j, pb_server_sse_reasoning_chunk(j, j->srv->model_id, piece, len));
+    } else if (j->thought_len + len + 1 > j->thought_cap) {
+        size_t cap = j->thought_cap ? j->thought_cap * 2 : 1024;
+        while (cap < j->thought_len + len + 1) cap *= 2;
+        char *nb = realloc(j->thought, cap);
+        ok = nb != NULL;
+        if (nb) j->thought = nb, j->thought_cap = cap;
+    }
+    if (!j->stream && ok) {
+        memcpy(j->thought + j->thought_len, piece, len);
+        j->thought_len += len;
+        j->thought[j->thought_len] = 0;
+    }
+    bool keep = ok && !j->cancelled && !j->fell_back && !atomic_load(&j->srv->halt);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return keep;
+}
+
 static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
     int64_t n = 0;
     while (n < na && n < nb && a[n] == b[n]) n++;
@@ -103,6 +130,8 @@ static void run_job(slot *sl, job *j) {
     }
     pb_gen_stats st;
     memset(&st, 0, sizeof st);
+    j->gen.thought_cb = on_thought;
+    j->gen.thought_user = j;
     pb_status s = pb_session_generate(sl->session, j->prompt + keep, j->n_prompt - keep, &j->gen, on_piece, j, &st);
     /* The prompt fitted (checked before queueing), so a full context here came while answering: the answer so
      * far is the result, finished by "length" as OpenAI reports it, not an error after the work is done. */

@@ -55,6 +55,24 @@ cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *conte
     return o;
 }
 
+cJSON *pb_server_sse_reasoning_chunk(const job *j, const char *model_id, const char *text, size_t len) {
+    cJSON *o = chunk_base(j, model_id);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *t = malloc(len + 1);
+    if (t) {
+        memcpy(t, text, len);
+        t[len] = 0;
+    }
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    cJSON_AddStringToObject(d, "reasoning_content", t ? t : "");
+    free(t);
+    cJSON_AddNullToObject(c, "finish_reason");
+    return o;
+}
+
 cJSON *pb_server_sse_usage_chunk(const job *j, const char *model_id) {
     cJSON *o = chunk_base(j, model_id);
     cJSON_AddArrayToObject(o, "choices");

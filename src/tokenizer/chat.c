@@ -1,5 +1,5 @@
-/* chat.c -- chat messages -> Gemma turns (Gemma 1-3 <start_of_turn>, Gemma 4 <|turn>), as prompt text or as ids
- * (markers as control tokens; text between them never parses control tokens). */
+/* chat.c -- chat messages -> Gemma turns (Gemma 1-3 <start_of_turn>, Gemma 4 <|turn> and its thinking system turn),
+ * as prompt text or as ids (markers as control tokens; text between them never makes a marker token). */
 #include "tokenizer/vocab_impl.h"
 
 #include <stdlib.h>
@@ -26,7 +26,7 @@ static void put(sink *o, const char *s, size_t n) {
 static void flush_text(sink *o) {
     if (!o->tokens || o->n == 0 || o->st != PB_OK) return;
     int64_t got = 0, room = o->n_ids < o->id_cap ? o->id_cap - o->n_ids : 0;
-    pb_status st = pb_tokenize(o->v, o->buf, o->n, 0, room ? o->ids + o->n_ids : NULL, room, &got);
+    pb_status st = pb_tokenize(o->v, o->buf, o->n, PB_TOK_CHAT_TEXT, room ? o->ids + o->n_ids : NULL, room, &got);
     if (st != PB_OK && got <= room) o->st = st; /* a real failure, not just "does not fit" */
     o->n_ids += got;
     o->n = 0;
@@ -76,10 +76,23 @@ static void turn(sink *o, const char *role, const char *prefix, const char *cont
     text(o, "\n");
 }
 
-static pb_status check_msgs(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs) {
+/* Gemma 4 thinking: "<|turn>system\n<|think|>{system}<turn|>\n" (Google's Gemma 4 prompt-formatting guide: the
+ * <|think|> token at the start of the system prompt turns thinking on; the system text may be empty). */
+static void think_turn(sink *o, const char *content) {
+    marker(o, open_marker(o));
+    text(o, "system\n");
+    marker(o, "<|think|>");
+    trimmed(o, content ? content : "");
+    marker(o, close_marker(o));
+    text(o, "\n");
+}
+
+static pb_status check_msgs(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool think) {
     if (v->chat_kind != PB_CHAT_GEMMA && v->chat_kind != PB_CHAT_GEMMA4)
         return pb_error(PB_ERR_UNSUPPORTED, "chat: the vocabulary has no <start_of_turn>/<end_of_turn> and its chat "
                                             "template is not a Gemma template");
+    if (think && (v->chat_kind != PB_CHAT_GEMMA4 || pb_vocab_lookup(v, "<|think|>", 9) < 0))
+        return pb_error(PB_ERR_UNSUPPORTED, "chat: thinking needs a Gemma 4 vocabulary (with <|think|>)");
     for (int i = 0; i < n_msgs; i++) {
         if (!msgs[i].role || !msgs[i].content)
             return pb_error(PB_ERR_INVALID_ARG, "chat: message %d has no %s", i, msgs[i].role ? "content" : "role");
@@ -91,9 +104,15 @@ static pb_status check_msgs(const pb_vocab *v, const pb_chat_msg *msgs, int n_ms
     return PB_OK;
 }
 
-static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt) {
+static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt, bool think) {
     const char *pending_system = NULL; /* waits for the next user turn */
-    for (int i = 0; i < n_msgs; i++) {
+    int first = 0;
+    if (think) { /* the first system message carries <|think|>; without one, a system turn of its own */
+        bool sys0 = n_msgs > 0 && strcmp(msgs[0].role, "system") == 0;
+        think_turn(o, sys0 ? msgs[0].content : NULL);
+        first = sys0 ? 1 : 0;
+    }
+    for (int i = first; i < n_msgs; i++) {
         const char *r = msgs[i].role;
         if (strcmp(r, "system") == 0 && o->v->chat_kind == PB_CHAT_GEMMA4) { /* Gemma 4 has a system turn */
             turn(o, "system", NULL, msgs[i].content);
@@ -121,13 +140,19 @@ static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_genera
 
 pb_status pb_chat_format_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
                                char *buf, size_t cap, size_t *len_out) {
-    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !len_out || (!buf && cap))
+    pb_chat_opts opts = {.add_generation_prompt = add_generation_prompt};
+    return pb_chat_format_vocab_opts(v, msgs, n_msgs, &opts, buf, cap, len_out);
+}
+
+pb_status pb_chat_format_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
+                                    char *buf, size_t cap, size_t *len_out) {
+    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !len_out || (!buf && cap) || !opts)
         return pb_error(PB_ERR_INVALID_ARG, "chat: NULL or negative argument");
     *len_out = 0;
-    pb_status st = check_msgs(v, msgs, n_msgs);
+    pb_status st = check_msgs(v, msgs, n_msgs, opts->think);
     if (st != PB_OK) return st;
     sink o = {.v = v, .buf = buf, .cap = cap};
-    format(&o, msgs, n_msgs, add_generation_prompt);
+    format(&o, msgs, n_msgs, opts->add_generation_prompt, opts->think);
     *len_out = o.n;
     if (o.n >= cap) {
         if (cap) buf[cap - 1] = 0;
@@ -139,10 +164,16 @@ pb_status pb_chat_format_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n
 
 pb_status pb_chat_tokenize_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
                                  int32_t *ids, int64_t cap, int64_t *n_out) {
-    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !n_out || cap < 0 || (!ids && cap))
+    pb_chat_opts opts = {.add_generation_prompt = add_generation_prompt};
+    return pb_chat_tokenize_vocab_opts(v, msgs, n_msgs, &opts, ids, cap, n_out);
+}
+
+pb_status pb_chat_tokenize_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
+                                      int32_t *ids, int64_t cap, int64_t *n_out) {
+    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !n_out || cap < 0 || (!ids && cap) || !opts)
         return pb_error(PB_ERR_INVALID_ARG, "chat: NULL or negative argument");
     *n_out = 0;
-    pb_status st = check_msgs(v, msgs, n_msgs);
+    pb_status st = check_msgs(v, msgs, n_msgs, opts->think);
     if (st != PB_OK) return st;
     /* text between two markers is at most the longest content + system + role; size it from the total */
     size_t total = 64;
@@ -154,7 +185,7 @@ pb_status pb_chat_tokenize_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int
         if (cap > 0) ids[0] = v->bos;
         o.n_ids = 1;
     }
-    format(&o, msgs, n_msgs, add_generation_prompt);
+    format(&o, msgs, n_msgs, opts->add_generation_prompt, opts->think);
     flush_text(&o);
     free(o.buf);
     *n_out = o.n_ids;

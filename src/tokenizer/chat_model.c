@@ -21,3 +21,17 @@ pb_status pb_chat_tokenize(const pb_model *m, const pb_chat_msg *msgs, int n_msg
     pb_status st = model_vocab(m, &v);
     return st ? st : pb_chat_tokenize_vocab(v, msgs, n_msgs, add_generation_prompt, ids, cap, n_out);
 }
+
+pb_status pb_chat_format_opts(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
+                              char *buf, size_t cap, size_t *len_out) {
+    const pb_vocab *v;
+    pb_status st = model_vocab(m, &v);
+    return st ? st : pb_chat_format_vocab_opts(v, msgs, n_msgs, opts, buf, cap, len_out);
+}
+
+pb_status pb_chat_tokenize_opts(const pb_model *m, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
+                                int32_t *ids, int64_t cap, int64_t *n_out) {
+    const pb_vocab *v;
+    pb_status st = model_vocab(m, &v);
+    return st ? st : pb_chat_tokenize_vocab_opts(v, msgs, n_msgs, opts, ids, cap, n_out);
+}

@@ -226,6 +226,7 @@ pb_status pb_tokenize(const pb_vocab *v, const char *text, size_t len, int flags
         int32_t id = -1;
         if (pb_vocab_special_may_start(v, (uint8_t)text[pos], parse_special))
             id = pb_vocab_match_special(v, text + pos, len - pos, parse_special, &mlen);
+        if (id >= 0 && (flags & PB_TOK_CHAT_TEXT) && pb_vocab_is_chat_marker(v, id)) id = -1; /* typed, not made */
         if (id < 0) {
             pos++;
             continue;

@@ -435,6 +435,16 @@ bool pb_vocab_special_may_start(const pb_vocab *v, uint8_t c, bool parse_special
     return (v->first_byte[c] & (parse_special ? 3 : 1)) != 0;
 }
 
+bool pb_vocab_is_chat_marker(const pb_vocab *v, int32_t id) {
+    static const char *const markers[] = {"<|turn>",         "<turn|>",       "<|think|>", "<|channel>", "<channel|>",
+                                          "<start_of_turn>", "<end_of_turn>", "<bos>",     "<eos>"};
+    if (!v || id < 0 || id >= v->n) return false;
+    const char *t = pb_vocab_text_(v, id);
+    for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++)
+        if (strcmp(t, markers[i]) == 0) return true;
+    return id == v->bos || id == v->eos || id == v->eot;
+}
+
 int32_t pb_vocab_match_special(const pb_vocab *v, const char *text, size_t len, bool parse_special, size_t *mlen) {
     uint8_t want = parse_special ? 3 : 1;
     int32_t best = -1;

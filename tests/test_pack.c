@@ -148,11 +148,11 @@ int main(void) {
     pb_pool *pool = NULL;
     CHECK(pb_pool_new(2, &pool) == PB_OK, "pool of 2 threads");
     const int types[] = {PB_TYPE_Q4_0, PB_TYPE_Q8_0};
-    const int64_t shapes[][2] = {{32, 16}, {64, 48}, {2304, 32}, {96, 160}};
+    const int64_t shapes[][2] = {{32, 16}, {64, 48}, {2304, 32}, {96, 160}, {416, 32}}; /* 416: 8 + 4 + 1 blocks */
     for (int i = 0; i < 2; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             test_type(types[i], shapes[s][0], shapes[s][1], pool);
-    const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}};
+    const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}, {256, 528}}; /* 33 groups: a Q6_K batch + 1 */
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++) {
         test_type(PB_TYPE_Q4_K, kshapes[s][0], kshapes[s][1], pool);
         test_type(PB_TYPE_Q6_K, kshapes[s][0], kshapes[s][1], pool);

@@ -20,6 +20,11 @@ bool pb_pack_supported(int type, int64_t K, int64_t N) {
            N > 0 && N % PB_PACK_ROWS == 0;
 }
 
+pb_gemm_packed_fn pb_matmul_get_packed(int type) {
+    (void)pb_type_get(0);
+    return type >= 0 && type < PB_TYPE_COUNT ? packed_table[type] : NULL;
+}
+
 static pb_gemm_fn gemm_table[PB_TYPE_COUNT];
 
 void pb_matmul_set_gemm(int type, pb_gemm_fn fn) {

@@ -127,6 +127,20 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
                   "%s %lldx%lld, %d tokens per tile, %lld groups: neon packed tiles bit-identical to the scalar spec",
                   tn, (long long)N, (long long)K, ntm, (long long)(N / PB_PACK_ROWS));
         }
+    /* the i8mm (USMMLA) tiles, where the CPU has FEAT_I8MM (qemu -cpu max does), also called directly */
+    const pb_gemm_packed_fn i8mm = type == PB_TYPE_Q4_0   ? pb_gemm_packed_q4_0_i8mm
+                                   : type == PB_TYPE_Q8_0 ? pb_gemm_packed_q8_0_i8mm
+                                                          : NULL;
+    if (i8mm && (pb_cpu_features() & PB_CPU_I8MM))
+        for (int ntm = 1; ntm <= PB_GEMM_NT; ntm++) {
+            memset(yp, 0, sizeof(float) * (size_t)(N * NT));
+            run_tiles(type, i8mm, ntm, wp, K, N, x, NT, yp);
+            CHECK(memcmp(yp, ys, sizeof(float) * (size_t)(N * NT)) == 0,
+                  "%s %lldx%lld, %d tokens per tile, %lld groups: i8mm packed tiles bit-identical to the scalar spec",
+                  tn, (long long)N, (long long)K, ntm, (long long)(N / PB_PACK_ROWS));
+        }
+    else if (i8mm)
+        NOTE("%s: no i8mm on this CPU, USMMLA tiles not run", tn);
 #endif
     /* against the unpacked matmul: same integer sums, float order differs */
     CHECK(pb_matmul(w, type, K, N, x, NT, yu, scratch, pool) == PB_OK, "%s unpacked matmul runs", tn);

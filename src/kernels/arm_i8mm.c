@@ -1,0 +1,159 @@
+/* arm_i8mm.c -- ARM64 int8 matrix-multiply (FEAT_I8MM: USMMLA) tiles for packed Q4_0 / Q8_0 / Q4_K matrices
+ * (layout in tensor/matmul.h), for prompts (2..8 tokens a call); one token goes to the sdot tiles of arm_neon.c.
+ * Built with +i8mm and called only where HWCAP2_I8MM says the CPU has it (dispatch.c). One USMMLA multiplies a
+ * 2 x 8 block of unsigned weights (2 rows: two packed 4-byte columns zipped) by a 2 x 8 block of signed
+ * activations (2 tokens), so it does the work of two sdot-by-lane. Per lane the float sequence is the scalar
+ * spec's (ref_pack.c), so the results are bit-identical to it and to the sdot tiles. */
+#include "kernels/kernels.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+#include <arm_neon.h>
+
+#define AI_INLINE static inline __attribute__((always_inline))
+#define AI_UNROLL _Pragma("GCC unroll 8")
+
+/* ---- Q4_0 / Q8_0 ------------------------------------------------------------------------------------------
+ * A call's activations are rearranged once per chunk of AI_CB blocks into token pairs: per block and pair,
+ * 4 vectors [t0 k..k+7 | t1 k..k+7] (k = 0, 8, 16, 24), then [bias0 bias1 bias0 bias1] and [d0 d1 d0 d1].
+ * Results of a quarter (4 rows) and a pair sit in two vectors [r0t0 r0t1 r1t0 r1t1], [r2t0 r2t1 r3t0 r3t1];
+ * the weights are used unsigned (Q4_0 nibbles, Q8_0 bytes + 128) with the meta's bias -o * sum a, as the
+ * spec's isum = bias + sum u * a. */
+#define AI_CB 32
+
+typedef struct ai_pair {
+    int8x16_t x[4];
+    int32x4_t bias;
+    float32x4_t d;
+} ai_pair;
+
+/* y rows of tokens t0, t1 (4 lanes each, rows 4qv..4qv+3) <-> the two pair-layout vectors */
+AI_INLINE void ai_load_y(const float *y0, const float *y1, float32x4_t *p0, float32x4_t *p1) {
+    const float32x4_t a = vld1q_f32(y0), b = vld1q_f32(y1);
+    *p0 = vzip1q_f32(a, b);
+    *p1 = vzip2q_f32(a, b);
+}
+AI_INLINE void ai_store_y(float *y0, float *y1, float32x4_t p0, float32x4_t p1) {
+    vst1q_f32(y0, vuzp1q_f32(p0, p1));
+    vst1q_f32(y1, vuzp2q_f32(p0, p1));
+}
+
+AI_INLINE void ai_prep_q8_0(ai_pair *xp, const uint8_t *a, size_t a_row, const pb_pack_ameta *meta, int64_t nb,
+                            int64_t b0, int cb, int np) {
+    for (int b = 0; b < cb; b++)
+        for (int p = 0; p < np; p++) {
+            const pb_block_q8_0 *x0 = (const pb_block_q8_0 *)(const void *)(a + (size_t)(2 * p) * a_row) + b0 + b;
+            const pb_block_q8_0 *x1 = (const pb_block_q8_0 *)(const void *)(a + (size_t)(2 * p + 1) * a_row) + b0 + b;
+            const int64x2_t l0 = vreinterpretq_s64_s8(vld1q_s8(x0->qs)),
+                            h0 = vreinterpretq_s64_s8(vld1q_s8(x0->qs + 16));
+            const int64x2_t l1 = vreinterpretq_s64_s8(vld1q_s8(x1->qs)),
+                            h1 = vreinterpretq_s64_s8(vld1q_s8(x1->qs + 16));
+            ai_pair *o = &xp[b * 4 + p];
+            o->x[0] = vreinterpretq_s8_s64(vzip1q_s64(l0, l1));
+            o->x[1] = vreinterpretq_s8_s64(vzip2q_s64(l0, l1));
+            o->x[2] = vreinterpretq_s8_s64(vzip1q_s64(h0, h1));
+            o->x[3] = vreinterpretq_s8_s64(vzip2q_s64(h0, h1));
+            const int32x2_t m0 = vld1_s32((const int32_t *)(const void *)&meta[(2 * p) * nb + b0 + b]);
+            const int32x2_t m1 = vld1_s32((const int32_t *)(const void *)&meta[(2 * p + 1) * nb + b0 + b]);
+            const int32x2_t bb = vzip1_s32(m0, m1), dd = vzip2_s32(m0, m1);
+            o->bias = vcombine_s32(bb, bb);
+            o->d = vreinterpretq_f32_s32(vcombine_s32(dd, dd));
+        }
+}
+
+/* the 8 weight operands of quarter qv of a packed block: w[2 kg + rp], kg = k group (8 values), rp = row pair */
+AI_INLINE void ai_weights_q4_0(const uint8_t *q, int qv, uint8x16_t w[8]) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    AI_UNROLL for (int c = 0; c < 4; c += 2) { /* columns c, c+1: low nibbles k 4c..4c+7, high 16+4c.. */
+        const uint32x4_t c0 = vreinterpretq_u32_u8(vld1q_u8(q + 64 * c + 16 * qv)),
+                         c1 = vreinterpretq_u32_u8(vld1q_u8(q + 64 * (c + 1) + 16 * qv));
+        const uint8x16_t z0 = vreinterpretq_u8_u32(vzip1q_u32(c0, c1)), z1 = vreinterpretq_u8_u32(vzip2q_u32(c0, c1));
+        w[2 * (c / 2) + 0] = vandq_u8(z0, m4);
+        w[2 * (c / 2) + 1] = vandq_u8(z1, m4);
+        w[2 * (c / 2 + 2) + 0] = vshrq_n_u8(z0, 4);
+        w[2 * (c / 2 + 2) + 1] = vshrq_n_u8(z1, 4);
+    }
+}
+AI_INLINE void ai_weights_q8_0(const uint8_t *q, int qv, uint8x16_t w[8]) {
+    AI_UNROLL for (int c = 0; c < 8; c += 2) {
+        const uint32x4_t c0 = vreinterpretq_u32_u8(vld1q_u8(q + 64 * c + 16 * qv)),
+                         c1 = vreinterpretq_u32_u8(vld1q_u8(q + 64 * (c + 1) + 16 * qv));
+        w[c] = vreinterpretq_u8_u32(vzip1q_u32(c0, c1));
+        w[c + 1] = vreinterpretq_u8_u32(vzip2q_u32(c0, c1));
+    }
+}
+
+AI_INLINE void ai_tile(int64_t K, const uint8_t *w, int64_t ng, size_t g_size, const uint8_t *a, size_t a_row,
+                       const pb_pack_ameta *meta, const int NP, float *y, int64_t ldy, const bool q8) {
+    const int64_t nb = K / 32;
+    const size_t bsz = (q8 ? 34 : 18) * PB_PACK_ROWS;
+    ai_pair xp[AI_CB * 4];
+    for (int64_t b0 = 0; b0 < nb; b0 += AI_CB) {
+        const int cb = nb - b0 < AI_CB ? (int)(nb - b0) : AI_CB;
+        ai_prep_q8_0(xp, a, a_row, meta, nb, b0, cb, NP);
+        for (int64_t g = 0; g < ng; g++) {
+            const uint8_t *gp = w + (size_t)g * g_size + (size_t)b0 * bsz;
+            for (int qv = 0; qv < 4; qv++) {
+                float32x4_t acc[4][2];
+                AI_UNROLL for (int p = 0; p < NP; p++) {
+                    float *y0 = y + (2 * p) * ldy + g * PB_PACK_ROWS + 4 * qv;
+                    if (b0)
+                        ai_load_y(y0, y0 + ldy, &acc[p][0], &acc[p][1]);
+                    else
+                        acc[p][0] = acc[p][1] = vdupq_n_f32(0.0f);
+                }
+                for (int b = 0; b < cb; b++) {
+                    const uint8_t *bp = gp + (size_t)b * bsz;
+                    uint8x16_t wv[8];
+                    if (q8)
+                        ai_weights_q8_0(bp + 2 * PB_PACK_ROWS, qv, wv);
+                    else
+                        ai_weights_q4_0(bp + 2 * PB_PACK_ROWS, qv, wv);
+                    const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
+                    const float32x4_t dw0 = vzip1q_f32(dw, dw), dw1 = vzip2q_f32(dw, dw); /* [dw0 dw0 dw1 dw1] .. */
+                    const ai_pair *xb = &xp[b * 4];
+                    AI_UNROLL for (int p = 0; p < NP; p++) {
+                        int32x4_t i0 = xb[p].bias, i1 = xb[p].bias;
+                        AI_UNROLL for (int kg = 0; kg < 4; kg++) {
+                            i0 = vusmmlaq_s32(i0, wv[2 * kg], xb[p].x[kg]);
+                            i1 = vusmmlaq_s32(i1, wv[2 * kg + 1], xb[p].x[kg]);
+                        }
+                        acc[p][0] = vfmaq_f32(acc[p][0], vcvtq_f32_s32(i0), vmulq_f32(dw0, xb[p].d));
+                        acc[p][1] = vfmaq_f32(acc[p][1], vcvtq_f32_s32(i1), vmulq_f32(dw1, xb[p].d));
+                    }
+                }
+                AI_UNROLL for (int p = 0; p < NP; p++) {
+                    float *y0 = y + (2 * p) * ldy + g * PB_PACK_ROWS + 4 * qv;
+                    ai_store_y(y0, y0 + ldy, acc[p][0], acc[p][1]);
+                }
+            }
+        }
+    }
+}
+
+#define AI_SWITCH(Q8)                                                                                                  \
+    switch (np) {                                                                                                      \
+    case 0: break;                                                                                                     \
+    case 1: ai_tile(K, w, ng, g_size, a, a_row, meta, 1, y, ldy, Q8); break;                                           \
+    case 2: ai_tile(K, w, ng, g_size, a, a_row, meta, 2, y, ldy, Q8); break;                                           \
+    case 3: ai_tile(K, w, ng, g_size, a, a_row, meta, 3, y, ldy, Q8); break;                                           \
+    default: ai_tile(K, w, ng, g_size, a, a_row, meta, 4, y, ldy, Q8); break;                                          \
+    }
+
+void pb_gemm_packed_q4_0_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy) {
+    const int np = nt / 2;
+    AI_SWITCH(false)
+    if (nt & 1) /* the odd token: the one-token sdot tile */
+        pb_gemm_packed_q4_0_neon(K, w, ng, g_size, (const uint8_t *)a + (size_t)(nt - 1) * a_row, a_row,
+                                 (const pb_pack_ameta *)meta + (nt - 1) * (K / 32), 1, y + (nt - 1) * ldy, ldy);
+}
+
+void pb_gemm_packed_q8_0_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy) {
+    const int np = nt / 2;
+    AI_SWITCH(true)
+    if (nt & 1)
+        pb_gemm_packed_q8_0_neon(K, w, ng, g_size, (const uint8_t *)a + (size_t)(nt - 1) * a_row, a_row,
+                                 (const pb_pack_ameta *)meta + (nt - 1) * (K / 32), 1, y + (nt - 1) * ldy, ldy);
+}

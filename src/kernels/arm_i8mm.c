@@ -157,3 +157,155 @@ void pb_gemm_packed_q8_0_i8mm(int64_t K, const void *w, int64_t ng, size_t g_siz
         pb_gemm_packed_q8_0_neon(K, w, ng, g_size, (const uint8_t *)a + (size_t)(nt - 1) * a_row, a_row,
                                  (const pb_pack_ameta *)meta + (nt - 1) * (K / 32), 1, y + (nt - 1) * ldy, ldy);
 }
+
+/* ---- Q4_K -------------------------------------------------------------------------------------------------
+ * Activations of a call rearranged once per chunk of AK_KB super-blocks: per super-block and token pair,
+ * x[j][m] = [t0 values 32j+8m..+7 | t1 the same] for sub-block j and k group m, the 6-bit mins' partners
+ * bh/bl (bs_j = 64 bh_j + bl_j, as in the sdot tile: bytes 0..7 of t0 then t1) and [d0 d1 d0 d1]. A quarter's
+ * sub-block sums for 2 pairs at a time (16 int32 accumulators would not fit with 4); per lane the float
+ * sequence is the spec's: s = fma(isum_j, d_w * sc_j, s) for j in order, acc = fma(s, a.d, acc),
+ * acc = fma(imin, -(dmin_w * a.d), acc). */
+#define AK_KB        4
+#define AK_Q4K_BLOCK (144 * PB_PACK_ROWS)
+
+typedef struct ak_pair {
+    int8x16_t x[8][4];
+    int8x16_t bh, bl;
+    float32x4_t d;
+} ak_pair;
+
+/* bs_j = bsums[2j] + bsums[2j+1] split as 64 * (bs_j >> 6) + (bs_j & 63): bytes 0..7 and 8..15 */
+AI_INLINE int8x16_t ak_bsplit(const pb_block_q8_K *x) {
+    const int16x8_t bs = vpaddq_s16(vld1q_s16(x->bsums), vld1q_s16(x->bsums + 8));
+    return vcombine_s8(vmovn_s16(vshrq_n_s16(bs, 6)), vmovn_s16(vandq_s16(bs, vdupq_n_s16(63))));
+}
+
+/* byte i (0..3) of each 32-bit lane, as float */
+AI_INLINE float32x4_t ak_byte_f(uint32x4_t v, int i) {
+    switch (i) {
+    case 0: return vcvtq_f32_u32(vshrq_n_u32(vshlq_n_u32(v, 24), 24));
+    case 1: return vcvtq_f32_u32(vshrq_n_u32(vshlq_n_u32(v, 16), 24));
+    case 2: return vcvtq_f32_u32(vshrq_n_u32(vshlq_n_u32(v, 8), 24));
+    default: return vcvtq_f32_u32(vshrq_n_u32(v, 24));
+    }
+}
+
+static void ak_prep(ak_pair *xp, const uint8_t *a, size_t a_row, int64_t b0, int kb, int np) {
+    for (int b = 0; b < kb; b++)
+        for (int p = 0; p < np; p++) {
+            const pb_block_q8_K *x0 = (const pb_block_q8_K *)(const void *)(a + (size_t)(2 * p) * a_row) + b0 + b;
+            const pb_block_q8_K *x1 = (const pb_block_q8_K *)(const void *)(a + (size_t)(2 * p + 1) * a_row) + b0 + b;
+            ak_pair *o = &xp[b * 4 + p];
+            for (int j = 0; j < 8; j++)
+                for (int h = 0; h < 2; h++) {
+                    const int64x2_t u = vreinterpretq_s64_s8(vld1q_s8(x0->qs + 32 * j + 16 * h)),
+                                    v = vreinterpretq_s64_s8(vld1q_s8(x1->qs + 32 * j + 16 * h));
+                    o->x[j][2 * h] = vreinterpretq_s8_s64(vzip1q_s64(u, v));
+                    o->x[j][2 * h + 1] = vreinterpretq_s8_s64(vzip2q_s64(u, v));
+                }
+            const int64x2_t s0 = vreinterpretq_s64_s8(ak_bsplit(x0)), s1 = vreinterpretq_s64_s8(ak_bsplit(x1));
+            o->bh = vreinterpretq_s8_s64(vzip1q_s64(s0, s1));
+            o->bl = vreinterpretq_s8_s64(vzip2q_s64(s0, s1));
+            const float dd[4] = {x0->d, x1->d, x0->d, x1->d};
+            o->d = vld1q_f32(dd);
+        }
+}
+
+/* pairs p0..p0+NP-1 (NP 1 or 2) of super-blocks b0..b0+kb-1 (prepared in xp) over ng groups */
+AI_INLINE void ak_tile(const uint8_t *w, int64_t ng, size_t g_size, const ak_pair *xp, int64_t b0, int kb, int p0,
+                       float *y, int64_t ldy, const int NP) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    for (int64_t g = 0; g < ng; g++) {
+        for (int qv = 0; qv < 4; qv++) {
+            float32x4_t acc[4][2];
+            AI_UNROLL for (int q = 0; q < NP; q++) {
+                float *y0 = y + (2 * (p0 + q)) * ldy + g * PB_PACK_ROWS + 4 * qv;
+                if (b0)
+                    ai_load_y(y0, y0 + ldy, &acc[q][0], &acc[q][1]);
+                else
+                    acc[q][0] = acc[q][1] = vdupq_n_f32(0.0f);
+            }
+            for (int b = 0; b < kb; b++) {
+                const uint8_t *bp = w + (size_t)g * g_size + (size_t)(b0 + b) * AK_Q4K_BLOCK;
+                const uint8_t *qs = bp + 256 + 16 * qv, *sc = bp + 64 + 16 * qv;
+                const ak_pair *X = &xp[b * 4 + p0];
+                /* scales and mins of the 4 rows, one byte per lane (pb_quant_scale_min_k4's arithmetic) */
+                const uint8x16_t w0 = vld1q_u8(sc), w1 = vld1q_u8(sc + 64), w2 = vld1q_u8(sc + 128);
+                const uint32x4_t S0 = vreinterpretq_u32_u8(vshrq_n_u8(vshlq_n_u8(w0, 2), 2)),
+                                 S1 = vreinterpretq_u32_u8(vsliq_n_u8(w2, vshrq_n_u8(w0, 6), 4)),
+                                 M0 = vreinterpretq_u32_u8(vshrq_n_u8(vshlq_n_u8(w1, 2), 2)),
+                                 M1 = vreinterpretq_u32_u8(vsliq_n_u8(vshrq_n_u8(w2, 4), vshrq_n_u8(w1, 6), 4));
+                const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
+                float32x4_t s[4][2];
+                AI_UNROLL for (int q = 0; q < NP; q++) s[q][0] = s[q][1] = vdupq_n_f32(0.0f);
+                AI_UNROLL for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles) and 2p+1 (high) */
+                    const uint32x4_t Sp = p < 2 ? S0 : S1;
+                    AI_UNROLL for (int hh = 0; hh < 2; hh++) { /* sub-block j = 2p + hh */
+                        int32x4_t is[4][2];
+                        AI_UNROLL for (int q = 0; q < NP; q++) is[q][0] = is[q][1] = vdupq_n_s32(0);
+                        AI_UNROLL for (int m = 0; m < 4; m++) {
+                            const uint32x4_t c0 = vreinterpretq_u32_u8(vld1q_u8(qs + 64 * (8 * p + 2 * m))),
+                                             c1 = vreinterpretq_u32_u8(vld1q_u8(qs + 64 * (8 * p + 2 * m + 1)));
+                            const uint8x16_t z0 = vreinterpretq_u8_u32(vzip1q_u32(c0, c1)),
+                                             z1 = vreinterpretq_u8_u32(vzip2q_u32(c0, c1));
+                            const uint8x16_t o0 = hh ? vshrq_n_u8(z0, 4) : vandq_u8(z0, m4),
+                                             o1 = hh ? vshrq_n_u8(z1, 4) : vandq_u8(z1, m4);
+                            AI_UNROLL for (int q = 0; q < NP; q++) {
+                                const int8x16_t xj = X[q].x[2 * p + hh][m];
+                                is[q][0] = vusmmlaq_s32(is[q][0], o0, xj);
+                                is[q][1] = vusmmlaq_s32(is[q][1], o1, xj);
+                            }
+                        }
+                        const float32x4_t f = vmulq_f32(dw, ak_byte_f(Sp, (2 * p + hh) % 4));
+                        const float32x4_t f0 = vzip1q_f32(f, f), f1 = vzip2q_f32(f, f);
+                        AI_UNROLL for (int q = 0; q < NP; q++) {
+                            s[q][0] = vfmaq_f32(s[q][0], vcvtq_f32_s32(is[q][0]), f0);
+                            s[q][1] = vfmaq_f32(s[q][1], vcvtq_f32_s32(is[q][1]), f1);
+                        }
+                    }
+                }
+                const uint8x16_t mz0 = vreinterpretq_u8_u32(vzip1q_u32(M0, M1)),
+                                 mz1 = vreinterpretq_u8_u32(vzip2q_u32(M0, M1));
+                const float32x4_t dmw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 32 + 8 * qv)));
+                const float32x4_t dm0 = vzip1q_f32(dmw, dmw), dm1 = vzip2q_f32(dmw, dmw);
+                AI_UNROLL for (int q = 0; q < NP; q++) {
+                    const int32x4_t z = vdupq_n_s32(0);
+                    const int32x4_t i0 = vaddq_s32(vshlq_n_s32(vusmmlaq_s32(z, mz0, X[q].bh), 6),
+                                                   vusmmlaq_s32(z, mz0, X[q].bl)),
+                                    i1 = vaddq_s32(vshlq_n_s32(vusmmlaq_s32(z, mz1, X[q].bh), 6),
+                                                   vusmmlaq_s32(z, mz1, X[q].bl));
+                    acc[q][0] = vfmaq_f32(acc[q][0], s[q][0], X[q].d);
+                    acc[q][1] = vfmaq_f32(acc[q][1], s[q][1], X[q].d);
+                    acc[q][0] = vfmaq_f32(acc[q][0], vcvtq_f32_s32(i0), vnegq_f32(vmulq_f32(dm0, X[q].d)));
+                    acc[q][1] = vfmaq_f32(acc[q][1], vcvtq_f32_s32(i1), vnegq_f32(vmulq_f32(dm1, X[q].d)));
+                }
+            }
+            AI_UNROLL for (int q = 0; q < NP; q++) {
+                float *y0 = y + (2 * (p0 + q)) * ldy + g * PB_PACK_ROWS + 4 * qv;
+                ai_store_y(y0, y0 + ldy, acc[q][0], acc[q][1]);
+            }
+        }
+    }
+}
+
+void pb_gemm_packed_q4_K_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy) {
+    const int64_t nb = K / PB_QK_K;
+    const int np = nt / 2;
+    if (np > 0) {
+        ak_pair xp[AK_KB * 4];
+        for (int64_t b0 = 0; b0 < nb; b0 += AK_KB) {
+            const int kb = nb - b0 < AK_KB ? (int)(nb - b0) : AK_KB;
+            ak_prep(xp, a, a_row, b0, kb, np);
+            switch (np) {
+            case 1: ak_tile(w, ng, g_size, xp, b0, kb, 0, y, ldy, 1); break;
+            case 2: ak_tile(w, ng, g_size, xp, b0, kb, 0, y, ldy, 2); break;
+            case 3: ak_tile(w, ng, g_size, xp, b0, kb, 0, y, ldy, 3); break;
+            default: ak_tile(w, ng, g_size, xp, b0, kb, 0, y, ldy, 4); break;
+            }
+        }
+    }
+    if (nt & 1) /* the odd token: the sdot tile (it reads no meta) */
+        pb_gemm_packed_q4_K_neon(K, w, ng, g_size, (const uint8_t *)a + (size_t)(nt - 1) * a_row, a_row, meta, 1,
+                                 y + (nt - 1) * ldy, ldy);
+}

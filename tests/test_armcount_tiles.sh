@@ -3,7 +3,7 @@
 # (bench/arm_tile: one tile call over a 256 x 2304 matrix): a one-token (decode) call loads each weight byte
 # about once (<= 1.06 x the weight bytes, activations and partial sums included) for Q4_0, Q8_0, Q4_K, Q6_K;
 # an 8-token (prompt) call takes the i8mm (USMMLA) tiles where the CPU has FEAT_I8MM (qemu -cpu max), in at
-# most 0.75 x the instructions of the sdot tiles (PB_CPU=dotprod) with the same result, and the sdot tiles on
+# most 0.75 x (Q6_K 0.80 x) the instructions of the sdot tiles (PB_CPU=dotprod) with the same result, and the sdot tiles on
 # a CPU without i8mm (-cpu cortex-a76: HWCAP2_I8MM clear).
 # Before the one-token tiles kept their activations in registers (and GCC's pre-RA scheduling was turned
 # off for arm_neon.c), these were 1.55, 1.10, 1.32 and 1.82.
@@ -33,7 +33,8 @@ for ty in q4_0 q8_0 q4_K q6_K; do
     ok "$ty one token: $1 bytes loaded for $4 weight bytes ($(awk -v l="$1" -v w="$4" 'BEGIN { printf "%.3f", l / w }')x)" ||
     bad "$ty one token: $1 bytes loaded for $4 weight bytes ($(awk -v l="$1" -v w="$4" 'BEGIN { printf "%.3f", l / w }')x > 1.06)"
 done
-for ty in q4_0 q8_0 q4_K; do
+for ty in q4_0 q8_0 q4_K q6_K; do
+  lim=0.75; [ $ty = q6_K ] && lim=0.80 # Q6_K rebuilds each sub-block's 6-bit values for itself
   set -- $(tile $ty 8) $(tile $ty 8 PB_CPU=dotprod) $(CPU=cortex-a76 tile $ty 8)
   if [ $# -ne 18 ]; then bad "$ty 8-token tiles: $*"; continue; fi
   # $2 mmla, $5 checksum, $6 insns (i8mm); $8, $11, $12 the same with PB_CPU=dotprod; $14 mmla on cortex-a76
@@ -41,6 +42,6 @@ for ty in q4_0 q8_0 q4_K; do
     bad "$ty 8 tokens: mmla $2 (max), $8 (PB_CPU=dotprod), ${14} (cortex-a76)"
   [ "$5" = "${11}" ] && ok "$ty 8 tokens: i8mm and sdot tiles give the same checksum ($5)" || bad "$ty 8 tokens: checksum $5 (i8mm) vs ${11} (sdot)"
   r=$(awk -v a="$6" -v b="${12}" 'BEGIN { printf "%.3f", a / b }')
-  awk -v r="$r" 'BEGIN { exit !(r <= 0.75) }' && ok "$ty 8 tokens: i8mm tile $6 instructions, sdot tile ${12} (${r}x)" ||
-    bad "$ty 8 tokens: i8mm tile $6 instructions, sdot tile ${12} (${r}x > 0.75)"
+  awk -v r="$r" -v l="$lim" 'BEGIN { exit !(r <= l) }' && ok "$ty 8 tokens: i8mm tile $6 instructions, sdot tile ${12} (${r}x)" ||
+    bad "$ty 8 tokens: i8mm tile $6 instructions, sdot tile ${12} (${r}x > $lim)"
 done

@@ -131,7 +131,7 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
     const pb_gemm_packed_fn i8mm = type == PB_TYPE_Q4_0   ? pb_gemm_packed_q4_0_i8mm
                                    : type == PB_TYPE_Q8_0 ? pb_gemm_packed_q8_0_i8mm
                                    : type == PB_TYPE_Q4_K ? pb_gemm_packed_q4_K_i8mm
-                                                          : NULL;
+                                                          : pb_gemm_packed_q6_K_i8mm;
     if (i8mm && (pb_cpu_features() & PB_CPU_I8MM))
         for (int ntm = 1; ntm <= PB_GEMM_NT; ntm++) {
             memset(yp, 0, sizeof(float) * (size_t)(N * NT));

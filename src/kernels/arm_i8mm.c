@@ -1,4 +1,4 @@
-/* arm_i8mm.c -- ARM64 int8 matrix-multiply (FEAT_I8MM: USMMLA) tiles for packed Q4_0 / Q8_0 / Q4_K matrices
+/* arm_i8mm.c -- ARM64 int8 matrix-multiply (FEAT_I8MM: USMMLA) tiles for packed Q4_0 / Q8_0 / Q4_K / Q6_K matrices
  * (layout in tensor/matmul.h), for prompts (2..8 tokens a call); one token goes to the sdot tiles of arm_neon.c.
  * Built with +i8mm and called only where HWCAP2_I8MM says the CPU has it (dispatch.c). One USMMLA multiplies a
  * 2 x 8 block of unsigned weights (2 rows: two packed 4-byte columns zipped) by a 2 x 8 block of signed
@@ -307,5 +307,139 @@ void pb_gemm_packed_q4_K_i8mm(int64_t K, const void *w, int64_t ng, size_t g_siz
     }
     if (nt & 1) /* the odd token: the sdot tile (it reads no meta) */
         pb_gemm_packed_q4_K_neon(K, w, ng, g_size, (const uint8_t *)a + (size_t)(nt - 1) * a_row, a_row, meta, 1,
+                                 y + (nt - 1) * ldy, ldy);
+}
+
+/* ---- Q6_K -------------------------------------------------------------------------------------------------
+ * Activations per chunk of AK_KB super-blocks and token pair: x[j][kg] = [t0 values 16j+8kg..+7 | t1 the
+ * same] for the 16 sub-blocks j, the spec's offset term [-32 bsums0[j], -32 bsums1[j], ..] as each sub-block
+ * sum's start, and [d0 d1 d0 d1]. A sub-block's weights are rebuilt for it alone (ql nibble + 2 qh bits, as
+ * the sdot tile does for a chunk), so the 16 sums finish in the spec's order with 8 int32 accumulators live
+ * for 4 pairs; the unsigned 6-bit values meet the signed activations in USMMLA. */
+#define AK_Q6K_BLOCK (210 * PB_PACK_ROWS)
+
+typedef struct a6_pair {
+    int8x16_t x[16][2];
+    int32x4_t bias[16];
+    float32x4_t d;
+} a6_pair;
+
+static void a6_prep(a6_pair *xp, const uint8_t *a, size_t a_row, int64_t b0, int kb, int np) {
+    for (int b = 0; b < kb; b++)
+        for (int p = 0; p < np; p++) {
+            const pb_block_q8_K *x0 = (const pb_block_q8_K *)(const void *)(a + (size_t)(2 * p) * a_row) + b0 + b;
+            const pb_block_q8_K *x1 = (const pb_block_q8_K *)(const void *)(a + (size_t)(2 * p + 1) * a_row) + b0 + b;
+            a6_pair *o = &xp[b * 4 + p];
+            for (int j = 0; j < 16; j++) {
+                const int64x2_t u = vreinterpretq_s64_s8(vld1q_s8(x0->qs + 16 * j)),
+                                v = vreinterpretq_s64_s8(vld1q_s8(x1->qs + 16 * j));
+                o->x[j][0] = vreinterpretq_s8_s64(vzip1q_s64(u, v));
+                o->x[j][1] = vreinterpretq_s8_s64(vzip2q_s64(u, v));
+                const int32_t c0 = -32 * x0->bsums[j], c1 = -32 * x1->bsums[j];
+                const int32_t bb[4] = {c0, c1, c0, c1};
+                o->bias[j] = vld1q_s32(bb);
+            }
+            const float dd[4] = {x0->d, x1->d, x0->d, x1->d};
+            o->d = vld1q_f32(dd);
+        }
+}
+
+/* unsigned 6-bit weights of chunk gq from its ql nibbles L and qh bits H (the packed bytes, zipped) */
+AI_INLINE uint8x16_t a6_u(uint8x16_t L, uint8x16_t H, int gq) {
+    const uint8x16_t k3f = vdupq_n_u8(0x3F), k30 = vdupq_n_u8(0x30);
+    switch (gq) {
+    case 0: return vandq_u8(vsliq_n_u8(L, H, 4), k3f);
+    case 1: return vandq_u8(vsliq_n_u8(L, vshrq_n_u8(H, 2), 4), k3f);
+    case 2: return vsriq_n_u8(vandq_u8(H, k30), L, 4);
+    default: return vsriq_n_u8(vandq_u8(vshrq_n_u8(H, 2), k30), L, 4);
+    }
+}
+
+/* signed scale byte j % 4 of each row lane, as float */
+AI_INLINE float32x4_t a6_sc(int32x4_t S, int i) {
+    switch (i) {
+    case 0: return vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(S, 24), 24));
+    case 1: return vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(S, 16), 24));
+    case 2: return vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(S, 8), 24));
+    default: return vcvtq_f32_s32(vshrq_n_s32(S, 24));
+    }
+}
+
+AI_INLINE void a6_tile(const uint8_t *w, int64_t ng, size_t g_size, const a6_pair *xp, int64_t b0, int kb, float *y,
+                       int64_t ldy, const int NP) {
+    for (int64_t g = 0; g < ng; g++) {
+        for (int qv = 0; qv < 4; qv++) {
+            for (int b = 0; b < kb; b++) {
+                const uint8_t *bp = w + (size_t)g * g_size + (size_t)(b0 + b) * AK_Q6K_BLOCK;
+                const uint8_t *cols = bp + 32 + 16 * qv;
+                const a6_pair *X = &xp[b * 4];
+                const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
+                float32x4_t s[4][2];
+                AI_UNROLL for (int q = 0; q < NP; q++) s[q][0] = s[q][1] = vdupq_n_f32(0.0f);
+                /* j = 8h + 2gq + mh in order (h not unrolled: half the code, the same count) */
+                _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) AI_UNROLL for (int jj = 0; jj < 8; jj++) {
+                    const int gq = jj / 2, mh = jj % 2, j = 8 * h + jj;
+                    /* GCC would keep the columns shared by chunks gq and gq + 2 live across sub-blocks and spill
+                     * the sums instead (1.07x the instructions): an empty asm hides that the pointer is the same */
+                    const uint8_t *cp = cols;
+                    __asm__ volatile("" : "+r"(cp));
+                    int32x4_t is[4][2];
+                    AI_UNROLL for (int q = 0; q < NP; q++) is[q][0] = is[q][1] = X[q].bias[j];
+                    AI_UNROLL for (int kg = 0; kg < 2; kg++) { /* values l = 16 mh + 8 kg .. +7 of chunk gq */
+                        const int c = 4 * mh + 2 * kg, lc = 16 * h + 8 * (gq & 1) + c, hc = 32 + 8 * h + c;
+                        const uint32x4_t l0 = vreinterpretq_u32_u8(vld1q_u8(cp + 64 * lc)),
+                                         l1 = vreinterpretq_u32_u8(vld1q_u8(cp + 64 * (lc + 1))),
+                                         h0 = vreinterpretq_u32_u8(vld1q_u8(cp + 64 * hc)),
+                                         h1 = vreinterpretq_u32_u8(vld1q_u8(cp + 64 * (hc + 1)));
+                        const uint8x16_t u0 = a6_u(vreinterpretq_u8_u32(vzip1q_u32(l0, l1)),
+                                                   vreinterpretq_u8_u32(vzip1q_u32(h0, h1)), gq),
+                                         u1 = a6_u(vreinterpretq_u8_u32(vzip2q_u32(l0, l1)),
+                                                   vreinterpretq_u8_u32(vzip2q_u32(h0, h1)), gq);
+                        AI_UNROLL for (int q = 0; q < NP; q++) {
+                            is[q][0] = vusmmlaq_s32(is[q][0], u0, X[q].x[j][kg]);
+                            is[q][1] = vusmmlaq_s32(is[q][1], u1, X[q].x[j][kg]);
+                        }
+                    }
+                    const float32x4_t f =
+                        vmulq_f32(dw, a6_sc(vreinterpretq_s32_u8(vld1q_u8(cp + 64 * (48 + j / 4))), jj % 4));
+                    const float32x4_t f0 = vzip1q_f32(f, f), f1 = vzip2q_f32(f, f);
+                    AI_UNROLL for (int q = 0; q < NP; q++) {
+                        s[q][0] = vfmaq_f32(s[q][0], vcvtq_f32_s32(is[q][0]), f0);
+                        s[q][1] = vfmaq_f32(s[q][1], vcvtq_f32_s32(is[q][1]), f1);
+                    }
+                }
+                AI_UNROLL for (int q = 0; q < NP; q++) { /* a lane's running sum waits in y between super-blocks */
+                    float32x4_t acc0, acc1;
+                    float *y0 = y + (2 * q) * ldy + g * PB_PACK_ROWS + 4 * qv;
+                    if (b0 + b)
+                        ai_load_y(y0, y0 + ldy, &acc0, &acc1);
+                    else
+                        acc0 = acc1 = vdupq_n_f32(0.0f);
+                    ai_store_y(y0, y0 + ldy, vfmaq_f32(acc0, s[q][0], X[q].d), vfmaq_f32(acc1, s[q][1], X[q].d));
+                }
+            }
+        }
+    }
+}
+
+void pb_gemm_packed_q6_K_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy) {
+    const int64_t nb = K / PB_QK_K;
+    const int np = nt / 2;
+    if (np > 0) {
+        a6_pair xp[AK_KB * 4];
+        for (int64_t b0 = 0; b0 < nb; b0 += AK_KB) {
+            const int kb = nb - b0 < AK_KB ? (int)(nb - b0) : AK_KB;
+            a6_prep(xp, a, a_row, b0, kb, np);
+            switch (np) {
+            case 1: a6_tile(w, ng, g_size, xp, b0, kb, y, ldy, 1); break;
+            case 2: a6_tile(w, ng, g_size, xp, b0, kb, y, ldy, 2); break;
+            case 3: a6_tile(w, ng, g_size, xp, b0, kb, y, ldy, 3); break;
+            default: a6_tile(w, ng, g_size, xp, b0, kb, y, ldy, 4); break;
+            }
+        }
+    }
+    if (nt & 1) /* the odd token: the sdot tile */
+        pb_gemm_packed_q6_K_neon(K, w, ng, g_size, (const uint8_t *)a + (size_t)(nt - 1) * a_row, a_row, meta, 1,
                                  y + (nt - 1) * ldy, ldy);
 }

@@ -179,7 +179,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
             pb_matmul_set_packed(PB_TYPE_Q8_0, mm ? pb_gemm_packed_q8_0_i8mm : pb_gemm_packed_q8_0_neon);
             if (!getenv("PB_NO_PACK_K")) {
                 pb_matmul_set_packed(PB_TYPE_Q4_K, mm ? pb_gemm_packed_q4_K_i8mm : pb_gemm_packed_q4_K_neon);
-                pb_matmul_set_packed(PB_TYPE_Q6_K, pb_gemm_packed_q6_K_neon);
+                pb_matmul_set_packed(PB_TYPE_Q6_K, mm ? pb_gemm_packed_q6_K_i8mm : pb_gemm_packed_q6_K_neon);
             }
         }
         dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon, stream_read = pb_stream_read_neon;

@@ -6,7 +6,7 @@
 # most 0.75 x (Q6_K 0.80 x) the instructions of the sdot tiles (PB_CPU=dotprod) with the same result, and the sdot tiles on
 # a CPU without i8mm (-cpu cortex-a76: HWCAP2_I8MM clear).
 # Before the one-token tiles kept their activations in registers (and GCC's pre-RA scheduling was turned
-# off for arm_neon.c), these were 1.55, 1.10, 1.32 and 1.82.
+# off for arm_neon.c), these were 1.50, 1.27, 1.32 and 2.38.
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 ok() { echo "ok - $*"; }
 bad() { echo "not ok - $*"; }

@@ -80,7 +80,11 @@ LIB        := $(BUILD)/libpocketbrain.a
 
 $(BUILD)/src/kernels/x86_avx2.o:   ISA_FLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels/x86_avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
-$(BUILD)/src/kernels/arm_neon.o:   ISA_FLAGS := -march=armv8.2-a+dotprod+fp16
+# GCC's pre-RA scheduler hoists the tiles' loads and spills what does not fit the 32 vector registers (the
+# one-token tiles loaded up to 1.8x their weight bytes, tests/test_armcount_tiles.sh); clang has no such pass.
+ARM_SCHED := $(if $(findstring clang,$(CC)),,-fno-schedule-insns)
+$(BUILD)/src/kernels/arm_neon.o:   ISA_FLAGS := -march=armv8.2-a+dotprod+fp16 $(ARM_SCHED)
+$(BUILD)/src/kernels/arm_i8mm.o:   ISA_FLAGS := -march=armv8.2-a+dotprod+fp16+i8mm $(ARM_SCHED)
 ifeq ($(ARCH),arm64)
 # aarch64-linux-gnu-gcc 12 hits an internal compiler error (vect_transform_reduction) in test_model.c's
 # test_ops; that test binary is built without the loop vectorizer on ARM64.

@@ -127,6 +127,21 @@ static void test_type(int type, int64_t K, int64_t N, pb_pool *pool) {
                   "%s %lldx%lld, %d tokens per tile, %lld groups: neon packed tiles bit-identical to the scalar spec",
                   tn, (long long)N, (long long)K, ntm, (long long)(N / PB_PACK_ROWS));
         }
+    /* the i8mm (USMMLA) tiles, where the CPU has FEAT_I8MM (qemu -cpu max does), also called directly */
+    const pb_gemm_packed_fn i8mm = type == PB_TYPE_Q4_0   ? pb_gemm_packed_q4_0_i8mm
+                                   : type == PB_TYPE_Q8_0 ? pb_gemm_packed_q8_0_i8mm
+                                   : type == PB_TYPE_Q4_K ? pb_gemm_packed_q4_K_i8mm
+                                                          : pb_gemm_packed_q6_K_i8mm;
+    if (i8mm && (pb_cpu_features() & PB_CPU_I8MM))
+        for (int ntm = 1; ntm <= PB_GEMM_NT; ntm++) {
+            memset(yp, 0, sizeof(float) * (size_t)(N * NT));
+            run_tiles(type, i8mm, ntm, wp, K, N, x, NT, yp);
+            CHECK(memcmp(yp, ys, sizeof(float) * (size_t)(N * NT)) == 0,
+                  "%s %lldx%lld, %d tokens per tile, %lld groups: i8mm packed tiles bit-identical to the scalar spec",
+                  tn, (long long)N, (long long)K, ntm, (long long)(N / PB_PACK_ROWS));
+        }
+    else if (i8mm)
+        NOTE("%s: no i8mm on this CPU, USMMLA tiles not run", tn);
 #endif
     /* against the unpacked matmul: same integer sums, float order differs */
     CHECK(pb_matmul(w, type, K, N, x, NT, yu, scratch, pool) == PB_OK, "%s unpacked matmul runs", tn);
@@ -148,11 +163,11 @@ int main(void) {
     pb_pool *pool = NULL;
     CHECK(pb_pool_new(2, &pool) == PB_OK, "pool of 2 threads");
     const int types[] = {PB_TYPE_Q4_0, PB_TYPE_Q8_0};
-    const int64_t shapes[][2] = {{32, 16}, {64, 48}, {2304, 32}, {96, 160}};
+    const int64_t shapes[][2] = {{32, 16}, {64, 48}, {2304, 32}, {96, 160}, {416, 32}}; /* 416: 8 + 4 + 1 blocks */
     for (int i = 0; i < 2; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             test_type(types[i], shapes[s][0], shapes[s][1], pool);
-    const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}};
+    const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}, {256, 528}}; /* 33 groups: a Q6_K batch + 1 */
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++) {
         test_type(PB_TYPE_Q4_K, kshapes[s][0], kshapes[s][1], pool);
         test_type(PB_TYPE_Q6_K, kshapes[s][0], kshapes[s][1], pool);

@@ -63,6 +63,87 @@ AP_INLINE void ap_unpack_q8_0(const uint8_t *q, int qv, int8x16_t v[8]) {
         }                                                                                                              \
     }
 
+/* One token: a chunk of CB blocks' activations (2 CB vectors) and their scales stay in registers while every
+ * group's weights stream by, each weight byte loaded once; a lane's running sum waits in y between chunks (16
+ * bytes per quarter and chunk). Per lane the float sequence is AP_TILE's. q8: Q8_0 weights, else Q4_0. */
+AP_INLINE void ap_t1_chunk(const uint8_t *w, int64_t ng, size_t g_size, const pb_block_q8_0 *x,
+                           const pb_pack_ameta *meta, int64_t b0, float *y, const int CB, const bool q8) {
+    const size_t bsz = (q8 ? 34 : 18) * PB_PACK_ROWS;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), eight = vdupq_n_u8(8), flip = vdupq_n_u8(0x80);
+    int8x16_t A[16];
+    float32x4_t D[2];
+    AP_UNROLL for (int i = 0; i < CB; i++) A[2 * i] = vld1q_s8(x[b0 + i].qs),
+                                                 A[2 * i + 1] = vld1q_s8(x[b0 + i].qs + 16);
+    AP_UNROLL for (int i = 0; i < CB; i += 4) {
+        if (CB - i >= 4)
+            D[i / 4] = vld2q_f32((const float *)(const void *)(meta + b0 + i)).val[1];
+        else
+            D[i / 4] = vld1q_dup_f32(&meta[b0 + i].d);
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *gp = w + (size_t)g * g_size + (size_t)b0 * bsz;
+        for (int qv = 0; qv < 4; qv++) {
+            /* GCC hoists the by-lane multiplies' broadcasts of D out of the loops and spills them (1.06x bytes):
+             * an empty asm that "changes" D keeps them in the loop, as one fmul by element each. */
+            AP_UNROLL for (int i = 0; i < CB; i += 4) __asm__("" : "+w"(D[i / 4]));
+            float *yp = y + g * PB_PACK_ROWS + 4 * qv;
+            float32x4_t acc = b0 ? vld1q_f32(yp) : vdupq_n_f32(0.0f);
+            AP_UNROLL for (int i = 0; i < CB; i++) {
+                const uint8_t *bp = gp + (size_t)i * bsz, *q = bp + 2 * PB_PACK_ROWS + 16 * qv;
+                const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
+                int32x4_t is = vdupq_n_s32(0), is2 = vdupq_n_s32(0);
+                /* lanes must be literal constants for clang: one macro per column */
+#define AP_T1_Q8(k)                                                                                                    \
+    is = vdotq_laneq_s32(is, vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 64 * (k)), flip)), A[2 * i], k);                \
+    is2 = vdotq_laneq_s32(is2, vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 64 * ((k) + 4)), flip)), A[2 * i + 1], k)
+#define AP_T1_Q4(k)                                                                                                    \
+    do {                                                                                                               \
+        const uint8x16_t p_ = vld1q_u8(q + 64 * (k));                                                                  \
+        is = vdotq_laneq_s32(is, vreinterpretq_s8_u8(vsubq_u8(vandq_u8(p_, m4), eight)), A[2 * i], k);                 \
+        is2 = vdotq_laneq_s32(is2, vreinterpretq_s8_u8(vsubq_u8(vshrq_n_u8(p_, 4), eight)), A[2 * i + 1], k);          \
+    } while (0)
+                if (q8) {
+                    AP_T1_Q8(0);
+                    AP_T1_Q8(1);
+                    AP_T1_Q8(2);
+                    AP_T1_Q8(3);
+                } else {
+                    AP_T1_Q4(0);
+                    AP_T1_Q4(1);
+                    AP_T1_Q4(2);
+                    AP_T1_Q4(3);
+                }
+#undef AP_T1_Q8
+#undef AP_T1_Q4
+                float32x4_t sc;
+                switch (i % 4) { /* dw * a.d, the lane a constant */
+                case 0: sc = vmulq_laneq_f32(dw, D[i / 4], 0); break;
+                case 1: sc = vmulq_laneq_f32(dw, D[i / 4], 1); break;
+                case 2: sc = vmulq_laneq_f32(dw, D[i / 4], 2); break;
+                default: sc = vmulq_laneq_f32(dw, D[i / 4], 3); break;
+                }
+                acc = vfmaq_f32(acc, vcvtq_f32_s32(vaddq_s32(is, is2)), sc);
+            }
+            vst1q_f32(yp, acc);
+        }
+    }
+}
+
+static void ap_t1(int64_t nb, const void *w, int64_t ng, size_t g_size, const void *a, const pb_pack_ameta *meta,
+                  float *y, bool q8) {
+    const pb_block_q8_0 *x = a;
+    int64_t b = 0;
+    if (q8) {
+        for (; b + 8 <= nb; b += 8) ap_t1_chunk(w, ng, g_size, x, meta, b, y, 8, true);
+        for (; b + 4 <= nb; b += 4) ap_t1_chunk(w, ng, g_size, x, meta, b, y, 4, true);
+        for (; b < nb; b++) ap_t1_chunk(w, ng, g_size, x, meta, b, y, 1, true);
+    } else {
+        for (; b + 8 <= nb; b += 8) ap_t1_chunk(w, ng, g_size, x, meta, b, y, 8, false);
+        for (; b + 4 <= nb; b += 4) ap_t1_chunk(w, ng, g_size, x, meta, b, y, 4, false);
+        for (; b < nb; b++) ap_t1_chunk(w, ng, g_size, x, meta, b, y, 1, false);
+    }
+}
+
 /* up to 8 tokens per pass: 8 accumulators + 8 weight vectors + 2 activation vectors + temporaries */
 #define AP_SWITCH(UNPACK, BSZ)                                                                                         \
     for (int t0 = 0; t0 < nt; t0 += 8) {                                                                               \
@@ -86,6 +167,10 @@ void pb_gemm_packed_q4_0_neon(int64_t K, const void *w, int64_t ng, size_t g_siz
                               const void *meta_, int nt, float *y_all, int64_t ldy) {
     const int64_t nb = K / 32;
     const pb_pack_ameta *meta_all = meta_;
+    if (nt == 1) {
+        ap_t1(nb, w, ng, g_size, a_all, meta_all, y_all, false);
+        return;
+    }
     AP_SWITCH(ap_unpack_q4_0, 18 * PB_PACK_ROWS)
 }
 
@@ -93,6 +178,10 @@ void pb_gemm_packed_q8_0_neon(int64_t K, const void *w, int64_t ng, size_t g_siz
                               const void *meta_, int nt, float *y_all, int64_t ldy) {
     const int64_t nb = K / 32;
     const pb_pack_ameta *meta_all = meta_;
+    if (nt == 1) {
+        ap_t1(nb, w, ng, g_size, a_all, meta_all, y_all, true);
+        return;
+    }
     AP_SWITCH(ap_unpack_q8_0, 34 * PB_PACK_ROWS)
 }
 
@@ -311,42 +400,66 @@ AP_INLINE float32x4_t ak_q6k_fsc(const uint8_t *cols, int j, float32x4_t dw) {
     return vmulq_f32(dw, vcvtq_f32_s32(v));
 }
 
-/* One token: per half h the 8 activation vectors are loaded once per group and all 4 quarters use them;
- * a column position (h, k) is loaded once and gives the 4 chunks' values. */
+/* One token. Per half h of the super-block, the 8 activation vectors stay in registers while the weights of up
+ * to AK_Q6K_BATCH groups stream by; a weight column is loaded once and gives the 4 chunks' values, so each
+ * weight byte is loaded once. A lane's sub-block sums wait in sp between the halves and its total in y
+ * between super-blocks (together 32 bytes per 840 bytes of weights). All 16 activation vectors plus the 8
+ * sub-block accumulators of a half do not fit the 32 registers. */
+#define AK_Q6K_BATCH 32
 static void ak_q6k_t1(int64_t nb, const uint8_t *w, int64_t ng, size_t g_size, const pb_block_q8_K *x, float *y) {
-    for (int64_t b = 0; b < nb; b++) {
-        const float d = x[b].d;
-        for (int64_t g = 0; g < ng; g++) {
-            const uint8_t *bp = w + (size_t)g * g_size + (size_t)b * AK_Q6K_BLOCK;
-            float32x4_t s[4];
-            AP_UNROLL for (int qv = 0; qv < 4; qv++) s[qv] = vdupq_n_f32(0.0f);
+    float sp[AK_Q6K_BATCH * PB_PACK_ROWS];
+    const uint8x16_t k3f = vdupq_n_u8(0x3F), k30 = vdupq_n_u8(0x30);
+    const int8x16_t k32 = vdupq_n_s8(32);
+    for (int64_t g0 = 0; g0 < ng; g0 += AK_Q6K_BATCH) {
+        const int64_t gn = ng - g0 < AK_Q6K_BATCH ? ng - g0 : AK_Q6K_BATCH;
+        for (int64_t b = 0; b < nb; b++) {
+            const float d = x[b].d;
             AP_UNROLL for (int h = 0; h < 2; h++) {
                 int8x16_t A[8];
                 AP_UNROLL for (int i = 0; i < 8; i++) A[i] = vld1q_s8(x[b].qs + 128 * h + 16 * i);
-                for (int qv = 0; qv < 4; qv++) {
-                    const uint8_t *cols = bp + 32 + 16 * qv;
-                    int32x4_t is[4][2];
-                    AP_UNROLL for (int gq = 0; gq < 4; gq++) is[gq][0] = is[gq][1] = vdupq_n_s32(0);
-#define AK_Q6K_K(k)                                                                                                    \
-    AP_UNROLL for (int gq = 0; gq < 4; gq++) is[gq][(k) / 4] =                                                         \
-        vdotq_laneq_s32(is[gq][(k) / 4], ak_q6k_u(cols, h, gq, k), A[2 * gq + (k) / 4], (k) % 4)
-                    AK_Q6K_K(0);
-                    AK_Q6K_K(1);
-                    AK_Q6K_K(2);
-                    AK_Q6K_K(3);
-                    AK_Q6K_K(4);
-                    AK_Q6K_K(5);
-                    AK_Q6K_K(6);
-                    AK_Q6K_K(7);
-#undef AK_Q6K_K
-                    const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
-                    AP_UNROLL for (int gq = 0; gq < 4; gq++) AP_UNROLL for (int kk = 0; kk < 2; kk++) s[qv] =
-                        vfmaq_f32(s[qv], vcvtq_f32_s32(is[gq][kk]), ak_q6k_fsc(cols, 8 * h + 2 * gq + kk, dw));
+                for (int64_t g = 0; g < gn; g++) {
+                    const uint8_t *bp = w + (size_t)(g0 + g) * g_size + (size_t)b * AK_Q6K_BLOCK;
+                    for (int qv = 0; qv < 4; qv++) {
+                        const uint8_t *cols = bp + 32 + 16 * qv;
+                        int32x4_t is[8]; /* is[2 gq + kh]: sub-block j = 8h + 2gq + kh */
+                        AP_UNROLL for (int i = 0; i < 8; i++) is[i] = vdupq_n_s32(0);
+/* column k: elements 4k..4k+3 of each chunk (k literal: clang wants constant lanes) */
+#define AK_Q6K_T1COL(k)                                                                                                \
+    do {                                                                                                               \
+        const uint8x16_t L0 = vld1q_u8(cols + 64 * (16 * h + (k))), L1 = vld1q_u8(cols + 64 * (16 * h + 8 + (k))),     \
+                         H = vld1q_u8(cols + 64 * (32 + 8 * h + (k))), H2 = vshrq_n_u8(H, 2);                          \
+        const int kh = (k) / 4;                                                                                        \
+        const int8x16_t u0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L0, H, 4), k3f)), k32),                  \
+                        u1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L1, H2, 4), k3f)), k32),                 \
+                        u2 = vsubq_s8(vreinterpretq_s8_u8(vsriq_n_u8(vandq_u8(H, k30), L0, 4)), k32),                  \
+                        u3 = vsubq_s8(vreinterpretq_s8_u8(vsriq_n_u8(vandq_u8(H2, k30), L1, 4)), k32);                 \
+        is[0 + kh] = vdotq_laneq_s32(is[0 + kh], u0, A[0 + kh], (k) % 4);                                              \
+        is[2 + kh] = vdotq_laneq_s32(is[2 + kh], u1, A[2 + kh], (k) % 4);                                              \
+        is[4 + kh] = vdotq_laneq_s32(is[4 + kh], u2, A[4 + kh], (k) % 4);                                              \
+        is[6 + kh] = vdotq_laneq_s32(is[6 + kh], u3, A[6 + kh], (k) % 4);                                              \
+    } while (0)
+                        AK_Q6K_T1COL(0);
+                        AK_Q6K_T1COL(1);
+                        AK_Q6K_T1COL(2);
+                        AK_Q6K_T1COL(3);
+                        AK_Q6K_T1COL(4);
+                        AK_Q6K_T1COL(5);
+                        AK_Q6K_T1COL(6);
+                        AK_Q6K_T1COL(7);
+#undef AK_Q6K_T1COL
+                        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
+                        float *sq = sp + g * PB_PACK_ROWS + 4 * qv;
+                        float32x4_t s = h ? vld1q_f32(sq) : vdupq_n_f32(0.0f);
+                        AP_UNROLL for (int j = 0; j < 8; j++) s =
+                            vfmaq_f32(s, vcvtq_f32_s32(is[j]), ak_q6k_fsc(cols, 8 * h + j, dw));
+                        if (h == 0) {
+                            vst1q_f32(sq, s);
+                        } else {
+                            float *yp = y + (g0 + g) * PB_PACK_ROWS + 4 * qv;
+                            vst1q_f32(yp, vfmaq_n_f32(b ? vld1q_f32(yp) : vdupq_n_f32(0.0f), s, d));
+                        }
+                    }
                 }
-            }
-            AP_UNROLL for (int qv = 0; qv < 4; qv++) {
-                float *yp = y + g * PB_PACK_ROWS + 4 * qv;
-                vst1q_f32(yp, vfmaq_n_f32(b ? vld1q_f32(yp) : vdupq_n_f32(0.0f), s[qv], d));
             }
         }
     }

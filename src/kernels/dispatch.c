@@ -173,11 +173,13 @@ void pb_kernels_init(pb_type_traits *table, int n) {
     if (f & PB_CPU_DOTPROD) {
         pb_kernels_fill_neon(table, n, gemm);
         if (!getenv("PB_NO_PACK")) {
-            pb_matmul_set_packed(PB_TYPE_Q4_0, pb_gemm_packed_q4_0_neon);
-            pb_matmul_set_packed(PB_TYPE_Q8_0, pb_gemm_packed_q8_0_neon);
+            /* FEAT_I8MM (HWCAP2_I8MM; PB_CPU=dotprod turns it off): USMMLA tiles for prompts, sdot for one token */
+            const bool mm = f & PB_CPU_I8MM;
+            pb_matmul_set_packed(PB_TYPE_Q4_0, mm ? pb_gemm_packed_q4_0_i8mm : pb_gemm_packed_q4_0_neon);
+            pb_matmul_set_packed(PB_TYPE_Q8_0, mm ? pb_gemm_packed_q8_0_i8mm : pb_gemm_packed_q8_0_neon);
             if (!getenv("PB_NO_PACK_K")) {
-                pb_matmul_set_packed(PB_TYPE_Q4_K, pb_gemm_packed_q4_K_neon);
-                pb_matmul_set_packed(PB_TYPE_Q6_K, pb_gemm_packed_q6_K_neon);
+                pb_matmul_set_packed(PB_TYPE_Q4_K, mm ? pb_gemm_packed_q4_K_i8mm : pb_gemm_packed_q4_K_neon);
+                pb_matmul_set_packed(PB_TYPE_Q6_K, mm ? pb_gemm_packed_q6_K_i8mm : pb_gemm_packed_q6_K_neon);
             }
         }
         dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon, stream_read = pb_stream_read_neon;

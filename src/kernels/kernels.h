@@ -95,6 +95,15 @@ void pb_gemm_packed_q4_K_neon(int64_t K, const void *w, int64_t ng, size_t g_siz
                               const void *meta, int nt, float *y, int64_t ldy);
 void pb_gemm_packed_q6_K_neon(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                               const void *meta, int nt, float *y, int64_t ldy);
+/* arm_i8mm.c: USMMLA tiles (call only where pb_cpu_features() has PB_CPU_I8MM); one token goes to _neon */
+void pb_gemm_packed_q4_0_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q8_0_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q4_K_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy);
+void pb_gemm_packed_q6_K_i8mm(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
+                              const void *meta, int nt, float *y, int64_t ldy);
 #endif
 #if defined(__x86_64__)
 void pb_gemm_packed_q4_0_avx2(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,

@@ -20,6 +20,11 @@ bool pb_pack_supported(int type, int64_t K, int64_t N) {
            N > 0 && N % PB_PACK_ROWS == 0;
 }
 
+pb_gemm_packed_fn pb_matmul_get_packed(int type) {
+    (void)pb_type_get(0);
+    return type >= 0 && type < PB_TYPE_COUNT ? packed_table[type] : NULL;
+}
+
 static pb_gemm_fn gemm_table[PB_TYPE_COUNT];
 
 void pb_matmul_set_gemm(int type, pb_gemm_fn fn) {
@@ -56,6 +61,8 @@ size_t pb_matmul_group_scratch_size(const pb_mm_op *ops, int n_ops, int64_t K, i
 /* Rows per unit of work: a packed group, or a block of plain rows whose bytes stay in cache while a chunk of
  * tokens goes by. */
 #define MM_UNIT PB_PACK_ROWS
+/* Units of a gate/up pair taken together by packed tiles: 128 rows of both stay in cache for pair(). */
+#define MM_PAIR_UNITS 8
 
 /* Token chunks: small enough that their activations stay in L2 while the rows stream by. */
 #define PK_L2_BYTES (768u * 1024u)
@@ -162,14 +169,31 @@ static void run_unit(const mm_group *g, const mm_rt *r, int64_t u, int64_t t0, i
 /* Units [u, u + nu) of one matrix for tokens [t0, t1). With at most PB_GEMM_NT tokens (decode) a packed
  * tile takes them in one call, so it can keep a token's activation block in registers while all their
  * rows stream by: each weight byte is loaded once and the activations once per call instead of once per
- * 16 rows. With more tokens, unit by unit: a unit's rows stay in L1 across the token chunks. */
+ * 16 rows. With more tokens, a few units per call for each chunk of PB_GEMM_NT tokens: their rows stay in
+ * cache across the chunks. */
 static void run_units(const mm_group *g, const mm_rt *r, int64_t u, int64_t nu, int64_t t0, int64_t t1) {
-    if (!r->pk || t1 - t0 > PB_GEMM_NT) {
+    if (!r->pk) {
         for (int64_t i = 0; i < nu; i++) run_unit(g, r, u + i, t0, t1);
         return;
     }
     const pb_mm_op *op = r->op;
     const mm_fmt *f = r->f;
+    if (t1 - t0 > PB_GEMM_NT) {
+        /* a few units (at most ~256 KB of rows, which stay in cache across the token chunks) per tile call:
+         * tiles that rearrange a chunk's activations (the ARM i8mm ones) do it once per call, not per unit */
+        const int64_t per = PB_MAX(1, PB_MIN(MM_PAIR_UNITS, (int64_t)(262144 / (r->w_row * MM_UNIT))));
+        for (int64_t i = 0; i < nu; i += per) {
+            const int64_t n = PB_MIN(per, nu - i);
+            const uint8_t *w = (const uint8_t *)op->w + (size_t)((u + i) * MM_UNIT) * r->w_row;
+            for (int64_t ts = t0; ts < t1; ts += PB_GEMM_NT) {
+                int nt = (int)PB_MIN(PB_GEMM_NT, t1 - ts);
+                r->pk(g->K, w, n, r->w_row * MM_UNIT, f->act + (size_t)ts * f->a_row, f->a_row,
+                      f->meta + (size_t)ts * (size_t)f->nb * f->m_size, nt, op->y + ts * op->N + (u + i) * MM_UNIT,
+                      op->N);
+            }
+        }
+        return;
+    }
     const uint8_t *w = (const uint8_t *)op->w + (size_t)(u * MM_UNIT) * r->w_row;
     for (int64_t ts = t0; ts < t1; ts += PB_GEMM_NT) {
         int nt = (int)PB_MIN(PB_GEMM_NT, t1 - ts);
@@ -177,9 +201,6 @@ static void run_units(const mm_group *g, const mm_rt *r, int64_t u, int64_t nu, 
               f->meta + (size_t)ts * (size_t)f->nb * f->m_size, nt, op->y + ts * op->N + u * MM_UNIT, op->N);
     }
 }
-
-/* Units of a gate/up pair taken together by packed tiles: 128 rows of both stay in cache for pair(). */
-#define MM_PAIR_UNITS 8
 
 /* First unit whose bytes start at or after `cost` (units of one matrix weigh the same). */
 static int64_t unit_at(const mm_group *g, int64_t cost) {
@@ -201,7 +222,7 @@ static void dot_worker(void *arg, int ith, int nth) {
         int64_t tc = PB_MIN(gr->tc, ur->tc), N = gr->op->N;
         for (int64_t c0 = 0; c0 < g->n_tok; c0 += tc) {
             int64_t c1 = PB_MIN(g->n_tok, c0 + tc);
-            const int64_t step = gr->pk && ur->pk && c1 - c0 <= PB_GEMM_NT ? MM_PAIR_UNITS : 1;
+            const int64_t step = gr->pk && ur->pk ? MM_PAIR_UNITS : 1;
             for (int64_t u = lo; u < hi; u += step) {
                 const int64_t nu = PB_MIN(step, hi - u);
                 run_units(g, gr, u, nu, c0, c1);

@@ -70,6 +70,9 @@ typedef void (*pb_gemm_packed_fn)(int64_t K, const void *w, int64_t ng, size_t g
 /* Installs the packed tile for `type` (kernels/dispatch.c only; NULL = no packing for this type). */
 void pb_matmul_set_packed(int type, pb_gemm_packed_fn fn);
 
+/* The packed tile the dispatch installed for `type` (NULL: none), for benches and tests. */
+pb_gemm_packed_fn pb_matmul_get_packed(int type);
+
 /* True when this CPU has a packed kernel for `type` and the shape packs (N % 16 == 0, K % 32 == 0). */
 bool pb_pack_supported(int type, int64_t K, int64_t N);
 

@@ -107,10 +107,12 @@ static uint64_t thread_cpu_ns(void) {
 
 /* Sleeping. Each sleep is one side of a store-then-load pair (Dekker): the sleeper stores "I sleep" and
  * loads the condition, the waker stores the condition and loads "someone sleeps"; at least one of them
- * must see the other's store. seq_cst accesses alone promise that in C11, but each pair also has an
- * explicit seq_cst fence between its store and its load: some implementations of the memory model do not
- * keep a store-release before a later load-acquire (qemu-user running an ARM64 binary on an x86 host
- * emitted no fence between them, and a lost wake-up hung a test under qemu for over an hour in CI).
+ * must see the other's store. seq_cst accesses alone promise that in C11, but every such store here is a
+ * read-modify-write (fetch_add / fetch_sub / exchange), never a plain store: qemu-user running an ARM64
+ * binary on an x86 host does not keep a store-release (stlr) before a later load-acquire (ldar) -- a
+ * litmus test saw both loads miss both stores in ~0.1-0.2% of tries -- and a lost wake-up of the caller
+ * hung test_matmul_group under qemu in CI for over an hour; read-modify-writes become locked (fully
+ * fenced) host instructions there. (Not a fence: gcc refuses atomic_thread_fence under ThreadSanitizer.)
  * And no sleep is unbounded: a waiter re-checks its condition every WAIT_RECHECK_NS, so even a missed
  * wake-up costs a few milliseconds, never a hang. */
 static void timed_wait(pb_pool *p, pthread_cond_t *cv) {
@@ -125,8 +127,7 @@ static void timed_wait(pb_pool *p, pthread_cond_t *cv) {
  * fenced pair (fetch_sub of remaining here, store of caller_asleep there) guarantees that either we see
  * the caller asleep or the caller sees remaining == 0 before it waits. */
 static void part_done(pb_pool *p) {
-    if (atomic_fetch_sub(&p->remaining, 1) == 1 && (atomic_thread_fence(memory_order_seq_cst), 1) &&
-        atomic_load(&p->caller_asleep)) {
+    if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_asleep)) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_signal(&p->cv_done);
         pthread_mutex_unlock(&p->mu);
@@ -203,8 +204,7 @@ static uint64_t wait_work(pb_pool *p, uint32_t seen, uint64_t *budget) {
     }
     *budget = spin_adapt(*budget, how, WORKER_SPIN_MAX_NS, false);
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->sleepers, 1); /* pairs with the caller's ticket store + sleepers load */
-    atomic_thread_fence(memory_order_seq_cst);
+    atomic_fetch_add(&p->sleepers, 1); /* pairs with the caller's ticket exchange + sleepers load */
     while (tk_gen(t = atomic_load(&p->ticket)) == seen && !atomic_load(&p->stop)) timed_wait(p, &p->cv_work);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
@@ -240,8 +240,7 @@ static void wait_done(pb_pool *p) {
     }
     p->spin_ns = spin_adapt(p->spin_ns, how, CALLER_SPIN_MAX_NS, true);
     pthread_mutex_lock(&p->mu);
-    atomic_store(&p->caller_asleep, 1);
-    atomic_thread_fence(memory_order_seq_cst); /* the store above before the load below: see part_done */
+    atomic_exchange(&p->caller_asleep, 1); /* an exchange, not a store: see timed_wait */
     while (atomic_load(&p->remaining) != 0) timed_wait(p, &p->cv_done);
     atomic_store(&p->caller_asleep, 0);
     pthread_mutex_unlock(&p->mu);
@@ -356,8 +355,7 @@ void pb_pool_run_n(pb_pool *p, int n, pb_pool_fn fn, void *ctx) {
     atomic_store_explicit(&p->remaining, n - 1, memory_order_relaxed);
     uint64_t gen = (uint64_t)tk_gen(atomic_load_explicit(&p->ticket, memory_order_relaxed)) + 1;
     uint64_t t = (gen & 0xffffffffu) << 32 | (uint64_t)n << TICKET_PART_BITS | 1;
-    atomic_store(&p->ticket, t); /* seq_cst: publishes fn/ctx/remaining; pairs with the sleepers count */
-    atomic_thread_fence(memory_order_seq_cst);
+    atomic_exchange(&p->ticket, t); /* publishes fn/ctx/remaining; pairs with the sleepers count (see timed_wait) */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv_work);

@@ -46,7 +46,8 @@ static void *watchdog(void *arg) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
         long long now_done = atomic_load(&jobs_done);
-        if (now_done != last) last = now_done, since = pb_time_ns();
+        if (now_done != last)
+            last = now_done, since = pb_time_ns();
         else if (pb_time_ns() - since > (uint64_t)STALL_MS * 1000000u) {
             printf("not ok - a pool job stalled for %d ms after %lld jobs (a lost wake-up)\n", STALL_MS, now_done);
             fflush(stdout);

@@ -39,11 +39,11 @@ enum {
     SPIN_CHECK = 32,              /* pause hints between clock reads (about 1 us on x86) */
     SOLO_MIN_NS = 50000000,       /* when workers don't pay off: first period without them (judge) */
     SOLO_MAX_NS = 400000000,
-    JUDGE_MIN_JOBS = 8,       /* judge() sees this many jobs... */
-    JUDGE_MIN_NS = 10000000,  /* ...over this long before it may send the caller solo */
-    JUDGE_TAU_NS = 50000000,  /* judge()'s sums fade over about this long (like the first solo period) */
-    JUDGE_MIN_JOB_NS = 20000, /* shorter jobs are not judged */
-    WARM_NS = 20000000,       /* time sleeping workers get to wake up before judge() counts jobs without them */
+    JUDGE_MIN_JOBS = 8,         /* judge() sees this many jobs... */
+    JUDGE_MIN_NS = 10000000,    /* ...over this long before it may send the caller solo */
+    JUDGE_TAU_NS = 50000000,    /* judge()'s sums fade over about this long (like the first solo period) */
+    JUDGE_MIN_JOB_NS = 20000,   /* shorter jobs are not judged */
+    WARM_NS = 20000000,         /* time sleeping workers get to wake up before judge() counts jobs without them */
     WAIT_RECHECK_NS = 20000000, /* a sleeping thread re-checks its condition this often (lost wake-ups) */
 };
 

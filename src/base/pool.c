@@ -116,16 +116,21 @@ static uint64_t thread_cpu_ns(void) {
  * And no sleep is unbounded: a waiter re-checks its condition every WAIT_RECHECK_NS, so even a missed
  * wake-up costs a few milliseconds, never a hang. */
 static void timed_wait(pb_pool *p, pthread_cond_t *cv) {
+#if defined(__APPLE__) /* iOS / macOS: no pthread_condattr_setclock; a relative wait instead */
+    struct timespec rel = {0, WAIT_RECHECK_NS};
+    pthread_cond_timedwait_relative_np(cv, &p->mu, &rel);
+#else
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += WAIT_RECHECK_NS;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(cv, &p->mu, &ts);
+#endif
 }
 
 /* Called by whoever finished the last outstanding part: wakes the caller if it went to sleep. The
- * fenced pair (fetch_sub of remaining here, store of caller_asleep there) guarantees that either we see
- * the caller asleep or the caller sees remaining == 0 before it waits. */
+ * pair of read-modify-writes (fetch_sub of remaining here, exchange of caller_asleep there) guarantees that either we
+ * see the caller asleep or the caller sees remaining == 0 before it waits. */
 static void part_done(pb_pool *p) {
     if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_asleep)) {
         pthread_mutex_lock(&p->mu);
@@ -259,7 +264,9 @@ pb_status pb_pool_new(int n_threads, pb_pool **out) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_condattr_t ca; /* timed waits on the monotonic clock (timed_wait) */
     pthread_condattr_init(&ca);
+#if !defined(__APPLE__)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+#endif
     pthread_cond_init(&p->cv_work, &ca);
     pthread_cond_init(&p->cv_done, &ca);
     pthread_condattr_destroy(&ca);

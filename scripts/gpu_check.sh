@@ -6,8 +6,9 @@
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
 # Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
 # PB_CUDA_FLOAT=1), PDLCHECK=1 (parity again with PB_CUDA_PDL=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path),
-# PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's, with and without PB_CUDA_PDL=1),
-# PROFILE=1 (ncu).
+# PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
+# VARIANTS (space-separated VAR=VALUE settings, each a tg128 of this tree's CLI on the AB_TYPES files, default
+# q4_k_m, next to the A/B lines), PROFILE=1 (ncu: one decode token step's kernels, this CLI and PB_BIN_BASE's).
 set -u
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
@@ -56,7 +57,7 @@ done
 # row lengths of 640 (Q5_0/Q8_0 fallbacks beside Q4_K/Q6_K: q/k/v of mixed types, one launch a matrix)
 $PB synth --arch gemma3 --size 270m --type q4_k_m -o /tmp/synth-gemma3-270m-q4_k_m.gguf --threads "$J" >/dev/null 2>&1 &&
   set -- "$@" /tmp/synth-gemma3-270m-q4_k_m.gguf
-$PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
+timeout ${PAR_TIMEOUT:-300} $PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
 echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
 if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1): same checks
   PB_CUDA_PDL=1 $PAR "$@" >"$OUT/parity-pdl.log" 2>&1
@@ -88,10 +89,10 @@ if [ -n "${FLOATBENCH:-}" ] && [ -f "$f" ]; then
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print('q4_k_m float path (PB_CUDA_FLOAT=1): tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/float.json
 fi
 if [ -n "${PB_BIN_BASE:-}" ]; then # A/B in the same call: a CLI built from an earlier tree, this one, this one + PDL
-  echo "== tg128 (-r 3) on the same files: base CLI ($PB_BIN_BASE), this tree, this tree with PB_CUDA_PDL=1"
+  echo "== tg128 (-r 3) on the same files: base CLI ($PB_BIN_BASE), this tree (and with PB_CUDA_PDL=1 where PDLAB=1)"
   for t in $TYPES; do
     [ -f /tmp/gemma2-2b-$t.gguf ] || continue
-    for v in base this pdl; do
+    for v in base this ${PDLAB:+pdl}; do
       b=$PB; [ $v = base ] && b=$PB_BIN_BASE
       pdl=0; [ $v = pdl ] && pdl=1
       PB_CUDA_PDL=$pdl $b bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
@@ -99,23 +100,57 @@ if [ -n "${PB_BIN_BASE:-}" ]; then # A/B in the same call: a CLI built from an e
     done
   done
 fi
+if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CUDA.md)
+  echo "== tg128 (-r 3) of this tree's CLI with: $VARIANTS"
+  for t in ${AB_TYPES:-q4_k_m}; do
+    [ -f /tmp/gemma2-2b-$t.gguf ] || continue
+    for v in $VARIANTS; do
+      env "$v" $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$v"
+    done
+  done
+fi
 if [ -n "${PROFILE:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then
-  echo "== ncu: kernel times of one token step (last prompt token of the 32-token ttft run, with the output mat-vec)"
-  timeout 200 ncu --clock-control none --graph-profiling node --launch-skip 7100 --launch-count 421 --csv \
-    --metrics gpu__time_duration.sum $PB bench --gpu -m "$f" -p 0 -n 1 -r 1 >"$OUT/ncu.csv" 2>/tmp/ncu.err
-  python3 - "$OUT/ncu.csv" <<'PY'
+  # One decode step of the tg run (-n 24: the 32-token ttft prompt, then 25 steps with the output mat-vec): ncu
+  # times each graph node alone, caches as the step before left them (--cache-control none), clocks untouched. The
+  # launches skipped land inside the tg run for 100-300 kernels a step; the summary cuts the profiled launches at
+  # k_embed (a step's first kernel) and reports the complete step with the most kernels (one with the output).
+  for v in this base; do
+    b=$PB; [ $v = base ] && b=${PB_BIN_BASE:-}
+    [ -n "$b" ] || continue
+    echo "== ncu ($v): kernel times of one decode token step"
+    timeout 240 ncu --clock-control none --cache-control none --graph-profiling node --launch-skip ${NCU_SKIP:-6200} \
+      --launch-count 700 --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum $b bench --gpu -m "$f" -p 0 \
+      -n 24 -r 1 >"$OUT/ncu-$v.csv" 2>/tmp/ncu.err || tail -3 /tmp/ncu.err
+    python3 - "$OUT/ncu-$v.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: sys.exit("no ncu rows")
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
-t = collections.defaultdict(float); n = collections.Counter()
+mi = h.index("Metric Name"); ii = h.index("ID")
+launches = collections.OrderedDict()
 for r in rows[1:]:
     try: v = float(r[vi].replace(",", ""))
     except ValueError: continue
-    v = v / 1000.0 if r[ui] in ("nsecond", "ns") else v * 1000.0 if r[ui] in ("msecond", "ms") else v  # us
-    k = r[ki].split("(")[0]; t[k] += v; n[k] += 1
-tot = sum(t.values())
+    e = launches.setdefault(r[ii], {"k": r[ki].split("(")[0], "us": 0.0, "mb": 0.0})
+    if r[mi].startswith("gpu__time"):
+        e["us"] = v / 1000.0 if r[ui] in ("nsecond", "ns") else v * 1000.0 if r[ui] in ("msecond", "ms") else v
+    else:
+        e["mb"] = v / 1e6 if r[ui] in ("byte",) else v / 1e3 if r[ui] == "Kbyte" else v if r[ui] == "Mbyte" else v * 1e3
+steps, cur = [], None
+for e in launches.values():
+    if e["k"].startswith("k_embed"):
+        if cur is not None: steps.append(cur)
+        cur = []
+    if cur is not None: cur.append(e)
+if not steps: sys.exit("no complete step")
+st = max(steps, key=len)
+t = collections.defaultdict(float); n = collections.Counter(); mb = collections.defaultdict(float)
+for e in st: t[e["k"]] += e["us"]; n[e["k"]] += 1; mb[e["k"]] += e["mb"]
+tot = sum(t.values()); tmb = sum(mb.values())
 for k in sorted(t, key=t.get, reverse=True):
-    print(f"{k:40s} {n[k]:5d} x {t[k]/n[k]:8.2f} us = {t[k]:9.1f} us ({100*t[k]/tot:4.1f}%)")
-print(f"sum of kernel times {tot:.1f} us over {sum(n.values())} kernels")
+    print(f"{k[:60]:60s} {n[k]:4d} x {t[k]/n[k]:7.2f} us = {t[k]:8.1f} us ({100*t[k]/tot:4.1f}%)  DRAM {mb[k]:7.1f} MB  {mb[k]/max(t[k],1e-9):6.2f} TB/s")
+print(f"step: {len(st)} kernels, sum of kernel times {tot:.1f} us, DRAM read {tmb:.1f} MB ({tmb/tot:.2f} TB/s while kernels run)")
 PY
+  done
 fi

@@ -27,7 +27,7 @@ enum {
 #define MAX_REP    8  // query heads per kv head the attention kernel holds
 #define MAX_EPL    8  // head_dim / 32 values per lane (head_dim <= 256)
 #define MAX_SPLITS 64 // key splits of one attention row
-#define MV_WARPS   4  // rows per mat-vec block
+#define MV_WARPS   4  // warps per mat-vec block (each warp 32 / sw rows)
 
 static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
     if (err && cap) {
@@ -50,9 +50,11 @@ static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
 // ---- device matrices ---------------------------------------------------------------------------------------
 
 struct dmat {
-    int type; // device type (T_SCALAR added for F* rows not a multiple of 8)
-    int K, N, nunits;
-    int ahead; // rows of this matrix's mat-vec resident at once (blocks an SM x SMs x rows a block; 0: unknown)
+    int type;         // device type (T_SCALAR added for F* rows not a multiple of 8)
+    int K, N, nunits; // nunits: lane units a row on the float path (unit_dot)
+    int nunits8;      // lane units a row on the int8 path (unit_dot8: wider for Q4_K / Q6_K)
+    int sw;           // lanes a row in its mat-vec (4, 8, 16 or 32: a warp takes 32 / sw rows; set_ahead)
+    int ahead;        // rows of this matrix's mat-vec resident at once (blocks an SM x SMs x rows a block; 0: unknown)
     size_t qrow, mrow;
     uint8_t *q, *m;
 };
@@ -76,6 +78,10 @@ struct pb_cu_model {
     // before it ends; the next waits (griddepcontrol.wait) before touching activations, and a mat-vec meanwhile
     // prefetches its weight rows into L2. Off by default until measured (docs/CUDA.md).
     int pdl;
+    // Tuning switches read at open, for A/B runs on the device: PB_CUDA_SW=4|8|16|32 (lanes a row in every
+    // mat-vec; default: chosen per matrix), PB_CUDA_NOPF=1 (no L2 prefetch of weight rows), PB_CUDA_NOFUSE=1 (the
+    // residual add + norm after the o and down mat-vecs as their own kernel, not in the mat-vec's last block).
+    int sw_force, nopf, nofuse;
     int n_sm; // multiprocessors of device 0
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
@@ -202,6 +208,7 @@ static int upload_mat(pb_cu_model *g, dmat *d, const pb_cu_mat *s, const char *w
     d->K = (int)s->K;
     d->N = (int)s->N;
     d->nunits = (int)(nb * L.units);
+    d->nunits8 = (int)(nb * units8_of(t));
     d->qrow = (size_t)nb * L.qb;
     d->mrow = (size_t)nb * L.mb;
     int st;
@@ -351,11 +358,16 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         t->swa = s->swa;
     }
     choose_path(g, d->n_layer);
-    set_ahead(g);
     {
-        const char *pdl = getenv("PB_CUDA_PDL");
+        const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_NOPF"),
+                   *fu = getenv("PB_CUDA_NOFUSE");
         g->pdl = pdl && atoi(pdl) == 1;
+        g->sw_force = sw ? atoi(sw) : 0;
+        if (g->sw_force != 4 && g->sw_force != 8 && g->sw_force != 16 && g->sw_force != 32) g->sw_force = 0;
+        g->nopf = pf && atoi(pf) == 1;
+        g->nofuse = fu && atoi(fu) == 1;
     }
+    set_ahead(g);
     g->hp.layers = NULL;
     *out = g;
     return ST_OK;
@@ -379,21 +391,34 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
+    int sw;   // lanes a row (mat[0].sw): a warp takes 32 / sw rows
+    int nopf; // no L2 prefetch of the weight rows
     float softcap;
     const float *x;
     qact xa;  // x quantized (int8 path)
     qout yq;  // GeGLU: y's int8 forms, made by the last block of each group of qgroup rows (q0 / qK NULL: none)
     int *cnt; // GeGLU with yq: blocks done per group (zero between launches: the last block resets its group's)
     int qgroup;
+    // The residual add + norm after this mat-vec (nx NULL: none), done by the block that finishes last (a counter
+    // in ncnt, zero between launches): nx += [RMSNorm(y_0; npost)] y_0, nxn = RMSNorm(nx; nnext), nxn's int8
+    // forms into nq, as k_add_norm does.
+    float *nx, *nxn;
+    const float *npost, *nnext;
+    int nd;
+    float neps;
+    qout nq;
+    int *ncnt;
 };
 
 static __device__ void quant_act(const float *x, int K, const qout &o, int gw, int nw);
+static __device__ void norm_tail(const mv_args &a);
 
-// ---- mat-vec: one warp per row, one kernel per weight type and path -----------------------------------------
-// Lane l takes units l, l + 32, ... of its row in that order, then the warp sums by shuffles. Each kernel is
-// instantiated per weight type and path (no switch over types in the loop): the one generic kernel that switched
-// over every type and both paths compiled to a real call with a 224-byte stack frame and 90 registers (ptxas -v,
-// 2026-12-02), at most 5 blocks an SM.
+// ---- mat-vec: sw lanes a row (a warp takes 32 / sw rows), one kernel per weight type and path ----------------
+// Lane l of a row's group takes units l, l + sw, ... of its row in that order, then the group sums by shuffles.
+// sw is chosen per matrix so that a row's units fill the lanes (set_ahead: a Q4_K row of 2304 values has 72 wide
+// units, 16 lanes a row; a Q6_K row of 2304, 36, 8 lanes). Each kernel is instantiated per weight type and path (no
+// switch over types in the loop): the one generic kernel that switched over every type and both paths compiled to
+// a real call with a 224-byte stack frame and 90 registers (ptxas -v, 2026-12-02), at most 5 blocks an SM.
 
 // Programmatic dependent launch (PTX griddepcontrol, sm_90): no-ops in a kernel launched without the attribute.
 // pdl_start: the next kernel of the stream may start once every block of this one has run it; pdl_wait: wait
@@ -402,36 +427,44 @@ static __device__ void quant_act(const float *x, int K, const qout &o, int gw, i
 static __device__ __forceinline__ void pdl_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// Weight bytes of one row into L2, one request a 32-byte sector (weights are never written: safe before
-// pdl_wait). Requests without registers: the loop's loads of a long row (Q4_K down: 5 KB, 18 units a lane) then
-// find their later units in L2 instead of waiting a DRAM round trip a batch.
-static __device__ __forceinline__ void prefetch_row(const dmat &M, int row, int lane) {
+// Weight bytes of one row into L2, one request a 32-byte sector, by the row's sw lanes (weights are never written:
+// safe before pdl_wait). Requests without registers: the loop's later units then find L2 instead of waiting a
+// DRAM round trip a batch.
+static __device__ __forceinline__ void prefetch_row(const dmat &M, int row, int sl, int sw) {
     const uint8_t *q = M.q + (size_t)row * M.qrow, *m = M.m + (size_t)row * M.mrow;
-    for (size_t o = (size_t)lane * 32; o < M.qrow; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(q + o));
-    for (size_t o = (size_t)lane * 32; o < M.mrow; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(m + o));
+    for (size_t o = (size_t)sl * 32; o < M.qrow; o += 32 * (size_t)sw)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(q + o));
+    for (size_t o = (size_t)sl * 32; o < M.mrow; o += 32 * (size_t)sw)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(m + o));
 }
 
-// This row and, for a matrix of more rows than are resident at once, the row one wave ahead (the row the warp in
-// this slot takes next), so the next wave starts on L2 hits.
-static __device__ __forceinline__ void prefetch_rows(const dmat &M, int row, int lane) {
-    prefetch_row(M, row, lane);
-    if (M.ahead > 0 && row + M.ahead < M.N) prefetch_row(M, row + M.ahead, lane);
+// This row and, for a matrix of more rows than are resident at once, the row one wave ahead (the row the lanes in
+// this slot take next), so the next wave starts on L2 hits.
+static __device__ __forceinline__ void prefetch_rows(const dmat &M, int row, int sl, int sw) {
+    prefetch_row(M, row, sl, sw);
+    if (M.ahead > 0 && row + M.ahead < M.N) prefetch_row(M, row + M.ahead, sl, sw);
 }
 
+// One lane's part of row `row` (its units sl, sl + sw, ...); group_sum adds the sw lanes' parts.
 template <int T, bool I8>
-static __device__ __forceinline__ float row_sum(const dmat &M, int row, const float *x, const qact &xa, int lane) {
+static __device__ __forceinline__ float row_part(const dmat &M, int row, const float *x, const qact &xa, int sl,
+                                                 int sw) {
     const uint8_t *q = M.q + (size_t)row * M.qrow, *m = M.m + (size_t)row * M.mrow;
     float acc = 0.0f;
+    if constexpr (I8) {
 #pragma unroll 4
-    for (int u = lane; u < M.nunits; u += 32) {
-        if constexpr (I8)
-            acc += unit_dot8<T>(q, m, u, xa);
-        else
-            acc += unit_dot<T>(q, m, u, x);
+        for (int u = sl; u < M.nunits8; u += sw) acc += unit_dot8<T>(q, m, u, xa);
+    } else {
+#pragma unroll 4
+        for (int u = sl; u < M.nunits; u += sw) acc += unit_dot<T>(q, m, u, x);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     return acc;
+}
+
+// Sum over each group of sw lanes (every lane of the warp calls it; each gets its group's sum).
+static __device__ __forceinline__ float group_sum(float v, int sw) {
+    for (int o = sw >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
 static __device__ __forceinline__ float gelu_tanh(float x) {
@@ -440,64 +473,81 @@ static __device__ __forceinline__ float gelu_tanh(float x) {
 }
 
 // y_i = W_i x for up to three matrices, rows of each in turn: mat[0] and mat[1] of type TA, mat[2] of type TB
-// (q, k, v: Q4_K_M files keep v in Q6_K in some layers); an optional soft-cap on the results.
+// (q, k, v: Q4_K_M files keep v in Q6_K in some layers); an optional soft-cap on the results; with a.nx set, the
+// residual add + norm after it (norm_tail, in the block that finishes last).
 template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv(const mv_args a) {
-    const int lane = threadIdx.x & 31;
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    float s, *y;
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, sw = a.sw, sl = lane & (sw - 1);
+    const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (32 / sw) + lane / sw;
     pdl_start();
-    {
-        const int r1 = row - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
-        if (row < a.mat[0].N) {
+    if (!a.nopf) {
+        const int r1 = row0 - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
+        if (row0 < a.mat[0].N) {
             if (a.n_mat == 1)
-                prefetch_rows(a.mat[0], row, lane);
+                prefetch_rows(a.mat[0], row0, sl, sw);
             else
-                prefetch_row(a.mat[0], row, lane);
+                prefetch_row(a.mat[0], row0, sl, sw);
         } else if (a.n_mat > 1 && r1 < a.mat[1].N)
-            prefetch_row(a.mat[1], r1, lane);
+            prefetch_row(a.mat[1], r1, sl, sw);
         else if (a.n_mat > 2 && r2 < a.mat[2].N)
-            prefetch_row(a.mat[2], r2, lane);
+            prefetch_row(a.mat[2], r2, sl, sw);
     }
     pdl_wait();
+    float s = 0.0f, *y = NULL;
+    int row = row0;
     if (row < a.mat[0].N) {
-        s = row_sum<TA, I8>(a.mat[0], row, a.x, a.xa, lane);
+        s = row_part<TA, I8>(a.mat[0], row, a.x, a.xa, sl, sw);
         y = a.y[0];
     } else if (a.n_mat > 1 && (row -= a.mat[0].N) < a.mat[1].N) {
-        s = row_sum<TA, I8>(a.mat[1], row, a.x, a.xa, lane);
+        s = row_part<TA, I8>(a.mat[1], row, a.x, a.xa, sl, sw);
         y = a.y[1];
     } else if (a.n_mat > 2 && (row -= a.mat[1].N) < a.mat[2].N) {
-        s = row_sum<TB, I8>(a.mat[2], row, a.x, a.xa, lane);
+        s = row_part<TB, I8>(a.mat[2], row, a.x, a.xa, sl, sw);
         y = a.y[2];
-    } else
-        return;
-    if (lane == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
+    }
+    s = group_sum(s, sw);
+    if (y && sl == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
+    if (!a.nx) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.ncnt, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    norm_tail(a);
+    if (threadIdx.x == 0) *a.ncnt = 0;
 }
 
 // y_0 = gelu(W_0 x) * (W_1 x), both matrices of type T.
-// With a.yq set (the caller checks N % qgroup == 0, qgroup 256 where q8_K is wanted, else 32) the block that
-// finishes a group of qgroup rows last quantizes it as k_quant would (quant_act on the same values: the same bits),
-// so no k_quant launch follows: each block's writes are fenced before it counts itself in its group (the
-// threadfence-reduction pattern), and the last one reads the group through L2 (__ldcg) into shared memory.
+// With a.yq set (the caller checks N % qgroup == 0, qgroup 256 where q8_K is wanted, else 32, and qgroup >= the rows
+// of a block) the block that finishes a group of qgroup rows last quantizes it as k_quant would (quant_act on the
+// same values: the same bits), so no k_quant launch follows: each block's writes are fenced before it counts
+// itself in its group (the threadfence-reduction pattern), and the last one reads the group through L2 (__ldcg)
+// into shared memory.
 template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_geglu(const mv_args a) {
     __shared__ float ys[256];
     __shared__ int last;
-    const int lane = threadIdx.x & 31, row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, sw = a.sw, sl = lane & (sw - 1), rb = MV_WARPS * (32 / sw);
+    const int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (32 / sw) + lane / sw;
     pdl_start();
-    if (row < a.mat[0].N) {
-        prefetch_rows(a.mat[0], row, lane);
-        prefetch_rows(a.mat[1], row, lane);
+    if (!a.nopf && row < a.mat[0].N) {
+        prefetch_rows(a.mat[0], row, sl, sw);
+        prefetch_rows(a.mat[1], row, sl, sw);
     }
     pdl_wait();
+    float g = 0.0f, u = 0.0f;
     if (row < a.mat[0].N) {
-        const float g = row_sum<T, I8>(a.mat[0], row, a.x, a.xa, lane);
-        const float u = row_sum<T, I8>(a.mat[1], row, a.x, a.xa, lane);
-        if (lane == 0) a.y[0][row] = gelu_tanh(g) * u;
+        g = row_part<T, I8>(a.mat[0], row, a.x, a.xa, sl, sw);
+        u = row_part<T, I8>(a.mat[1], row, a.x, a.xa, sl, sw);
     }
+    g = group_sum(g, sw);
+    u = group_sum(u, sw);
+    if (row < a.mat[0].N && sl == 0) a.y[0][row] = gelu_tanh(g) * u;
     if (!a.yq.q0 && !a.yq.qK) return;
     __threadfence();
     __syncthreads();
-    const int G = a.qgroup, grp = (int)(blockIdx.x * MV_WARPS) / G;
-    if (threadIdx.x == 0) last = atomicAdd(&a.cnt[grp], 1) == G / MV_WARPS - 1;
+    const int G = a.qgroup, grp = (int)(blockIdx.x * rb) / G;
+    if (threadIdx.x == 0) last = atomicAdd(&a.cnt[grp], 1) == G / rb - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -559,9 +609,26 @@ static mv_kernel mv_pick(int ta, int tb, bool i8, bool geglu) {
 #undef MV_FLOAT
 }
 
-// dmat.ahead of every matrix: resident blocks of its kernel an SM (the occupancy calculator) x SMs x rows a block.
-// The output and the single-matrix launches take the plain kernel, gate and up the GeGLU one; a matrix in a
-// launch of several only prefetches its own rows (ahead unused). Not called during a graph capture.
+// Lanes a row for a row of nunits units: the widest group (32, 16, 8, 4 lanes) whose last round of units still
+// keeps >= 85% of its lanes busy (a Q4_K row of 2304 on the int8 path: 72 units, 16 lanes in 5 rounds, 90%; 32
+// lanes would take 3 rounds at 75%), else the one that keeps the most busy.
+static int choose_sw(int nunits, int force) {
+    if (force) return force;
+    int best = 32;
+    double be = 0.0;
+    for (int sw = 32; sw >= 4; sw >>= 1) {
+        const int rounds = (nunits + sw - 1) / sw;
+        const double e = (double)nunits / ((double)rounds * sw);
+        if (e >= 0.85) return sw;
+        if (e > be) be = e, best = sw;
+    }
+    return best;
+}
+
+// dmat.sw (choose_sw, on the units of the path its kernel takes) and dmat.ahead of every matrix: resident blocks of
+// its kernel an SM (the occupancy calculator) x SMs x rows a block. The output and the single-matrix launches take
+// the plain kernel, gate and up the GeGLU one; a matrix in a launch of several only prefetches its own rows (ahead
+// unused) and runs with the first matrix's sw. Not called during a graph capture.
 static void set_ahead(pb_cu_model *g) {
     dmat *all[7 * MAX_LAYERS + 1];
     bool gg[7 * MAX_LAYERS + 1];
@@ -574,11 +641,13 @@ static void set_ahead(pb_cu_model *g) {
     }
     for (int i = 0; i < na; i++) {
         dmat *d = all[i];
+        const bool fl = d->type == T_F32 || d->type == T_F16 || d->type == T_BF16 || d->type >= T_SCALAR;
+        d->sw = choose_sw(g->int8 && !fl ? d->nunits8 : d->nunits, g->sw_force);
         const mv_kernel k = mv_pick(d->type, d->type, g->int8 != 0, gg[i]);
         int nb = 0;
         d->ahead = 0;
         if (k && g->n_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, 32 * MV_WARPS, 0) == cudaSuccess)
-            d->ahead = nb * g->n_sm * MV_WARPS;
+            d->ahead = nb * g->n_sm * MV_WARPS * (32 / d->sw);
     }
     cudaGetLastError(); /* a failed query leaves ahead at 0 (own-row prefetch only); clear its error */
 }
@@ -651,6 +720,37 @@ __global__ void k_quant(const float *x, int K, const qout o) {
     pdl_wait();
     quant_act(x, K, o, (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)),
               (int)(gridDim.x * (blockDim.x >> 5)));
+}
+
+// The residual add + norm of a mat-vec's last block (mv_args.nx): k_add_norm's loop form over any block size, with
+// the mat-vec's output y_0 read through L2 (__ldcg: the grid's other blocks wrote it).
+static __device__ void norm_tail(const mv_args &a) {
+    __shared__ double sh[32];
+    const float *o = a.y[0];
+    const int d = a.nd, t = threadIdx.x, bd = blockDim.x;
+    float r = 1.0f;
+    if (a.npost) {
+        double ss = 0.0;
+        for (int i = t; i < d; i += bd) {
+            const float v = __ldcg(o + i);
+            ss += (double)v * (double)v;
+        }
+        ss = block_sum(ss, sh);
+        r = 1.0f / sqrtf((float)(ss / (double)d) + a.neps);
+    }
+    double ss = 0.0;
+    for (int i = t; i < d; i += bd) {
+        const float v = __ldcg(o + i), xv = a.nx[i] + (a.npost ? (v * r) * a.npost[i] : v);
+        a.nx[i] = xv;
+        ss += (double)xv * (double)xv;
+    }
+    ss = block_sum(ss, sh);
+    const float rn = 1.0f / sqrtf((float)(ss / (double)d) + a.neps);
+    for (int i = t; i < d; i += bd) a.nxn[i] = (a.nx[i] * rn) * a.nnext[i];
+    if (a.nq.q0 || a.nq.qK) {
+        __syncthreads(); // this block's nxn values, written by its other threads, are visible after the barrier
+        quant_act(a.nxn, d, a.nq, t >> 5, bd >> 5);
+    }
 }
 
 #define NORM_NPT 4 // values a thread holds in registers in k_add_norm (d <= 4 x 1024)
@@ -940,9 +1040,10 @@ struct pb_cu_ctx {
     int cap[MAX_LAYERS];
     __half *kc[MAX_LAYERS], *vc[MAX_LAYERS];
     size_t kv_bytes[MAX_LAYERS]; // bytes of K (and of V) of a layer
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem, *acnt_mem;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem, *acnt_mem, *ncnt_mem;
     int *gcnt;                    // k_mv_geglu's blocks done per group of rows (gcnt_mem; zero between launches)
     int *acnt;                    // k_attn's blocks done per kv head (acnt_mem; zero between launches)
+    int *ncnt;                    // blocks done of a mat-vec with the add + norm in its last block (ncnt_mem)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     int *params, *all_params;     // device: {token, pos}; all tokens of a call
     int *h_params;                // pinned host staging of all_params
@@ -997,7 +1098,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    kmax / 256 + 1,
                    (size_t)hp->n_ff,
                    (size_t)hp->n_ff / 32 + 1,
-                   (size_t)hp->n_head_kv + 1};
+                   (size_t)hp->n_head_kv + 1,
+                   1};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
@@ -1041,8 +1143,9 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x,    &c->xn,  &c->q,   &c->k,   &c->v,   &c->att, &c->o,  &c->gate,     &c->logits,
-                          &c->part, &c->hid, &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up, &c->gcnt_mem, &c->acnt_mem};
+        float **bufs[] = {&c->x,    &c->xn,     &c->q,        &c->k,        &c->v,       &c->att, &c->o,
+                          &c->gate, &c->logits, &c->part,     &c->hid,      &c->aq0,     &c->ad0, &c->aqK,
+                          &c->adK,  &c->up,     &c->gcnt_mem, &c->acnt_mem, &c->ncnt_mem};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
@@ -1050,6 +1153,7 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     }
     c->gcnt = (int *)c->gcnt_mem;
     c->acnt = (int *)c->acnt_mem;
+    c->ncnt = (int *)c->ncnt_mem;
     c->params = (int *)p;
     p += 256;
     c->all_params = (int *)p;
@@ -1083,6 +1187,7 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     m.x = x;
     m.int8 = c->g->int8;
     m.pdl = c->g->pdl;
+    m.nopf = c->g->nopf;
     m.xa.q0 = (const int8_t *)c->aq0;
     m.xa.d0 = c->ad0;
     m.xa.qK = (const int8_t *)c->aqK;
@@ -1118,8 +1223,11 @@ static void launch_quant(const pb_cu_ctx *c, const float *x, int K, cudaStream_t
 
 // y_i = W_i x (or the GeGLU) by the kernel of the matrices' types: one launch where one is instantiated for the
 // mix, else one launch a matrix (a GeGLU of two types: up into tmp, then k_geglu).
-static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
+static void launch_mv(const mv_args &a0, float *tmp, cudaStream_t s) {
+    mv_args a = a0;
+    a.sw = a.mat[0].sw ? a.mat[0].sw : 32;
     const bool i8 = a.int8 != 0, pdl = a.pdl != 0;
+    const int rb = MV_WARPS * (32 / a.sw); /* rows a block */
     const int ta = a.mat[0].type;
     mv_kernel k = NULL;
     int rows = a.mat[0].N;
@@ -1130,7 +1238,7 @@ static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
         for (int i = 1; i < a.n_mat; i++) rows += a.mat[i].N;
     }
     if (k) {
-        launch_k(pdl, k, (rows + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, s, a);
+        launch_k(pdl, k, (rows + rb - 1) / rb, 32 * MV_WARPS, s, a);
         return;
     }
     for (int i = 0; i < a.n_mat; i++) {
@@ -1139,12 +1247,36 @@ static void launch_mv(const mv_args &a, float *tmp, cudaStream_t s) {
         b.y[0] = a.geglu && i == 1 ? tmp : a.y[i];
         b.n_mat = 1;
         b.geglu = 0;
+        b.sw = b.mat[0].sw ? b.mat[0].sw : 32;
+        b.nx = NULL; /* a fused add + norm only where one launch runs (enqueue_step asks for it with n_mat 1) */
         k = mv_pick(b.mat[0].type, b.mat[0].type, i8, false); /* every uploaded type has its kernel */
-        launch_k(pdl, k, (b.mat[0].N + MV_WARPS - 1) / MV_WARPS, 32 * MV_WARPS, s, b);
+        const int rbb = MV_WARPS * (32 / b.sw);
+        launch_k(pdl, k, (b.mat[0].N + rbb - 1) / rbb, 32 * MV_WARPS, s, b);
     }
     if (a.geglu) launch_k(pdl, k_geglu, (a.mat[0].N + 255) / 256, 256, s, a.y[0], (const float *)tmp, a.mat[0].N);
     if (a.geglu && (a.yq.q0 || a.yq.qK)) // the fused quantization asked for, done apart here
         launch_k(pdl, k_quant, (a.mat[0].N / 32 + 3) / 4, 128, s, (const float *)a.y[0], a.mat[0].N, a.yq);
+}
+
+// The mat-vec m (one matrix, into c->o), then x += [RMSNorm(o; post_w)] o and xn = RMSNorm(x; next_w) with xn's int8
+// forms: in the mat-vec's last block (mv_args.nx), or as k_add_norm after it where PB_CUDA_NOFUSE=1.
+static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *next_w, int nt, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    if (g->nofuse) {
+        launch_mv(m, c->up, s);
+        launch_k(g->pdl != 0, k_add_norm, 1, nt, s, c->x, (const float *)c->o, post_w, next_w, c->xn, g->hp.n_embd,
+                 g->hp.norm_eps, qout_of(c));
+        return;
+    }
+    m.nx = c->x;
+    m.nxn = c->xn;
+    m.npost = post_w;
+    m.nnext = next_w;
+    m.nd = g->hp.n_embd;
+    m.neps = g->hp.norm_eps;
+    m.nq = qout_of(c);
+    m.ncnt = c->ncnt;
+    launch_mv(m, c->up, s);
 }
 
 // Enqueues one token step (params already in c->params); with_output adds the output mat-vec.
@@ -1178,9 +1310,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                  hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, c->att, mq,
                  c->acnt);
         if (!fuse) launch_quant(c, c->att, H * hd, s);
-        launch_mv(mv1(c, L->wo, c->o, c->att), c->up, s);
-        launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_attn_norm,
-                 (const float *)L->ffn_norm, c->xn, d, hp->norm_eps, qout_of(c));
+        add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s);
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);
         gu.mat[1] = L->up;
         gu.n_mat = 2;
@@ -1188,14 +1318,12 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // the GeGLU's last block of each group of rows quantizes the group (q8_K groups of 256, else q8_0 of 32)
         const qout gq = qout_of(c);
         const int G = gq.qK ? 256 : 32;
-        const bool qfuse = (gq.q0 || gq.qK) && hp->n_ff % G == 0;
+        const bool qfuse = (gq.q0 || gq.qK) && hp->n_ff % G == 0 && G % (MV_WARPS * (32 / L->gate.sw)) == 0;
         if (qfuse) gu.yq = gq, gu.cnt = c->gcnt, gu.qgroup = G;
         launch_mv(gu, c->up, s);
         if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);
-        launch_mv(mv1(c, L->down, c->o, c->gate), c->up, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        launch_k(pdl, k_add_norm, 1, nt, s, c->x, (const float *)c->o, (const float *)L->post_ffw_norm, next, c->xn, d,
-                 hp->norm_eps, qout_of(c));
+        add_norm(c, mv1(c, L->down, c->o, c->gate), L->post_ffw_norm, next, nt, s);
     }
     if (with_output) {
         mv_args a = mv1(c, g->output, c->logits, c->xn);

@@ -48,6 +48,11 @@ static inline __host__ __device__ wlayout layout_of(int type) {
     return {0, 0, 0, 0};
 }
 
+// Lane units a block on the int8 path (unit_dot8): the K-quants with wide units read 16 weight bytes a lane.
+static inline __host__ __device__ int units8_of(int type) {
+    return type == T_Q4_K ? 8 : type == T_Q6_K ? 4 : layout_of(type).units;
+}
+
 // Small unsigned integer (< 2^23) to float without the conversion unit: two full-rate ALU operations.
 static __device__ __forceinline__ float u2f(uint32_t u) { return __int_as_float(0x4B000000u | u) - 8388608.0f; }
 
@@ -361,26 +366,39 @@ __device__ __forceinline__ float unit_dot8<T_Q8_0>(const uint8_t *q, const uint8
     return ((const float *)m)[u] * x.d0[u] * (float)s;
 }
 
-// K-quants, units as in unit_dot: Q4_K/Q5_K unit i of block b: values 64j + 8(i%4) + 0..7 (scale 2j) and + 32
-// (scale 2j + 1), j = i / 4.
+// K-quants on the int8 path: wide units, one 16-byte load of weight quants a lane (units8_of: 8 a Q4_K block,
+// 4 a Q6_K block; Q5_K keeps the 16 units of unit_dot). Q4_K unit i of block b: 64-value chunk j = i / 2, qs bytes
+// 16 (i % 2) .. + 15 of the chunk's 32: low nibbles values 64j + 16(i%2) + 0..15 (scale 2j), high ones + 32 (scale
+// 2j + 1). The block's first 16 bytes (d, dmin, the 12 packed 6-bit scales and mins) come in one load too.
 template <>
 __device__ __forceinline__ float unit_dot8<T_Q4_K>(const uint8_t *q, const uint8_t *, int u, const qact &x) {
-    const int b = u >> 4, i = u & 15, j = i >> 2, l8 = i & 3;
+    const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
     const uint8_t *blk = q + (size_t)b * 144;
-    const float2 dd = __half22float2(*(const __half2 *)blk);
-    const uint2 w = *(const uint2 *)(blk + 16 + 32 * j + 8 * l8);
-    int sc0, m0, sc1, m1;
-    scale_min_k4(2 * j, blk + 4, sc0, m0);
-    scale_min_k4(2 * j + 1, blk + 4, sc1, m1);
-    const int8_t *a = x.qK + 256 * b + 64 * j + 8 * l8;
-    const int2 a0 = *(const int2 *)a, a1 = *(const int2 *)(a + 32);
-    const int i0 = dp4a((int)(w.y & 0x0F0F0F0Fu), a0.y, dp4a((int)(w.x & 0x0F0F0F0Fu), a0.x, 0));
-    const int i1 = dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), a1.y, dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), a1.x, 0));
-    const int s0 = dp4a(0x01010101, a0.y, dp4a(0x01010101, a0.x, 0));
-    const int s1 = dp4a(0x01010101, a1.y, dp4a(0x01010101, a1.x, 0));
+    const uint4 hd = *(const uint4 *)blk;
+    const uint4 w = *(const uint4 *)(blk + 16 + 32 * j + 16 * hf);
+    const float2 dd = __half22float2(*(const __half2 *)&hd.x);
+    // the scales/mins of sub-blocks 0..3 (j < 2) or 4..7 (j >= 2), one byte each (scale_min_k4, 4 at once)
+    const uint32_t S = j < 2 ? hd.y & 0x3F3F3F3Fu : (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
+    const uint32_t Mn = j < 2 ? hd.z & 0x3F3F3F3Fu : ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
+    const int k0 = 16 * (j & 1); /* byte (2j) & 3 and (2j + 1) & 3, as bit shifts */
+    const int sc0 = (S >> k0) & 0xFF, sc1 = (S >> (k0 + 8)) & 0xFF, m0 = (Mn >> k0) & 0xFF,
+              m1 = (Mn >> (k0 + 8)) & 0xFF;
+    const int8_t *a = x.qK + 256 * b + 64 * j + 16 * hf;
+    const int4 a0 = *(const int4 *)a, a1 = *(const int4 *)(a + 32);
+    int i0 = dp4a((int)(w.x & 0x0F0F0F0Fu), a0.x, 0);
+    i0 = dp4a((int)(w.y & 0x0F0F0F0Fu), a0.y, i0);
+    i0 = dp4a((int)(w.z & 0x0F0F0F0Fu), a0.z, i0);
+    i0 = dp4a((int)(w.w & 0x0F0F0F0Fu), a0.w, i0);
+    int i1 = dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), a1.x, 0);
+    i1 = dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), a1.y, i1);
+    i1 = dp4a((int)((w.z >> 4) & 0x0F0F0F0Fu), a1.z, i1);
+    i1 = dp4a((int)((w.w >> 4) & 0x0F0F0F0Fu), a1.w, i1);
+    const int s0 = dp4a(0x01010101, a0.w, dp4a(0x01010101, a0.z, dp4a(0x01010101, a0.y, dp4a(0x01010101, a0.x, 0))));
+    const int s1 = dp4a(0x01010101, a1.w, dp4a(0x01010101, a1.z, dp4a(0x01010101, a1.y, dp4a(0x01010101, a1.x, 0))));
     return x.dK[b] * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * s0 + m1 * s1));
 }
 
+// Q5_K: the units of unit_dot (16 a block: values 64j + 8(i%4) + 0..7, scale 2j, and + 32, scale 2j + 1; j = i / 4).
 template <>
 __device__ __forceinline__ float unit_dot8<T_Q5_K>(const uint8_t *q, const uint8_t *, int u, const qact &x) {
     const int b = u >> 4, i = u & 15, j = i >> 2, l8 = i & 3;
@@ -404,27 +422,40 @@ __device__ __forceinline__ float unit_dot8<T_Q5_K>(const uint8_t *q, const uint8
     return x.dK[b] * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * s0 + m1 * s1));
 }
 
-// Q6_K unit i: values 128h + l + {0, 32, 64, 96} + 0..3 (h = i / 8, l = 4 (i % 8)), scales 8h + l/16 + {0, 2, 4, 6}.
+// Q6_K wide unit i (4 a block): half h = i / 2 (128 values), l = 16 (i % 2): ql[64h + l ..+16], ql[64h + 32 + l
+// ..+16] and qh[32h + l ..+16] (three 16-byte loads) give values 128h + l + {0, 32, 64, 96} + 0..15 with scales
+// 8h + l/16 + {0, 2, 4, 6}.
 template <>
 __device__ __forceinline__ float unit_dot8<T_Q6_K>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
-    const int b = u >> 4, i = u & 15, h = i >> 3, l = 4 * (i & 7);
-    const uint8_t *qb = q + (size_t)b * 192;
-    const uint32_t a = *(const uint32_t *)(qb + 64 * h + l), c = *(const uint32_t *)(qb + 64 * h + 32 + l);
-    const uint32_t hh = *(const uint32_t *)(qb + 128 + 32 * h + l);
-    const int8_t *sc = (const int8_t *)(m + (size_t)b * 20) + 8 * h + (l >> 4);
-    const float d = *(const float *)(m + (size_t)b * 20 + 16);
+    const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
+    const uint8_t *qb = q + (size_t)b * 192, *mb = m + (size_t)b * 20;
+    const uint4 A = *(const uint4 *)(qb + 64 * h + l), C = *(const uint4 *)(qb + 64 * h + 32 + l);
+    const uint4 Hh = *(const uint4 *)(qb + 128 + 32 * h + l);
+    const uint32_t sw0 = *(const uint32_t *)(mb + 8 * h), sw1 = *(const uint32_t *)(mb + 8 * h + 4);
+    const float d = *(const float *)(mb + 16);
+    const int o = 8 * (l >> 4);
+    const int sc0 = (int)(int8_t)(sw0 >> o), sc2 = (int)(int8_t)(sw0 >> (o + 16));
+    const int sc4 = (int)(int8_t)(sw1 >> o), sc6 = (int)(int8_t)(sw1 >> (o + 16));
     const int8_t *xa = x.qK + 256 * b + 128 * h + l;
-    const int x0 = *(const int *)xa, x1 = *(const int *)(xa + 32), x2 = *(const int *)(xa + 64),
-              x3 = *(const int *)(xa + 96);
-    const int v0 = (int)((a & 0x0F0F0F0Fu) | ((hh & 0x03030303u) << 4));
-    const int v1 = (int)((c & 0x0F0F0F0Fu) | (((hh >> 2) & 0x03030303u) << 4));
-    const int v2 = (int)(((a >> 4) & 0x0F0F0F0Fu) | (((hh >> 4) & 0x03030303u) << 4));
-    const int v3 = (int)(((c >> 4) & 0x0F0F0F0Fu) | (((hh >> 6) & 0x03030303u) << 4));
-    const int i0 = dp4a(v0, x0, 0) - 32 * dp4a(0x01010101, x0, 0);
-    const int i1 = dp4a(v1, x1, 0) - 32 * dp4a(0x01010101, x1, 0);
-    const int i2 = dp4a(v2, x2, 0) - 32 * dp4a(0x01010101, x2, 0);
-    const int i3 = dp4a(v3, x3, 0) - 32 * dp4a(0x01010101, x3, 0);
-    return x.dK[b] * d * (float)(sc[0] * i0 + sc[2] * i1 + sc[4] * i2 + sc[6] * i3);
+    const int4 X0 = *(const int4 *)xa, X1 = *(const int4 *)(xa + 32), X2 = *(const int4 *)(xa + 64),
+               X3 = *(const int4 *)(xa + 96);
+    const uint32_t aw[4] = {A.x, A.y, A.z, A.w}, cw[4] = {C.x, C.y, C.z, C.w}, hw[4] = {Hh.x, Hh.y, Hh.z, Hh.w};
+    const int x0[4] = {X0.x, X0.y, X0.z, X0.w}, x1[4] = {X1.x, X1.y, X1.z, X1.w};
+    const int x2[4] = {X2.x, X2.y, X2.z, X2.w}, x3[4] = {X3.x, X3.y, X3.z, X3.w};
+    int i0 = 0, i1 = 0, i2 = 0, i3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        i0 = dp4a((int)((aw[k] & 0x0F0F0F0Fu) | ((hw[k] & 0x03030303u) << 4)), x0[k], i0);
+        i1 = dp4a((int)((cw[k] & 0x0F0F0F0Fu) | (((hw[k] >> 2) & 0x03030303u) << 4)), x1[k], i1);
+        i2 = dp4a((int)(((aw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 4) & 0x03030303u) << 4)), x2[k], i2);
+        i3 = dp4a((int)(((cw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 6) & 0x03030303u) << 4)), x3[k], i3);
+        t0 = dp4a(0x01010101, x0[k], t0);
+        t1 = dp4a(0x01010101, x1[k], t1);
+        t2 = dp4a(0x01010101, x2[k], t2);
+        t3 = dp4a(0x01010101, x3[k], t3);
+    }
+    return x.dK[b] * d *
+           (float)(sc0 * (i0 - 32 * t0) + sc2 * (i1 - 32 * t1) + sc4 * (i2 - 32 * t2) + sc6 * (i3 - 32 * t3));
 }
 
 // Element k of a row as float (embedding rows; not a hot path).

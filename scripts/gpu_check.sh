@@ -8,7 +8,9 @@
 # PB_CUDA_FLOAT=1), PDLCHECK=1 (parity again with PB_CUDA_PDL=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path),
 # PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
 # VARIANTS (space-separated VAR=VALUE settings, each a tg128 of this tree's CLI on the AB_TYPES files, default
-# q4_k_m, next to the A/B lines), PROFILE=1 (ncu: one decode token step's kernels, this CLI and PB_BIN_BASE's).
+# q4_k_m, next to the A/B lines), ALTCHECK (one VAR=VALUE: the parity tests again under it), PROFILE=1 (ncu: one
+# decode token step's kernels, this CLI and PB_BIN_BASE's), PROFILE_KERNELS (regexes of kernel names: ncu's
+# speed-of-light, memory, occupancy and warp-state sections of one launch each, this CLI).
 set -u
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
@@ -63,6 +65,11 @@ if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1):
   PB_CUDA_PDL=1 $PAR "$@" >"$OUT/parity-pdl.log" 2>&1
   echo "parity (PB_CUDA_PDL=1): $(grep -c '^ok' "$OUT/parity-pdl.log") ok, $(grep -c '^not ok' "$OUT/parity-pdl.log") not ok"
   grep "^not ok" "$OUT/parity-pdl.log" | head -5
+fi
+if [ -n "${ALTCHECK:-}" ]; then # the parity tests again under one VAR=VALUE setting (a tuning switch's other path)
+  env "$ALTCHECK" $PAR "$@" >"$OUT/parity-alt.log" 2>&1
+  echo "parity ($ALTCHECK): $(grep -c '^ok' "$OUT/parity-alt.log") ok, $(grep -c '^not ok' "$OUT/parity-alt.log") not ok"
+  grep "^not ok" "$OUT/parity-alt.log" | head -5
 fi
 if [ -n "${FLOATCHECK:-}" ]; then # the float path (PB_CUDA_FLOAT=1) against the CPU's exact mode
   PB_CUDA_FLOAT=1 $PAR "$@" >"$OUT/parity-float.log" 2>&1
@@ -152,5 +159,17 @@ for k in sorted(t, key=t.get, reverse=True):
     print(f"{k[:60]:60s} {n[k]:4d} x {t[k]/n[k]:7.2f} us = {t[k]:8.1f} us ({100*t[k]/tot:4.1f}%)  DRAM {mb[k]:7.1f} MB  {mb[k]/max(t[k],1e-9):6.2f} TB/s")
 print(f"step: {len(st)} kernels, sum of kernel times {tot:.1f} us, DRAM read {tmb:.1f} MB ({tmb/tot:.2f} TB/s while kernels run)")
 PY
+  done
+fi
+if [ -n "${PROFILE_KERNELS:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then
+  for k in $PROFILE_KERNELS; do # a regex of demangled names, e.g. 'k_mv_geglu<12' (no spaces)
+    echo "== ncu sections: the 61st launch matching $k (details in $OUT/ncu-sections.txt)"
+    timeout 120 ncu --clock-control none --cache-control none --graph-profiling node --kernel-name-base demangled \
+      -k "regex:$k" --launch-skip 60 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section Occupancy --section WarpStateStats --section LaunchStats $PB bench --gpu -m "$f" -p 0 -n 8 -r 1 \
+      >/tmp/ncu-sec.txt 2>&1
+    cat /tmp/ncu-sec.txt >>"$OUT/ncu-sections.txt"
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|Grid Size" \
+      /tmp/ncu-sec.txt | head -12
   done
 fi

@@ -79,9 +79,11 @@ struct pb_cu_model {
     // prefetches its weight rows into L2. Off by default until measured (docs/CUDA.md).
     int pdl;
     // Tuning switches read at open, for A/B runs on the device: PB_CUDA_SW=4|8|16|32 (lanes a row in every
-    // mat-vec; default: chosen per matrix), PB_CUDA_NOPF=1 (no L2 prefetch of weight rows), PB_CUDA_NOFUSE=1 (the
-    // residual add + norm after the o and down mat-vecs as their own kernel, not in the mat-vec's last block).
-    int sw_force, nopf, nofuse;
+    // mat-vec; default: chosen per matrix), PB_CUDA_PF=1|2 (L2 prefetch of each warp's weight rows before it waits
+    // for its input; 2: also the row one wave ahead; default 0: none, measured faster with the wide units in run 9),
+    // PB_CUDA_NOFUSE=1 (the residual add + norm after the o and down mat-vecs as their own kernel, not in the
+    // mat-vec's last block).
+    int sw_force, pf, nofuse;
     int n_sm; // multiprocessors of device 0
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
@@ -359,12 +361,13 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     }
     choose_path(g, d->n_layer);
     {
-        const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_NOPF"),
+        const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_PF"),
                    *fu = getenv("PB_CUDA_NOFUSE");
         g->pdl = pdl && atoi(pdl) == 1;
         g->sw_force = sw ? atoi(sw) : 0;
         if (g->sw_force != 4 && g->sw_force != 8 && g->sw_force != 16 && g->sw_force != 32) g->sw_force = 0;
-        g->nopf = pf && atoi(pf) == 1;
+        g->pf = pf ? atoi(pf) : 0;
+        if (g->pf != 1 && g->pf != 2) g->pf = 0;
         g->nofuse = fu && atoi(fu) == 1;
     }
     set_ahead(g);
@@ -391,8 +394,8 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
-    int sw;   // lanes a row (mat[0].sw): a warp takes 32 / sw rows
-    int nopf; // no L2 prefetch of the weight rows
+    int sw; // lanes a row (mat[0].sw): a warp takes 32 / sw rows
+    int pf; // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
     float softcap;
     const float *x;
     qact xa;  // x quantized (int8 path)
@@ -440,9 +443,9 @@ static __device__ __forceinline__ void prefetch_row(const dmat &M, int row, int 
 
 // This row and, for a matrix of more rows than are resident at once, the row one wave ahead (the row the lanes in
 // this slot take next), so the next wave starts on L2 hits.
-static __device__ __forceinline__ void prefetch_rows(const dmat &M, int row, int sl, int sw) {
+static __device__ __forceinline__ void prefetch_rows(const dmat &M, int row, int sl, int sw, int pf) {
     prefetch_row(M, row, sl, sw);
-    if (M.ahead > 0 && row + M.ahead < M.N) prefetch_row(M, row + M.ahead, sl, sw);
+    if (pf == 2 && M.ahead > 0 && row + M.ahead < M.N) prefetch_row(M, row + M.ahead, sl, sw);
 }
 
 // One lane's part of row `row` (its units sl, sl + sw, ...); group_sum adds the sw lanes' parts.
@@ -480,11 +483,11 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
     const int lane = threadIdx.x & 31, sw = a.sw, sl = lane & (sw - 1);
     const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (32 / sw) + lane / sw;
     pdl_start();
-    if (!a.nopf) {
+    if (a.pf) {
         const int r1 = row0 - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
         if (row0 < a.mat[0].N) {
             if (a.n_mat == 1)
-                prefetch_rows(a.mat[0], row0, sl, sw);
+                prefetch_rows(a.mat[0], row0, sl, sw, a.pf);
             else
                 prefetch_row(a.mat[0], row0, sl, sw);
         } else if (a.n_mat > 1 && r1 < a.mat[1].N)
@@ -530,9 +533,9 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
     const int lane = threadIdx.x & 31, sw = a.sw, sl = lane & (sw - 1), rb = MV_WARPS * (32 / sw);
     const int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (32 / sw) + lane / sw;
     pdl_start();
-    if (!a.nopf && row < a.mat[0].N) {
-        prefetch_rows(a.mat[0], row, sl, sw);
-        prefetch_rows(a.mat[1], row, sl, sw);
+    if (a.pf && row < a.mat[0].N) {
+        prefetch_rows(a.mat[0], row, sl, sw, a.pf);
+        prefetch_rows(a.mat[1], row, sl, sw, a.pf);
     }
     pdl_wait();
     float g = 0.0f, u = 0.0f;
@@ -723,7 +726,10 @@ __global__ void k_quant(const float *x, int K, const qout o) {
 }
 
 // The residual add + norm of a mat-vec's last block (mv_args.nx): k_add_norm's loop form over any block size, with
-// the mat-vec's output y_0 read through L2 (__ldcg: the grid's other blocks wrote it).
+// the mat-vec's output y_0 read through L2 (__ldcg: the grid's other blocks wrote it). Each thread loads TAIL_B
+// values of a pass before it uses any (one L2 round trip per TAIL_B x blockDim values, not one per value: the
+// plain loop form made the tail ~15 us in run 9's first try).
+#define TAIL_B 8
 static __device__ void norm_tail(const mv_args &a) {
     __shared__ double sh[32];
     const float *o = a.y[0];
@@ -731,22 +737,49 @@ static __device__ void norm_tail(const mv_args &a) {
     float r = 1.0f;
     if (a.npost) {
         double ss = 0.0;
-        for (int i = t; i < d; i += bd) {
-            const float v = __ldcg(o + i);
-            ss += (double)v * (double)v;
+        for (int i0 = t; i0 < d; i0 += TAIL_B * bd) {
+            float v[TAIL_B];
+#pragma unroll
+            for (int k = 0; k < TAIL_B; k++) v[k] = i0 + k * bd < d ? __ldcg(o + i0 + k * bd) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < TAIL_B; k++) ss += (double)v[k] * (double)v[k];
         }
         ss = block_sum(ss, sh);
         r = 1.0f / sqrtf((float)(ss / (double)d) + a.neps);
     }
     double ss = 0.0;
-    for (int i = t; i < d; i += bd) {
-        const float v = __ldcg(o + i), xv = a.nx[i] + (a.npost ? (v * r) * a.npost[i] : v);
-        a.nx[i] = xv;
-        ss += (double)xv * (double)xv;
+    for (int i0 = t; i0 < d; i0 += TAIL_B * bd) {
+        float v[TAIL_B], xv[TAIL_B], pw[TAIL_B];
+#pragma unroll
+        for (int k = 0; k < TAIL_B; k++) {
+            const int i = i0 + k * bd;
+            const bool in = i < d;
+            v[k] = in ? __ldcg(o + i) : 0.0f;
+            xv[k] = in ? a.nx[i] : 0.0f;
+            pw[k] = in && a.npost ? a.npost[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < TAIL_B; k++) {
+            const int i = i0 + k * bd;
+            xv[k] += a.npost ? (v[k] * r) * pw[k] : v[k];
+            if (i < d) a.nx[i] = xv[k];
+            ss += (double)xv[k] * (double)xv[k];
+        }
     }
     ss = block_sum(ss, sh);
     const float rn = 1.0f / sqrtf((float)(ss / (double)d) + a.neps);
-    for (int i = t; i < d; i += bd) a.nxn[i] = (a.nx[i] * rn) * a.nnext[i];
+    for (int i0 = t; i0 < d; i0 += TAIL_B * bd) {
+        float xv[TAIL_B], nw[TAIL_B];
+#pragma unroll
+        for (int k = 0; k < TAIL_B; k++) {
+            const int i = i0 + k * bd;
+            xv[k] = i < d ? a.nx[i] : 0.0f; /* this thread's own writes above */
+            nw[k] = i < d ? a.nnext[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < TAIL_B; k++)
+            if (i0 + k * bd < d) a.nxn[i0 + k * bd] = (xv[k] * rn) * nw[k];
+    }
     if (a.nq.q0 || a.nq.qK) {
         __syncthreads(); // this block's nxn values, written by its other threads, are visible after the barrier
         quant_act(a.nxn, d, a.nq, t >> 5, bd >> 5);
@@ -866,47 +899,71 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
     __syncthreads();
 }
 
-// att[h] = merge of the S split states of query head h, divided by the softmax sum (one block, blockDim.x a
-// multiple of 32; wt and Ls in shared memory). Warp 0 finds the common max and each split's weight once; then
-// every thread merges its values, each value's sum over the splits in split order whatever the block size. The
-// states are read through L2 (__ldcg: other blocks wrote them in this kernel). With qo set (the caller checks that
-// a head holds whole quantization blocks: hd % 32 for q8_0, hd % 256 for q8_K) the block then quantizes its head's
-// values as k_quant would over the whole of att (quant_act: the same bits).
-static __device__ void merge_head(const float *part, float *att, int h, int n_rep, int hd, int S, const qout &qo,
-                                  float *wt, float *Ls) {
-    const int g = h / n_rep, r = h % n_rep;
-    const size_t st = (size_t)n_rep * (hd + 2), base = ((size_t)g * S * n_rep + r) * (hd + 2);
-    if (threadIdx.x < 32) {
+// att[h] = merge of the S split states of query head h = g * n_rep + r, for the n_rep query heads of kv head g at
+// once, divided by the softmax sum (one block, blockDim.x a multiple of 32; wt and Ls in shared memory). Warp r
+// finds head r's common max and each split's weight; then every thread merges its values, each value's sum over
+// the splits in split order whatever the block size. The states are read through L2 (__ldcg: other blocks wrote
+// them in this kernel). With qo set (the caller checks that a head holds whole quantization blocks: hd % 32 for
+// q8_0, hd % 256 for q8_K) the block then quantizes the heads' values as k_quant would over the whole of att
+// (quant_act: the same bits), the warps shared out among the heads.
+static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
+                                   float (*wt)[MAX_SPLITS], float *Ls) {
+    const size_t st = (size_t)n_rep * (hd + 2);
+    const int w = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (int r = w; r < n_rep; r += nw) {
+        const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
         float M = -INFINITY;
-        for (int s = threadIdx.x; s < S; s += 32) M = fmaxf(M, __ldcg(part + base + s * st));
+        for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(part + base + s * st));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.0f;
-        for (int s = threadIdx.x; s < S; s += 32) {
-            const float m = __ldcg(part + base + s * st), w = m == -INFINITY ? 0.0f : expf(m - M);
-            wt[s] = w;
-            L += __ldcg(part + base + s * st + 1) * w;
+        for (int s = lane; s < S; s += 32) {
+            const float m = __ldcg(part + base + s * st), wgt = m == -INFINITY ? 0.0f : expf(m - M);
+            wt[r][s] = wgt;
+            L += __ldcg(part + base + s * st + 1) * wgt;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (threadIdx.x == 0) *Ls = L;
+        if (lane == 0) Ls[r] = L;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float a = 0.0f;
+    for (int idx = threadIdx.x; idx < n_rep * hd; idx += blockDim.x) {
+        const int r = idx / hd, e = idx % hd;
+        const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
+        float acc = 0.0f;
 #pragma unroll 8
-        for (int s = 0; s < S; s++) a += __ldcg(part + base + s * st + 2 + e) * wt[s];
-        att[(size_t)h * hd + e] = a / *Ls;
+        for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
+        att[((size_t)g * n_rep + r) * hd + e] = acc / Ls[r];
     }
-    if (qo.q0 || qo.qK) {
-        __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
+    if (!qo.q0 && !qo.qK) return;
+    __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
+    const int wph = nw >= n_rep ? nw / n_rep : 1; /* warps a head */
+    for (int r0 = 0; r0 < n_rep; r0 += nw / wph) {
+        const int r = r0 + w / wph, h = g * n_rep + r;
+        if (r >= n_rep || w / wph >= nw / wph) continue;
         qout o;
         o.q0 = qo.q0 ? qo.q0 + (size_t)h * hd : NULL;
         o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
         o.d0 = qo.d0 + (size_t)h * (hd / 32);
         o.dK = qo.dK + (size_t)h * (hd / 256);
-        quant_act(att + (size_t)h * hd, hd, o, (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+        quant_act(att + (size_t)h * hd, hd, o, w % wph, wph);
     }
+}
+
+// n heads of hd values at src (RoPE, NeoX halves, at position p with inverse frequencies inv) into out[r] (shared
+// memory), all heads' pairs at once; for models without a q/k norm (rope_head does the norm first). Ends with a
+// barrier.
+static __device__ void rope_heads(const float *src, const float *inv, int hd, int n, float p,
+                                  float (*out)[32 * MAX_EPL]) {
+    const int half = hd / 2;
+    for (int idx = threadIdx.x; idx < n * half; idx += blockDim.x) {
+        const int r = idx / half, i = idx % half;
+        const float th = p * inv[i], c = cosf(th), sn = sinf(th), a = src[(size_t)r * hd + i],
+                    bb = src[(size_t)r * hd + i + half];
+        out[r][i] = a * c - bb * sn;
+        out[r][i + half] = bb * c + a * sn;
+    }
+    __syncthreads();
 }
 
 // Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
@@ -922,23 +979,29 @@ __global__ void __launch_bounds__(128)
            const float *inv, float eps, float *part, const int *params, int n_rep, int hd, int cap, int ring,
            int window, float scale, float softcap, float *att, const qout qo, int *cnt) {
     __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
-    __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL], ks[32 * MAX_EPL];
+    __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL], ks[1][32 * MAX_EPL];
     __shared__ double rsh[32];
-    __shared__ float wt[MAX_SPLITS], Ls;
+    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP];
     __shared__ int last;
     pdl_start();
     pdl_wait();
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
     const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
-    for (int r = 0; r < n_rep; r++)
-        rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+    if (qn)
+        for (int r = 0; r < n_rep; r++)
+            rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+    else
+        rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
     if (s == (pos - lo) / per) { // this split holds pos: kv head g's row of this position into the cache first
         const int slot = ring ? pos % cap : pos;
-        rope_head(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks);
+        if (kn)
+            rope_head(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
+        else
+            rope_heads(k + (size_t)g * hd, inv, hd, 1, (float)pos, ks);
         __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            kd[i] = __float2half_rn(ks[i]);
+            kd[i] = __float2half_rn(ks[0][i]);
             vd[i] = __float2half_rn(v[(size_t)g * hd + i]);
         }
         __syncthreads(); // the block's own cache writes are visible to its loads after the barrier
@@ -1025,10 +1088,7 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int r = 0; r < n_rep; r++) {
-        merge_head(part, att, g * n_rep + r, n_rep, hd, S, qo, wt, &Ls);
-        __syncthreads(); // wt and Ls are rewritten for the next head
-    }
+    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls);
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -1187,7 +1247,7 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     m.x = x;
     m.int8 = c->g->int8;
     m.pdl = c->g->pdl;
-    m.nopf = c->g->nopf;
+    m.pf = c->g->pf;
     m.xa.q0 = (const int8_t *)c->aq0;
     m.xa.d0 = c->ad0;
     m.xa.qK = (const int8_t *)c->aqK;

@@ -27,7 +27,7 @@ enum {
 #define MAX_REP    8  // query heads per kv head the attention kernel holds
 #define MAX_EPL    8  // head_dim / 32 values per lane (head_dim <= 256)
 #define MAX_SPLITS 64 // key splits of one attention row
-#define MV_WARPS   4  // warps per mat-vec block (each warp 32 / sw rows)
+#define MV_WARPS   4  // warps per mat-vec block (32 x MV_WARPS / sw rows a block)
 
 static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
     if (err && cap) {
@@ -53,7 +53,8 @@ struct dmat {
     int type;         // device type (T_SCALAR added for F* rows not a multiple of 8)
     int K, N, nunits; // nunits: lane units a row on the float path (unit_dot)
     int nunits8;      // lane units a row on the int8 path (unit_dot8: wider for Q4_K / Q6_K)
-    int sw;           // lanes a row in its mat-vec (4, 8, 16 or 32: a warp takes 32 / sw rows; set_ahead)
+    int sw;           // lanes a row in its mat-vec (4 .. 32: a warp takes 32 / sw rows; 64, 128: a row over 2, 4 warps;
+                      // set_ahead)
     int ahead;        // rows of this matrix's mat-vec resident at once (blocks an SM x SMs x rows a block; 0: unknown)
     size_t qrow, mrow;
     uint8_t *q, *m;
@@ -78,12 +79,13 @@ struct pb_cu_model {
     // before it ends; the next waits (griddepcontrol.wait) before touching activations, and a mat-vec meanwhile
     // prefetches its weight rows into L2. Off by default until measured (docs/CUDA.md).
     int pdl;
-    // Tuning switches read at open, for A/B runs on the device: PB_CUDA_SW=4|8|16|32 (lanes a row in every
+    // Tuning switches read at open, for A/B runs on the device: PB_CUDA_SW=4|8|...|128 (lanes a row in every
     // mat-vec; default: chosen per matrix), PB_CUDA_PF=1|2 (L2 prefetch of each warp's weight rows before it waits
     // for its input; 2: also the row one wave ahead; default 0: none, measured faster with the wide units in run 9),
-    // PB_CUDA_NOFUSE=1 (the residual add + norm after the o and down mat-vecs as their own kernel, not in the
-    // mat-vec's last block).
-    int sw_force, pf, nofuse;
+    // PB_CUDA_FUSE=1 (the residual add + norm after the o and down mat-vecs in the mat-vec's last block instead of
+    // its own k_add_norm launch: measured 8% slower in run 9, the one block's tail longer than the launch it saves),
+    // PB_CUDA_WIDE=0 (no rows over several warps: see choose_sw).
+    int sw_force, pf, fuse, wide;
     int n_sm; // multiprocessors of device 0
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
@@ -362,13 +364,16 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     choose_path(g, d->n_layer);
     {
         const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_PF"),
-                   *fu = getenv("PB_CUDA_NOFUSE");
+                   *fu = getenv("PB_CUDA_FUSE"), *wi = getenv("PB_CUDA_WIDE");
         g->pdl = pdl && atoi(pdl) == 1;
         g->sw_force = sw ? atoi(sw) : 0;
-        if (g->sw_force != 4 && g->sw_force != 8 && g->sw_force != 16 && g->sw_force != 32) g->sw_force = 0;
+        if (g->sw_force != 4 && g->sw_force != 8 && g->sw_force != 16 && g->sw_force != 32 && g->sw_force != 64 &&
+            g->sw_force != 128)
+            g->sw_force = 0;
         g->pf = pf ? atoi(pf) : 0;
         if (g->pf != 1 && g->pf != 2) g->pf = 0;
-        g->nofuse = fu && atoi(fu) == 1;
+        g->fuse = fu && atoi(fu) == 1;
+        g->wide = !(wi && atoi(wi) == 0);
     }
     set_ahead(g);
     g->hp.layers = NULL;
@@ -394,7 +399,7 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
-    int sw; // lanes a row (mat[0].sw): a warp takes 32 / sw rows
+    int sw; // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
     int pf; // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
     float softcap;
     const float *x;
@@ -416,8 +421,9 @@ struct mv_args {
 static __device__ void quant_act(const float *x, int K, const qout &o, int gw, int nw);
 static __device__ void norm_tail(const mv_args &a);
 
-// ---- mat-vec: sw lanes a row (a warp takes 32 / sw rows), one kernel per weight type and path ----------------
-// Lane l of a row's group takes units l, l + sw, ... of its row in that order, then the group sums by shuffles.
+// ---- mat-vec: sw lanes a row (4 .. 128: a warp takes 32 / sw rows, or a row spans sw / 32 warps) ----------------
+// Lane l of a row's group takes units l, l + sw, ... of its row in that order, then the group sums by shuffles
+// (and, where a row spans several warps, the warps' sums in warp order through shared memory: row_total).
 // sw is chosen per matrix so that a row's units fill the lanes (set_ahead: a Q4_K row of 2304 values has 72 wide
 // units, 16 lanes a row; a Q6_K row of 2304, 36, 8 lanes). Each kernel is instantiated per weight type and path (no
 // switch over types in the loop): the one generic kernel that switched over every type and both paths compiled to
@@ -466,8 +472,49 @@ static __device__ __forceinline__ float row_part(const dmat &M, int row, const f
 
 // Sum over each group of sw lanes (every lane of the warp calls it; each gets its group's sum).
 static __device__ __forceinline__ float group_sum(float v, int sw) {
-    for (int o = sw >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = (sw < 32 ? sw : 32) >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+// The row's sum of the parts v of its sw lanes, valid in the row's first thread (t % sw == 0): group_sum, then for
+// sw > 32 the row's warps' sums added in warp order (the same order every launch). Every thread of the block calls
+// it (a barrier inside for sw > 32); sh: MV_WARPS floats of shared memory.
+static __device__ __forceinline__ float row_total(float v, int sw, float *sh) {
+    v = group_sum(v, sw);
+    if (sw <= 32) return v;
+    const int w = threadIdx.x >> 5, wpr = sw >> 5;
+    __syncthreads(); /* sh free again (an earlier call's readers are done) */
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    if (w % wpr == 0) {
+        v = sh[w];
+        for (int i = 1; i < wpr; i++) v += sh[w + i];
+    }
+    return v;
+}
+
+// One lane's parts of rows `row` of two matrices of the same type and shape (gate, up) in one loop, so the loads of
+// both are in flight together.
+template <int T, bool I8>
+static __device__ __forceinline__ void row_part2(const dmat &M0, const dmat &M1, int row, const float *x,
+                                                 const qact &xa, int sl, int sw, float &r0, float &r1) {
+    const uint8_t *q0 = M0.q + (size_t)row * M0.qrow, *m0 = M0.m + (size_t)row * M0.mrow;
+    const uint8_t *q1 = M1.q + (size_t)row * M1.qrow, *m1 = M1.m + (size_t)row * M1.mrow;
+    float a0 = 0.0f, a1 = 0.0f;
+    if constexpr (I8) {
+#pragma unroll 2
+        for (int u = sl; u < M0.nunits8; u += sw) {
+            a0 += unit_dot8<T>(q0, m0, u, xa);
+            a1 += unit_dot8<T>(q1, m1, u, xa);
+        }
+    } else {
+#pragma unroll 2
+        for (int u = sl; u < M0.nunits; u += sw) {
+            a0 += unit_dot<T>(q0, m0, u, x);
+            a1 += unit_dot<T>(q1, m1, u, x);
+        }
+    }
+    r0 = a0, r1 = a1;
 }
 
 static __device__ __forceinline__ float gelu_tanh(float x) {
@@ -480,8 +527,9 @@ static __device__ __forceinline__ float gelu_tanh(float x) {
 // residual add + norm after it (norm_tail, in the block that finishes last).
 template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv(const mv_args a) {
     __shared__ int last;
-    const int lane = threadIdx.x & 31, sw = a.sw, sl = lane & (sw - 1);
-    const int row0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (32 / sw) + lane / sw;
+    __shared__ float wsum[MV_WARPS];
+    const int sw = a.sw, sl = threadIdx.x % sw;
+    const int row0 = blockIdx.x * (32 * MV_WARPS / sw) + threadIdx.x / sw;
     pdl_start();
     if (a.pf) {
         const int r1 = row0 - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
@@ -508,7 +556,7 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
         s = row_part<TB, I8>(a.mat[2], row, a.x, a.xa, sl, sw);
         y = a.y[2];
     }
-    s = group_sum(s, sw);
+    s = row_total(s, sw, wsum);
     if (y && sl == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
     if (!a.nx) return;
     __threadfence();
@@ -528,10 +576,10 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
 // itself in its group (the threadfence-reduction pattern), and the last one reads the group through L2 (__ldcg)
 // into shared memory.
 template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_geglu(const mv_args a) {
-    __shared__ float ys[256];
+    __shared__ float ys[256], wsum[MV_WARPS];
     __shared__ int last;
-    const int lane = threadIdx.x & 31, sw = a.sw, sl = lane & (sw - 1), rb = MV_WARPS * (32 / sw);
-    const int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * (32 / sw) + lane / sw;
+    const int sw = a.sw, sl = threadIdx.x % sw, rb = 32 * MV_WARPS / sw;
+    const int row = blockIdx.x * rb + threadIdx.x / sw;
     pdl_start();
     if (a.pf && row < a.mat[0].N) {
         prefetch_rows(a.mat[0], row, sl, sw, a.pf);
@@ -539,12 +587,9 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
     }
     pdl_wait();
     float g = 0.0f, u = 0.0f;
-    if (row < a.mat[0].N) {
-        g = row_part<T, I8>(a.mat[0], row, a.x, a.xa, sl, sw);
-        u = row_part<T, I8>(a.mat[1], row, a.x, a.xa, sl, sw);
-    }
-    g = group_sum(g, sw);
-    u = group_sum(u, sw);
+    if (row < a.mat[0].N) row_part2<T, I8>(a.mat[0], a.mat[1], row, a.x, a.xa, sl, sw, g, u);
+    g = row_total(g, sw, wsum);
+    u = row_total(u, sw, wsum);
     if (row < a.mat[0].N && sl == 0) a.y[0][row] = gelu_tanh(g) * u;
     if (!a.yq.q0 && !a.yq.qK) return;
     __threadfence();
@@ -615,16 +660,23 @@ static mv_kernel mv_pick(int ta, int tb, bool i8, bool geglu) {
 // Lanes a row for a row of nunits units: the widest group (32, 16, 8, 4 lanes) whose last round of units still
 // keeps >= 85% of its lanes busy (a Q4_K row of 2304 on the int8 path: 72 units, 16 lanes in 5 rounds, 90%; 32
 // lanes would take 3 rounds at 75%), else the one that keeps the most busy.
-static int choose_sw(int nunits, int force) {
+// Then, where the matrix has too few rows to fill the chip with warps (fewer than 24 an SM) and a lane would take
+// more than 2 units a row, the row is spread over 2 or 4 warps (sw 64, 128: a Q4_K ffn_down of 2304 rows of 9216
+// values, 288 units: 4.5 a lane in 4608 warps instead of 9 in 2304), unless wide is 0.
+static int choose_sw(int nunits, int N, int n_sm, int force, int wide) {
     if (force) return force;
     int best = 32;
     double be = 0.0;
     for (int sw = 32; sw >= 4; sw >>= 1) {
         const int rounds = (nunits + sw - 1) / sw;
         const double e = (double)nunits / ((double)rounds * sw);
-        if (e >= 0.85) return sw;
+        if (e >= 0.85) {
+            best = sw;
+            break;
+        }
         if (e > be) be = e, best = sw;
     }
+    while (wide && best < 32 * MV_WARPS && (double)N * best / 32.0 < 24.0 * n_sm && nunits > 2 * best) best *= 2;
     return best;
 }
 
@@ -645,12 +697,13 @@ static void set_ahead(pb_cu_model *g) {
     for (int i = 0; i < na; i++) {
         dmat *d = all[i];
         const bool fl = d->type == T_F32 || d->type == T_F16 || d->type == T_BF16 || d->type >= T_SCALAR;
-        d->sw = choose_sw(g->int8 && !fl ? d->nunits8 : d->nunits, g->sw_force);
+        d->sw =
+            choose_sw(g->int8 && !fl ? d->nunits8 : d->nunits, d->N, g->n_sm > 0 ? g->n_sm : 132, g->sw_force, g->wide);
         const mv_kernel k = mv_pick(d->type, d->type, g->int8 != 0, gg[i]);
         int nb = 0;
         d->ahead = 0;
         if (k && g->n_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, 32 * MV_WARPS, 0) == cudaSuccess)
-            d->ahead = nb * g->n_sm * MV_WARPS * (32 / d->sw);
+            d->ahead = nb * g->n_sm * (32 * MV_WARPS / d->sw);
     }
     cudaGetLastError(); /* a failed query leaves ahead at 0 (own-row prefetch only); clear its error */
 }
@@ -892,7 +945,9 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
     }
     const int half = hd / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float th = p * inv[i], c = cosf(th), s = sinf(th), a = buf[i], bb = buf[i + half];
+        const float th = p * inv[i], a = buf[i], bb = buf[i + half];
+        float s, c;
+        sincosf(th, &s, &c);
         out[i] = a * c - bb * s;
         out[i + half] = bb * c + a * s;
     }
@@ -958,8 +1013,9 @@ static __device__ void rope_heads(const float *src, const float *inv, int hd, in
     const int half = hd / 2;
     for (int idx = threadIdx.x; idx < n * half; idx += blockDim.x) {
         const int r = idx / half, i = idx % half;
-        const float th = p * inv[i], c = cosf(th), sn = sinf(th), a = src[(size_t)r * hd + i],
-                    bb = src[(size_t)r * hd + i + half];
+        const float th = p * inv[i], a = src[(size_t)r * hd + i], bb = src[(size_t)r * hd + i + half];
+        float sn, c;
+        sincosf(th, &sn, &c);
         out[r][i] = a * c - bb * sn;
         out[r][i + half] = bb * c + a * sn;
     }
@@ -981,7 +1037,7 @@ __global__ void __launch_bounds__(128)
     __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
     __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL], ks[1][32 * MAX_EPL];
     __shared__ double rsh[32];
-    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP];
+    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP], wM[MAX_REP], wW[MAX_REP][4];
     __shared__ int last;
     pdl_start();
     pdl_wait();
@@ -1066,10 +1122,17 @@ __global__ void __launch_bounds__(128)
             if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_rep * (hd + 2); idx += blockDim.x) {
-        const int r = idx / (hd + 2), e = idx % (hd + 2);
+    if (threadIdx.x < n_rep) { /* each head's common max and the 4 warps' weights, once */
+        const int r = threadIdx.x;
         float M = -INFINITY;
         for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
+        wM[r] = M;
+        for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_rep * (hd + 2); idx += blockDim.x) {
+        const int r = idx / (hd + 2), e = idx % (hd + 2);
+        const float M = wM[r];
         float out;
         if (e == 0)
             out = M;
@@ -1078,7 +1141,7 @@ __global__ void __launch_bounds__(128)
         else {
             out = 0.0f;
             for (int ww = 0; ww < 4; ww++)
-                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * expf(sm[ww][r][0] - M);
+                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
         }
         part[(((size_t)g * S + s) * n_rep + r) * (hd + 2) + e] = out;
     }
@@ -1287,7 +1350,7 @@ static void launch_mv(const mv_args &a0, float *tmp, cudaStream_t s) {
     mv_args a = a0;
     a.sw = a.mat[0].sw ? a.mat[0].sw : 32;
     const bool i8 = a.int8 != 0, pdl = a.pdl != 0;
-    const int rb = MV_WARPS * (32 / a.sw); /* rows a block */
+    const int rb = 32 * MV_WARPS / a.sw; /* rows a block */
     const int ta = a.mat[0].type;
     mv_kernel k = NULL;
     int rows = a.mat[0].N;
@@ -1310,7 +1373,7 @@ static void launch_mv(const mv_args &a0, float *tmp, cudaStream_t s) {
         b.sw = b.mat[0].sw ? b.mat[0].sw : 32;
         b.nx = NULL; /* a fused add + norm only where one launch runs (enqueue_step asks for it with n_mat 1) */
         k = mv_pick(b.mat[0].type, b.mat[0].type, i8, false); /* every uploaded type has its kernel */
-        const int rbb = MV_WARPS * (32 / b.sw);
+        const int rbb = 32 * MV_WARPS / b.sw;
         launch_k(pdl, k, (b.mat[0].N + rbb - 1) / rbb, 32 * MV_WARPS, s, b);
     }
     if (a.geglu) launch_k(pdl, k_geglu, (a.mat[0].N + 255) / 256, 256, s, a.y[0], (const float *)tmp, a.mat[0].N);
@@ -1319,10 +1382,10 @@ static void launch_mv(const mv_args &a0, float *tmp, cudaStream_t s) {
 }
 
 // The mat-vec m (one matrix, into c->o), then x += [RMSNorm(o; post_w)] o and xn = RMSNorm(x; next_w) with xn's int8
-// forms: in the mat-vec's last block (mv_args.nx), or as k_add_norm after it where PB_CUDA_NOFUSE=1.
+// forms: as k_add_norm after it, or in the mat-vec's last block (mv_args.nx) where PB_CUDA_FUSE=1.
 static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *next_w, int nt, cudaStream_t s) {
     const pb_cu_model *g = c->g;
-    if (g->nofuse) {
+    if (!g->fuse) {
         launch_mv(m, c->up, s);
         launch_k(g->pdl != 0, k_add_norm, 1, nt, s, c->x, (const float *)c->o, post_w, next_w, c->xn, g->hp.n_embd,
                  g->hp.norm_eps, qout_of(c));
@@ -1378,7 +1441,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // the GeGLU's last block of each group of rows quantizes the group (q8_K groups of 256, else q8_0 of 32)
         const qout gq = qout_of(c);
         const int G = gq.qK ? 256 : 32;
-        const bool qfuse = (gq.q0 || gq.qK) && hp->n_ff % G == 0 && G % (MV_WARPS * (32 / L->gate.sw)) == 0;
+        const bool qfuse = (gq.q0 || gq.qK) && hp->n_ff % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
         if (qfuse) gu.yq = gq, gu.cnt = c->gcnt, gu.qgroup = G;
         launch_mv(gu, c->up, s);
         if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);

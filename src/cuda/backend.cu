@@ -86,7 +86,8 @@ struct pb_cu_model {
     // its own k_add_norm launch: measured 8% slower in run 9, the one block's tail longer than the launch it saves),
     // PB_CUDA_WIDE=0 (no rows over several warps: see choose_sw).
     int sw_force, pf, fuse, wide;
-    int n_sm; // multiprocessors of device 0
+    int normt; // PB_CUDA_NORMT=128..1024: threads of the one-block norm kernels (0: 1024 where d >= 1024)
+    int n_sm;  // multiprocessors of device 0
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
     size_t bytes;
@@ -373,6 +374,9 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if (g->pf != 1 && g->pf != 2) g->pf = 0;
         g->fuse = fu && atoi(fu) == 1;
         g->wide = !(wi && atoi(wi) == 0);
+        const char *nt = getenv("PB_CUDA_NORMT");
+        g->normt = nt ? atoi(nt) : 0;
+        if (g->normt < 128 || g->normt > 1024 || g->normt % 32) g->normt = 0;
     }
     set_ahead(g);
     g->hp.layers = NULL;
@@ -761,12 +765,14 @@ static __device__ void quant_act(const float *x, int K, const qout &o, int gw, i
             if (a2 > am || (a2 == am && i2 < ix)) am = a2, ix = i2;
         }
         const float iscale = am == 0.0f ? 0.0f : -127.0f / xc[ix];
+        uint32_t pk[2] = {0u, 0u}; /* the lane's 8 values in one 8-byte store (qK is 8-byte aligned) */
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const float f = __fadd_rn(__fmul_rn(iscale, xc[8 * lane + k]), 12582912.0f);
             const int n = (__float_as_int(f) & 0x007FFFFF) - 0x00400000;
-            o.qK[256 * c + 8 * lane + k] = (int8_t)(n < -127 ? -127 : n > 127 ? 127 : n);
+            pk[k >> 2] |= (uint32_t)(uint8_t)(int8_t)(n < -127 ? -127 : n > 127 ? 127 : n) << (8 * (k & 3));
         }
+        *(uint2 *)(o.qK + 256 * c + 8 * lane) = make_uint2(pk[0], pk[1]);
         if (lane == 0) o.dK[c] = am == 0.0f ? 0.0f : 1.0f / iscale;
     }
 }
@@ -1201,6 +1207,10 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     c->max_tok = 512; /* tokens per staged chunk (hidden rows kept on the device) */
     /* key splits per attention row: enough blocks to keep the chip busy at short contexts too */
     c->S = n_ctx / 128 < 16 ? 16 : n_ctx / 128 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 128;
+    {
+        const char *sp = getenv("PB_CUDA_SPLITS"); /* tuning switch (A/B runs): key splits a kv head, 1..64 */
+        if (sp && atoi(sp) >= 1 && atoi(sp) <= MAX_SPLITS) c->S = atoi(sp);
+    }
     const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd, qd = (size_t)hp->n_head * hd;
     const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
     size_t kmax = (size_t)hp->n_embd > qd ? (size_t)hp->n_embd : qd;
@@ -1409,7 +1419,8 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
     const pb_cu_desc *hp = &g->hp;
     cudaStream_t s = c->stream;
     const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
-    const int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* 256 measured slower (13.5 vs 7.9 us a norm) */
+    int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32;          /* 256 measured slower (13.5 vs 7.9 us a norm, run 5) */
+    if (g->normt && d <= NORM_NPT * g->normt) nt = g->normt; /* PB_CUDA_NORMT (A/B runs) */
     const bool pdl = g->pdl != 0;
     launch_k(pdl, k_embed, 1, nt, s, g->tok_embd, (const int *)c->params, hp->embd_scale, c->x,
              (const float *)g->layers[0].attn_norm, c->xn, d, hp->norm_eps, qout_of(c));

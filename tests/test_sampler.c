@@ -309,6 +309,55 @@ int main(void) {
     }
     pb_sampler_free(s);
 
+    /* greedy = the lowest id of the largest non-NaN value (-1 when none exceeds -inf), on random sizes around the
+     * 64-value blocks of the scan, with ties, NaN and infinities placed anywhere; without and with a bias (the copy
+     * path) */
+    {
+        pb_rng r;
+        pb_rng_seed(&r, 11);
+        const float vals[] = {-INFINITY, -3.0f, 0.0f, 1.5f, 2.0f, 2.0f, NAN, INFINITY};
+        float *l = malloc(70000 * sizeof(float));
+        int bad = 0, runs = 0;
+        for (int it = 0; it < 600; it++) {
+            int32_t V =
+                it < 500 ? 1 + (int32_t)(pb_rng_uniform(&r) * 300) : 60000 + (int32_t)(pb_rng_uniform(&r) * 9000);
+            const int nval = it % 3 == 0 ? 7 : it % 3 == 1 ? 6 : 2; /* with +inf / without / only -inf and -3 */
+            for (int32_t i = 0; i < V; i++) l[i] = vals[(int)(pb_rng_uniform(&r) * nval)];
+            if (it % 5 == 0) l[(int32_t)(pb_rng_uniform(&r) * V)] = 5.0f; /* a lone winner somewhere */
+            if (it % 7 == 0)
+                for (int32_t i = 0; i < V; i++) l[i] = NAN; /* nothing to pick */
+            int32_t want = -1;
+            float bv = -INFINITY;
+            for (int32_t i = 0; i < V; i++)
+                if (!isnan(l[i]) && l[i] > bv) bv = l[i], want = i;
+            pb_sampler *sg;
+            if (pb_sampler_new(V, &sg) != PB_OK) {
+                bad++;
+                continue;
+            }
+            pb_sampler_params q = plain();
+            q.temperature = 0;
+            pb_sampler_start(sg, &q);
+            int32_t got = pb_sampler_sample(sg, l, NULL, 0);
+            int32_t zero_id[] = {0};
+            float zero_bias[] = {0.0f};
+            q.bias_ids = zero_id, q.bias_values = zero_bias, q.n_bias = 1; /* a bias of 0: same answer, copy path */
+            pb_sampler_start(sg, &q);
+            int32_t got2 = pb_sampler_sample(sg, l, NULL, 0);
+            if (got != want || got2 != want) {
+                if (bad < 3) fprintf(stderr, "# V %d: want %d, got %d / %d\n", (int)V, (int)want, (int)got, (int)got2);
+                bad++;
+            }
+            runs++;
+            pb_sampler_free(sg);
+        }
+        CHECK(bad == 0 && runs == 600,
+              "greedy = lowest id of the largest value on %d random vocabularies (ties, NaN, "
+              "+-inf, sizes 1..300 and 60k-69k), with and without a bias: %d differ",
+              runs, bad);
+        free(l);
+    }
+
     /* a Gemma-sized vocabulary: top-p without top-k must agree with a full sort */
     {
         const int32_t V = 256000;

@@ -5,7 +5,7 @@
  * Usage: arm_tile q4_0|q8_0|q4_K|q6_K K N NT */
 #include "base/base.h"
 #include "kernels/kernels.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 
 #include <stdio.h>

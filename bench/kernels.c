@@ -7,7 +7,7 @@
  * Not a test: numbers depend on the machine and its load. */
 #include "base/base.h"
 #include "kernels/kernels.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 #include "tensor/types.h"
 

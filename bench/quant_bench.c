@@ -1,6 +1,7 @@
 /* quant_bench.c -- throughput of dequantize, reference quantize and vec_dot per weight type (not a test).
  * Usage: quant_bench [MiB-of-f32-per-type (default 16)]. Prints MB/s of f32 values produced/consumed and
  * GB/s of weight bytes read by vec_dot; set PB_CPU=scalar|avx2|avx512 to pin the dispatched kernels. */
+#include "kernels/kernels.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
     printf("%-6s %8s %14s %14s %14s %12s\n", "type", "bits/w", "quantize MB/s", "dequant MB/s", "vec_dot GB/s",
            "rmse N(0,1)");
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        const pb_type_traits *t = pb_type_get(types[k]);
+        const pb_type_traits *t = pb_kernels_type(types[k]);
         job j = {.t = t, .x = x, .y = y, .q = q, .act = x, .n = n};
         double tq = time_op(do_quant, &j);
         double td = time_op(do_dequant, &j);
@@ -73,7 +74,7 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < n; i++) err += ((double)y[i] - (double)x[i]) * ((double)y[i] - (double)x[i]);
         double gbs = 0;
         if (t->vec_dot && types[k] != PB_TYPE_Q8_K) {
-            const pb_type_traits *at = pb_type_get(t->vec_dot_type);
+            const pb_type_traits *at = pb_kernels_type(t->vec_dot_type);
             if (t->vec_dot_type != PB_TYPE_F32) {
                 at->from_float(x, a, n);
                 j.act = a;

@@ -5,7 +5,7 @@
 #include "pb_test.h"
 
 #include "kernels/kernels.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/ops.h"
 #include "tensor/quant.h"
 #include "tensor/types.h"
@@ -514,7 +514,7 @@ static void test_matmul_dispatched(void) {
                          PB_TYPE_Q3_K, PB_TYPE_Q2_K, PB_TYPE_Q4_1, PB_TYPE_Q5_0, PB_TYPE_Q5_1};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
-        const pb_type_traits *t = pb_type_get(type);
+        const pb_type_traits *t = pb_kernels_type(type);
         int64_t K = t->blck * 3, N = 45;
         size_t row = pb_row_size(type, K), arow = pb_row_size(t->vec_dot_type, K);
         uint8_t *W = malloc(row * (size_t)N), *xa = malloc(arow);
@@ -526,8 +526,8 @@ static void test_matmul_dispatched(void) {
         for (int nt = 1; nt <= 9; nt++) {
             ok &= pb_matmul(W, type, K, N, x, nt, y, scratch, p2) == PB_OK;
             for (int tk = 0; tk < nt; tk++) {
-                t = pb_type_get(type);
-                pb_type_get(t->vec_dot_type)->from_float(x + tk * K, xa, K);
+                t = pb_kernels_type(type);
+                pb_kernels_type(t->vec_dot_type)->from_float(x + tk * K, xa, K);
                 for (int64_t r = 0; r < N; r++) {
                     float v;
                     t->vec_dot(K, &v, W + row * (size_t)r, xa);

@@ -4,7 +4,7 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "pb_test.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 
 #include <math.h>

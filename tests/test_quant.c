@@ -2,6 +2,7 @@
 #include "gguf/gguf.h"
 #include "pb_test.h"
 #include "tensor/quant.h"
+#include "kernels/kernels.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -67,7 +68,7 @@ static void test_table(void) {
     int sup[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30};
     bad = 0;
     for (int i = 0; i < 13; i++) {
-        const pb_type_traits *t = pb_type_get(sup[i]);
+        const pb_type_traits *t = pb_kernels_type(sup[i]);
         bad += pb_type_check_supported(sup[i]) != PB_OK || !t->to_float || !t->from_float || !t->vec_dot;
         const pb_type_traits *a = pb_type_get(t->vec_dot_type);
         bad += !a->from_float;

@@ -2,7 +2,7 @@
  * the dequantized operands, and pb_matmul against a naive loop with pools of 1 and 2 threads. */
 #include "kernels/kernels.h"
 #include "pb_test.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 #include "tensor/types.h"
 
@@ -24,7 +24,7 @@ static const int wtypes[] = {PB_TYPE_F32,  PB_TYPE_F16,  PB_TYPE_BF16, PB_TYPE_Q
 
 /* Activation operand as the kernel sees it: quantized with from_float of vec_dot_type (or f32). */
 static void *make_act(const pb_type_traits *w, const float *x, int64_t K, float *deq) {
-    const pb_type_traits *a = pb_type_get(w->vec_dot_type);
+    const pb_type_traits *a = pb_kernels_type(w->vec_dot_type);
     void *buf = malloc(pb_row_size(w->vec_dot_type, K));
     a->from_float(x, buf, K);
     a->to_float(buf, deq, K);
@@ -33,11 +33,11 @@ static void *make_act(const pb_type_traits *w, const float *x, int64_t K, float 
 
 static void test_vec_dot(void) {
     pb_type_traits ref[PB_TYPE_COUNT];
-    memcpy(ref, pb_type_get(0), sizeof ref); /* row 0 is the start of the table */
+    memcpy(ref, pb_kernels_type(0), sizeof ref); /* row 0 is the start of the table */
     pb_kernels_fill_ref(ref, PB_TYPE_COUNT);
     const int mults[] = {1, 3, 7, 13};
     for (int ti = 0; ti < N_WTYPES; ti++) {
-        const pb_type_traits *t = pb_type_get(wtypes[ti]);
+        const pb_type_traits *t = pb_kernels_type(wtypes[ti]);
         int64_t blck = t->blck == 1 ? 32 : t->blck;
         double worst = 0, worst_ref = 0;
         int n_cases = 0, ref_same = 0;
@@ -97,12 +97,12 @@ static void test_dot_accuracy(void) {
                  {PB_TYPE_Q2_K, 0.297}, {PB_TYPE_Q3_K, 0.151},  {PB_TYPE_Q4_K, 0.0714}, {PB_TYPE_Q5_K, 0.0361},
                  {PB_TYPE_Q6_K, 0.0177}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const pb_type_traits *t = pb_type_get(cases[c].type);
+        const pb_type_traits *t = pb_kernels_type(cases[c].type);
         void *wq = malloc(pb_row_size(cases[c].type, K)), *xq = malloc(pb_row_size(t->vec_dot_type, K));
         const void *xa = x;
         double ea = 0;
         if (t->vec_dot_type != PB_TYPE_F32) {
-            pb_type_get(t->vec_dot_type)->from_float(x, xq, K);
+            pb_kernels_type(t->vec_dot_type)->from_float(x, xq, K);
             xa = xq;
             ea = t->vec_dot_type == PB_TYPE_Q8_K ? 0.0070 : 0.0054;
         }
@@ -126,7 +126,7 @@ static void test_matmul(void) {
     pb_pool *p1 = NULL, *p2 = NULL;
     CHECK(pb_pool_new(1, &p1) == PB_OK && pb_pool_new(2, &p2) == PB_OK, "pools of 1 and 2 threads");
     for (int ti = 0; ti < N_WTYPES; ti++) {
-        const pb_type_traits *t = pb_type_get(wtypes[ti]);
+        const pb_type_traits *t = pb_kernels_type(wtypes[ti]);
         int64_t K = (t->blck == 1 ? 32 : t->blck) * 3, N = 37, T = 5;
         size_t row = pb_row_size(wtypes[ti], K);
         uint8_t *W = malloc(row * (size_t)N);
@@ -155,7 +155,7 @@ static void test_matmul(void) {
         CHECK(memcmp(y0, y1, (size_t)(N * T) * 4) == 0 && memcmp(y0, y2, (size_t)(N * T) * 4) == 0,
               "%s matmul identical with no pool, 1 and 2 threads", t->name);
         /* naive: activation row quantized on its own, then one dot per (token, row); and a float64 check */
-        const pb_type_traits *at = pb_type_get(t->vec_dot_type);
+        const pb_type_traits *at = pb_kernels_type(t->vec_dot_type);
         size_t arow = pb_row_size(t->vec_dot_type, K);
         uint8_t *xa = malloc(arow);
         float *wd = malloc((size_t)K * 4), *xd = malloc((size_t)K * 4);
@@ -214,7 +214,7 @@ static void test_table_quantizers(void) {
     } q[] = {{PB_TYPE_Q8_0, pb_quant_q8_0}, {PB_TYPE_Q8_K, pb_quant_q8_K}, {PB_TYPE_Q8_1, pb_quant_q8_1},
              {PB_TYPE_Q4_0, pb_quant_q4_0}, {PB_TYPE_Q4_K, pb_quant_q4_K}, {PB_TYPE_Q6_K, pb_quant_q6_K}};
     for (size_t k = 0; k < sizeof q / sizeof q[0]; k++) {
-        const pb_type_traits *t = pb_type_get(q[k].type);
+        const pb_type_traits *t = pb_kernels_type(q[k].type);
         size_t nb = pb_row_size(q[k].type, N);
         memset(a, 0xAA, nb), memset(b, 0x55, nb);
         t->from_float(x, a, N);
@@ -224,7 +224,7 @@ static void test_table_quantizers(void) {
     static uint16_t h[N];
     static float f1[N], f2[N];
     for (int i = 0; i < N; i++) h[i] = (uint16_t)(i * 11 + (i >> 3));
-    pb_type_get(PB_TYPE_F16)->to_float(h, f1, N);
+    pb_kernels_type(PB_TYPE_F16)->to_float(h, f1, N);
     int bad = 0;
     for (int i = 0; i < N; i++) {
         f2[i] = pb_fp16_to_fp32(h[i]);
@@ -233,7 +233,7 @@ static void test_table_quantizers(void) {
         bad += u1 != u2;
     }
     CHECK(bad == 0, "f16 dispatched to_float == pb_fp16_to_fp32 on %d bit patterns", N);
-    pb_type_get(PB_TYPE_F16)->from_float(x, h, N);
+    pb_kernels_type(PB_TYPE_F16)->from_float(x, h, N);
     bad = 0;
     for (int i = 0; i < N; i++) bad += h[i] != pb_fp32_to_fp16(x[i]);
     CHECK(bad == 0, "f16 dispatched from_float == pb_fp32_to_fp16");

@@ -2,6 +2,7 @@
  * the {arch}.* metadata exactly as llama.cpp's converter writes them. No weights are touched here. */
 #include "convert_arch.h"
 
+#include "kernels/kernels.h"
 #include "tensor/recipe.h"
 #include "tensor/types.h"
 
@@ -549,7 +550,7 @@ typedef struct fill_job {
 static void fill_worker(void *ctx, int ith, int nth) {
     fill_job *j = ctx;
     const int64_t ne0 = j->t->ne[0], n_rows = j->t->ne[1] * j->t->ne[2];
-    const pb_type_traits *tr = pb_type_get(j->type);
+    const pb_type_traits *tr = pb_kernels_type(j->type);
     float *buf = j->scratch + (size_t)ith * (size_t)j->chunk * (size_t)ne0;
     int64_t lo, hi;
     pb_split(n_rows, ith, nth, &lo, &hi);
@@ -569,7 +570,7 @@ static void fill_worker(void *ctx, int ith, int nth) {
 
 pb_status cv_fill_tensor(pb_pool *pool, const cv_tensor *t, int type, cv_rows_fn rows, void *user, int64_t ti,
                          void *dst, size_t nbytes) {
-    const pb_type_traits *tr = pb_type_get(type);
+    const pb_type_traits *tr = pb_kernels_type(type);
     size_t row_bytes = pb_row_size(type, t->ne[0]);
     if (!tr->from_float || !row_bytes)
         return pb_error(PB_ERR_UNSUPPORTED, "cannot write tensor '%s' (%lld values per row) as %s", t->name,

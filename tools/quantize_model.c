@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "tensor/recipe.h"
 #include "tensor/types.h"
 
@@ -36,7 +37,7 @@ static void convert_rows(void *arg, int ith, int nth) {
     qctx *c = arg;
     const pb_gguf_tensor *t = c->cur->src;
     const int64_t ne0 = t->ne[0], nrows = t->ne[1] * t->ne[2] * t->ne[3];
-    const pb_type_traits *in = pb_type_get(t->type), *out = pb_type_get(c->cur->type);
+    const pb_type_traits *in = pb_kernels_type(t->type), *out = pb_kernels_type(c->cur->type);
     const size_t in_row = pb_row_size(t->type, ne0), out_row = pb_row_size(c->cur->type, ne0);
     int64_t lo, hi;
     pb_split(nrows, ith, nth, &lo, &hi);

@@ -1,11 +1,11 @@
 /* arm_i8mm.c -- ARM64 int8 matrix-multiply (FEAT_I8MM: USMMLA) tiles for packed Q4_0 / Q8_0 / Q4_K / Q6_K matrices
- * (layout in tensor/matmul.h), for prompts (2..8 tokens a call); one token goes to the sdot tiles of arm_neon.c.
+ * (layout in kernels/matmul.h), for prompts (2..8 tokens a call); one token goes to the sdot tiles of arm_neon.c.
  * Built with +i8mm and called only where HWCAP2_I8MM says the CPU has it (dispatch.c). One USMMLA multiplies a
  * 2 x 8 block of unsigned weights (2 rows: two packed 4-byte columns zipped) by a 2 x 8 block of signed
  * activations (2 tokens), so it does the work of two sdot-by-lane. Per lane the float sequence is the scalar
  * spec's (ref_pack.c), so the results are bit-identical to it and to the sdot tiles. */
 #include "kernels/kernels.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 
 #include <arm_neon.h>

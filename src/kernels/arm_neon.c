@@ -5,7 +5,7 @@
  * tokens, a weight block unpacked once for all tokens), vec_dot = the tile with nr = nt = 1. Integer
  * inner sums are exact and each block's float step is written as in ref.c, so results equal ref.c's. */
 #include "kernels/kernels.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 
 #include <arm_neon.h>

@@ -1,5 +1,5 @@
 /* arm_pack.h -- ARM64 NEON (dotprod) tiles for packed (row-interleaved) Q4_0 / Q8_0 matrices (layout in
- * tensor/matmul.h); included only by arm_neon.c. A 16-row group is 4 quarters of 4 rows; one sdot by lane
+ * kernels/matmul.h); included only by arm_neon.c. A 16-row group is 4 quarters of 4 rows; one sdot by lane
  * (vdotq_laneq_s32) adds 4 weights x 4 activation bytes for each of 4 rows. Weights are made signed (Q4_0:
  * u - 8, Q8_0: u ^ 0x80), so the integer sums equal the spec's sum u*a - o*sum a; the float sequence per
  * lane is the spec's, hence bit-identical to ref_pack.c. Checked under qemu; speed not measured here. */

@@ -1,9 +1,11 @@
-/* dispatch.c -- the one place that chooses kernels: fills the type table's vec_dot (and the activation
- * quantizers, F16 reads and matmul tiles) from pb_cpu_features(), once, at the first pb_type_get(). */
+/* dispatch.c -- the one place that chooses kernels: the kernels' copy of the type table (vec_dot, the activation
+ * quantizers, F16 reads), the matmul tiles and the attention primitives, from pb_cpu_features(), once, at the first
+ * pb_kernels_ready() (every entry point of this room calls it). The tensor room's table stays the plain reference. */
 #include "kernels/kernels.h"
 #include "tensor/ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* without SIMD kernels: the tensor room's plain C (so PB_CPU=scalar computes exactly as ops.c does) */
@@ -20,7 +22,10 @@ static uint64_t stream_read_c(const void *p, size_t n) {
 static uint64_t (*stream_read)(const void *, size_t) = stream_read_c;
 static void (*geglu)(float *, const float *, int64_t) = pb_geglu;
 
-void pb_kernels_geglu(float *gate, const float *up, int64_t n) { geglu(gate, up, n); }
+void pb_kernels_geglu(float *gate, const float *up, int64_t n) {
+    pb_kernels_ready();
+    geglu(gate, up, n);
+}
 
 static float att_exp_c(float *s, int64_t n, float cap, float *mx) {
     if (cap > 0.0f)
@@ -33,24 +38,37 @@ static float att_exp_c(float *s, int64_t n, float cap, float *mx) {
 }
 static float (*att_exp)(float *, int64_t, float, float *) = att_exp_c;
 
-float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx) { return att_exp(s, n, cap, mx); }
+float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx) {
+    pb_kernels_ready();
+    return att_exp(s, n, cap, mx);
+}
 
 static void (*softcap)(float *, int64_t, float) = pb_softcap;
-void pb_kernels_softcap(float *x, int64_t n, float cap) { softcap(x, n, cap); }
+void pb_kernels_softcap(float *x, int64_t n, float cap) {
+    pb_kernels_ready();
+    softcap(x, n, cap);
+}
 
 uint64_t pb_kernels_stream_read(const void *p, size_t n) {
-    (void)pb_type_get(0); /* make sure the dispatch ran */
+    pb_kernels_ready();
     return stream_read(p, n);
 }
 
-float pb_kernels_dot_f32(const float *a, const float *b, int64_t n) { return dot_f32(a, b, n); }
-void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n) { mad_f32(y, x, a, n); }
+float pb_kernels_dot_f32(const float *a, const float *b, int64_t n) {
+    pb_kernels_ready();
+    return dot_f32(a, b, n);
+}
+void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n) {
+    pb_kernels_ready();
+    mad_f32(y, x, a, n);
+}
 
 static void mad_f32_rows_c(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
     for (int k = 0; k < nk; k++) mad_f32(y, x + k * ldx, a[k], n);
 }
 static void (*mad_f32_rows)(float *, const float *, size_t, const float *, int, int64_t) = mad_f32_rows_c;
 void pb_kernels_mad_f32_rows(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n) {
+    pb_kernels_ready();
     mad_f32_rows(y, x, ldx, a, nk, n);
 }
 
@@ -72,10 +90,12 @@ static void (*mad_f32_tile)(float *const *, const float *, const float *const *,
                             int64_t) = mad_f32_tile_c;
 void pb_kernels_dot_f32_tile(const float *const *q, int nq, const float *k, size_t ldk, int nk, int64_t n, float *s,
                              size_t lds) {
+    pb_kernels_ready();
     dot_f32_tile(q, nq, k, ldk, nk, n, s, lds);
 }
 void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const *a, int ny, const float *x, size_t ldx,
                              int nk, int64_t n) {
+    pb_kernels_ready();
     mad_f32_tile(y, c, a, ny, x, ldx, nk, n);
 }
 
@@ -83,19 +103,25 @@ void pb_kernels_mad_f32_tile(float *const *y, const float *c, const float *const
 static float dot_f16_c(const float *a, const uint16_t *h, int64_t n) {
     float x[PB_KERNELS_F16_ROW_MAX];
     PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
-    pb_type_get(PB_TYPE_F16)->to_float(h, x, n);
+    pb_kernels_type(PB_TYPE_F16)->to_float(h, x, n);
     return dot_f32(a, x, n);
 }
 static void mad_f16_c(float *y, const uint16_t *h, float a, int64_t n) {
     float x[PB_KERNELS_F16_ROW_MAX];
     PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
-    pb_type_get(PB_TYPE_F16)->to_float(h, x, n);
+    pb_kernels_type(PB_TYPE_F16)->to_float(h, x, n);
     mad_f32(y, x, a, n);
 }
 static float (*dot_f16)(const float *, const uint16_t *, int64_t) = dot_f16_c;
 static void (*mad_f16)(float *, const uint16_t *, float, int64_t) = mad_f16_c;
-float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n) { return dot_f16(a, h, n); }
-void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n) { mad_f16(y, h, a, n); }
+float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n) {
+    pb_kernels_ready();
+    return dot_f16(a, h, n);
+}
+void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n) {
+    pb_kernels_ready();
+    mad_f16(y, h, a, n);
+}
 
 /* without fp16 tiles: each row converted once, then the float dot / mad per query row or state */
 static void dot_f16_tile_c(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
@@ -103,7 +129,7 @@ static void dot_f16_tile_c(const float *const *q, int nq, const uint16_t *k, siz
     float x[PB_KERNELS_F16_ROW_MAX];
     PB_ASSERT(n <= PB_KERNELS_F16_ROW_MAX);
     for (int b = 0; b < nk; b++) {
-        pb_type_get(PB_TYPE_F16)->to_float(k + (size_t)b * ldk, x, n);
+        pb_kernels_type(PB_TYPE_F16)->to_float(k + (size_t)b * ldk, x, n);
         for (int a = 0; a < nq; a++) s[(size_t)a * lds + b] = dot_f32(q[a], x, n);
     }
 }
@@ -114,7 +140,7 @@ static void mad_f16_tile_c(float *const *y, const float *c, const float *const *
     for (int j = 0; j < ny; j++)
         for (int64_t i = 0; i < n; i++) y[j][i] *= c[j];
     for (int k = 0; k < nk; k++) {
-        pb_type_get(PB_TYPE_F16)->to_float(x + (size_t)k * ldx, v, n);
+        pb_kernels_type(PB_TYPE_F16)->to_float(x + (size_t)k * ldx, v, n);
         for (int j = 0; j < ny; j++) mad_f32(y[j], v, a[j][k], n);
     }
 }
@@ -124,14 +150,23 @@ static void (*mad_f16_tile)(float *const *, const float *, const float *const *,
                             int64_t) = mad_f16_tile_c;
 void pb_kernels_dot_f16_tile(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
                              size_t lds) {
+    pb_kernels_ready();
     dot_f16_tile(q, nq, k, ldk, nk, n, s, lds);
 }
 void pb_kernels_mad_f16_tile(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x,
                              size_t ldx, int nk, int64_t n) {
+    pb_kernels_ready();
     mad_f16_tile(y, c, a, ny, x, ldx, nk, n);
 }
 
-void pb_kernels_init(pb_type_traits *table, int n) {
+/* The kernels' copy of the type table: the tensor room's rows (formats, reference conversions) with vec_dot and the
+ * ISA's conversions and quantizers filled in. */
+static pb_type_traits ktab[PB_TYPE_COUNT];
+
+static void kernels_init(void) {
+    pb_type_traits *table = ktab;
+    const int n = PB_TYPE_COUNT;
+    for (int i = 0; i < n; i++) table[i] = *pb_type_get(i);
     pb_kernels_fill_ref(table, n);
     pb_gemm_fn gemm[PB_TYPE_COUNT] = {0};
     unsigned f = pb_cpu_features();
@@ -142,7 +177,7 @@ void pb_kernels_init(pb_type_traits *table, int n) {
         avx2 | PB_CPU_AVX512F | PB_CPU_AVX512BW | PB_CPU_AVX512VL | PB_CPU_AVX512DQ | PB_CPU_AVX512VNNI;
     if ((f & avx512) == avx512) {
         pb_kernels_fill_avx512(table, n, gemm);
-        /* Packed tiles (tensor/matmul.h): Q4_0, Q8_0, Q4_K, Q6_K. Measured on Zen 5 (bench/kernels, CPU time,
+        /* Packed tiles (kernels/matmul.h): Q4_0, Q8_0, Q4_K, Q6_K. Measured on Zen 5 (bench/kernels, CPU time,
          * 1 thread): prefill 400-480 GOP/s (Q4_0, Q8_0), 470-550 (Q4_K), 370-420 (Q6_K) against 250 for the
          * row tiles; decode at the read roofline. PB_NO_PACK=1: no packing; PB_NO_PACK_K=1: row tiles for
          * K-quants. */
@@ -188,7 +223,28 @@ void pb_kernels_init(pb_type_traits *table, int n) {
     for (int i = 0; i < PB_TYPE_COUNT; i++) pb_matmul_set_gemm(i, gemm[i]);
 }
 
-/* Name of the family pb_kernels_init picked ("avx512", "avx2", "neon", "scalar"), for benches and logs. */
+/* 0 = not yet, 1 = someone is choosing, 2 = ready. */
+static atomic_int kernels_state;
+
+void pb_kernels_ready(void) {
+    if (atomic_load_explicit(&kernels_state, memory_order_acquire) == 2) return;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&kernels_state, &expect, 1)) {
+        kernels_init();
+        atomic_store_explicit(&kernels_state, 2, memory_order_release);
+        return;
+    }
+    while (atomic_load_explicit(&kernels_state, memory_order_acquire) != 2) {
+    }
+}
+
+const pb_type_traits *pb_kernels_type(int type) {
+    pb_kernels_ready();
+    if (type < 0 || type >= PB_TYPE_COUNT) return pb_type_get(type);
+    return &ktab[type];
+}
+
+/* Name of the family pb_kernels_ready picks ("avx512", "avx2", "neon", "scalar"), for benches and logs. */
 const char *pb_kernels_isa(void) {
     unsigned f = pb_cpu_features();
     (void)f;

@@ -7,7 +7,7 @@
 #ifndef PB_KERNELS_H
 #define PB_KERNELS_H
 
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/types.h"
 
 /* ---- ref.c: portable scalar C, the executable spec every ISA version is tested against ---- */
@@ -76,7 +76,7 @@ void pb_vec_dot_q8_K_q8_K_ref(int64_t n, float *s, const void *x, const void *y)
     void pb_quant_q8_K_##sfx(const float *x, void *dst, int64_t n);                                                    \
     void pb_kernels_fill_##sfx(pb_type_traits *t, int n, pb_gemm_fn *gemm)
 
-/* Packed (row-interleaved) Q4_0 / Q8_0 / Q4_K / Q6_K tiles (pb_gemm_packed_fn, layout in tensor/matmul.h): the scalar
+/* Packed (row-interleaved) Q4_0 / Q8_0 / Q4_K / Q6_K tiles (pb_gemm_packed_fn, layout in kernels/matmul.h): the scalar
  * spec (ref_pack.c), the AVX-512 VNNI version (x86_pack.h) and the AVX2 one (x86_pack2.h), bit-identical. */
 void pb_gemm_packed_q4_0_ref(int64_t K, const void *w, int64_t ng, size_t g_size, const void *a, size_t a_row,
                              const void *meta, int nt, float *y, int64_t ldy);
@@ -142,12 +142,19 @@ void pb_mad_f16_tile_avx512(float *const *y, const float *c, const float *const 
 PB_KERNEL_FAMILY(neon);
 #endif
 
+/* Chooses the kernels for pb_cpu_features() once (thread-safe; every pb_kernels_* / pb_matmul* entry calls it). */
+void pb_kernels_ready(void);
+/* The type's traits as the kernels run them: the tensor room's row (tensor/types.h) with vec_dot set and the ISA's
+ * to_float / from_float where it has faster ones (bit-identical to the reference). Out-of-range ids: the unknown
+ * row. Use this, not pb_type_get(), wherever vec_dot is called or conversion speed matters. */
+const pb_type_traits *pb_kernels_type(int type);
+
 /* Fills vec_dot of every row of table with the ref kernels (dispatch.c uses it as the base layer,
  * then overrides with ISA versions). Exposed so tests can compare an ISA table against ref. */
 void pb_kernels_fill_ref(pb_type_traits *table, int n);
 
-/* Attention primitives over float32 rows, SIMD where the CPU has it (picked by pb_kernels_init, which the
- * first pb_type_get() runs; before that they are plain C). dot: sum a[i]*b[i] with float accumulators in
+/* Attention primitives over float32 rows, SIMD where the CPU has it (picked once by pb_kernels_ready(), which
+ * each of them calls). dot: sum a[i]*b[i] with float accumulators in
  * a fixed order (the same on every call, so results do not depend on batching). mad: y[i] += a * x[i]. */
 float pb_kernels_dot_f32(const float *a, const float *b, int64_t n);
 void pb_kernels_mad_f32(float *y, const float *x, float a, int64_t n);

@@ -1,5 +1,5 @@
 /* ref_pack.c -- scalar reference tiles for packed (row-interleaved) Q4_0 / Q8_0 / Q4_K / Q6_K matrices (layout in
- * tensor/matmul.h): the executable spec the SIMD versions must match bit for bit. */
+ * kernels/matmul.h): the executable spec the SIMD versions must match bit for bit. */
 #include "kernels/kernels.h"
 #include "tensor/quant.h"
 

@@ -8,7 +8,7 @@
  * with nr = nt = 1, so a matmul result is bit-identical to the per-row vec_dot (tests rely on it).
  * Integer inner sums are exact; float accumulation is per super-block (or block) into 8 lanes. */
 #include "kernels/kernels.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 
 #include <immintrin.h>

@@ -1,5 +1,5 @@
 /* x86_pack.h -- AVX-512 VNNI tiles for packed (row-interleaved) Q4_0 / Q8_0 matrices (layout in
- * tensor/matmul.h); included only by x86_avx512.c. One zmm holds 4 weights of each of 16 rows, so a
+ * kernels/matmul.h); included only by x86_avx512.c. One zmm holds 4 weights of each of 16 rows, so a
  * vpdpbusd against 4 broadcast activation bytes adds one partial dot product per row lane, and the
  * per-block float step (cvt, scale, fma) serves 16 rows at once. Lane for lane the same sequence as
  * ref_pack.c, hence bit-identical to it. */

@@ -1,4 +1,4 @@
-/* x86_pack2.h -- AVX2 tiles for packed (row-interleaved) Q4_0 / Q8_0 matrices (layout in tensor/matmul.h);
+/* x86_pack2.h -- AVX2 tiles for packed (row-interleaved) Q4_0 / Q8_0 matrices (layout in kernels/matmul.h);
  * included only by x86_avx2.c. A 16-row group is two ymm halves (rows 0-7, 8-15); without VNNI the byte
  * dot products are maddubs + madd. Lane for lane the same integers and the same float sequence as
  * ref_pack.c, hence bit-identical to it. */

@@ -5,7 +5,7 @@
 #include "kernels/kernels.h"
 #include "model/gpu.h"
 #include "model/kv_impl.h"
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/ops.h"
 #include "tensor/types.h"
 
@@ -189,7 +189,7 @@ static void row_to_float(const pb_wmat *w, int64_t r, float *dst) {
     if (w->packed)
         pb_pack_read_row_float(t->type, w->data, K, r, dst);
     else
-        pb_type_get(t->type)->to_float((const uint8_t *)w->data + (size_t)r * pb_row_size(t->type, K), dst, K);
+        pb_kernels_type(t->type)->to_float((const uint8_t *)w->data + (size_t)r * pb_row_size(t->type, K), dst, K);
 }
 
 typedef struct {
@@ -351,7 +351,7 @@ static void att_block(const attn_job *j, int t, int g, int k0, int k1, float *st
     const pb_kv_cache *kv = j->kv;
     int hd = j->hd, n_rep = hp->n_head / j->hkv;
     const float *q = j->fc->q + ((int64_t)t * hp->n_head + (int64_t)g * n_rep) * hd; /* [n_rep, hd] */
-    pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
+    pb_to_float_fn to_f = pb_kernels_type(kv->st)->to_float;
     float kb[PB_MAX_HEAD_DIM], vb[PB_MAX_HEAD_DIM], sc[PB_MAX_GQA][ATT_CHUNK], cr[PB_MAX_GQA], ones[PB_MAX_GQA];
     const float *qr[PB_MAX_GQA], *ar[PB_MAX_GQA];
     float *yr[PB_MAX_GQA];
@@ -535,7 +535,7 @@ static void att_tiles_worker(void *ctx, int ith, int nth) {
     const pb_kv_cache *kv = j->kv;
     int Hkv = j->hkv, hd = j->hd, n_rep = hp->n_head / Hkv, B = kv->attn_block;
     size_t slot = (size_t)n_rep * ST(hd);
-    pb_to_float_fn to_f = pb_type_get(kv->st)->to_float;
+    pb_to_float_fn to_f = pb_kernels_type(kv->st)->to_float;
     float *kf = j->fc->attkv + (size_t)ith * 2 * (size_t)j->fc->att_bcap * (size_t)hd;
     float *vf = kf + (size_t)j->fc->att_bcap * (size_t)hd;
     int n_tiles = (j->n + ATT_QT - 1) / ATT_QT;
@@ -610,7 +610,7 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
     int src = m->hp.kv_src[il];
     int64_t kv_dim = kv->kvd[src];
     int hd = kv->hdl[src];
-    pb_from_float_fn from_f = pb_type_get(kv->st)->from_float;
+    pb_from_float_fn from_f = pb_kernels_type(kv->st)->from_float;
     attn_job j = {m, kv, fc, src, n, kv->n_past, hd, (int)(kv_dim / hd), NULL, NULL};
     size_t rb = kv->row_b[src];
     if (fc->swa_slot[src] >= 0 && kv->n_past + n > kv->cap[src]) {

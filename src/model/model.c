@@ -2,7 +2,8 @@
  * No math of the forward pass here (forward.c) and no K/V storage (kv_cache.c). */
 #include "model/gpu.h"
 #include "model/model_impl.h"
-#include "tensor/matmul.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "tensor/ops.h"
 #include "tensor/types.h"
 #include "tokenizer/vocab.h"
@@ -385,7 +386,7 @@ static const pb_gguf_tensor *check_t(checker *c, const pb_gguf *g, const char *n
                 (long long)ne1, (long long)ne2);
         return NULL;
     }
-    const pb_type_traits *tr = pb_type_get(t->type);
+    const pb_type_traits *tr = pb_kernels_type(t->type);
     if (tr->blck == 0 || !tr->supported || !tr->to_float) {
         problem(c, PB_ERR_UNSUPPORTED, name, "tensor type %s is not supported", pb_type_name(t->type));
         return NULL;
@@ -663,7 +664,9 @@ static void fill_info(pb_model *m) {
 }
 
 /* Copies a norm vector (any readable type) to float32. */
-static void copy_norm(const pb_gguf_tensor *t, float *dst) { pb_type_get(t->type)->to_float(t->data, dst, t->ne[0]); }
+static void copy_norm(const pb_gguf_tensor *t, float *dst) {
+    pb_kernels_type(t->type)->to_float(t->data, dst, t->ne[0]);
+}
 
 /* Copies one norm-like vector when present (NULL otherwise); advances *p. */
 static float *norm_opt(pb_model *m, const char *name, float **p) {
@@ -740,7 +743,7 @@ static void pack_worker(void *ctx, int ith, int nth) {
     if (lo < hi) (void)pb_pack_groups(j->t->type, j->t->data, j->dst, j->t->ne[0], j->t->ne[1], lo, hi);
 }
 
-/* Repacks every Q4_0/Q8_0 matrix the CPU has packed kernels for (tensor/matmul.h) and, where the OS has
+/* Repacks every Q4_0/Q8_0 matrix the CPU has packed kernels for (kernels/matmul.h) and, where the OS has
  * transparent huge pages, copies the other matrices as they are. A mapped file: into one anonymous
  * buffer, in parallel, each tensor's file pages dropped from this process as soon as it is copied, so the
  * weights are resident once. A heap copy: packed in place, nothing else copied. */

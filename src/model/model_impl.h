@@ -11,7 +11,7 @@
 #define PB_ATT_MAX_BLOCKS  256 /* key blocks per attention row (decode splits work over them) */
 
 /* A weight matrix: its GGUF tensor and the bytes kernels read: t->data (the file layout) or, when open()
- * repacked the rows for the packed kernels (tensor/matmul.h), the model's packed copy. */
+ * repacked the rows for the packed kernels (kernels/matmul.h), the model's packed copy. */
 typedef struct pb_wmat {
     const pb_gguf_tensor *t;
     const void *data;

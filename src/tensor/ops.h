@@ -1,5 +1,5 @@
 /* ops.h -- row operations over float arrays for the forward pass: norms, RoPE, softmax, activations.
- * No matmul (tensor/matmul.h) and no allocation here; every function works in place or on caller buffers. */
+ * No matmul (kernels/matmul.h) and no allocation here; every function works in place or on caller buffers. */
 #ifndef PB_OPS_H
 #define PB_OPS_H
 

@@ -3,7 +3,6 @@
 #include "tensor/quant.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -93,12 +92,13 @@ static void bf16_from_float(const float *src, void *dst, int64_t n) {
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-/* name, blck, type_size, supported, quantizable, to_float, from_float, vec_dot_type (vec_dot: dispatch) */
+/* name, blck, type_size, supported, quantizable, to_float, from_float, vec_dot_type (vec_dot: NULL here; the kernels'
+ * copy, pb_kernels_type(), has it) */
 #define ROW(nm, bl, ts, sup, qz, tf, ff, vdt)                                                                          \
     { nm, bl, ts, sup, qz, tf, ff, vdt, NULL }
 #define NOSUP(nm, bl, ts) ROW(nm, bl, ts, false, false, NULL, NULL, PB_TYPE_F32)
 
-static pb_type_traits table[PB_TYPE_COUNT] = {
+static const pb_type_traits table[PB_TYPE_COUNT] = {
     [PB_TYPE_F32] = ROW("f32", 1, 4, true, true, f32_to_float, f32_from_float, PB_TYPE_F32),
     [PB_TYPE_F16] = ROW("f16", 1, 2, true, true, f16_to_float, f16_from_float, PB_TYPE_F32),
     [PB_TYPE_Q4_0] = ROW("q4_0", 32, 18, true, true, pb_dequant_q4_0, pb_quant_q4_0, PB_TYPE_Q8_0),
@@ -142,23 +142,7 @@ static pb_type_traits table[PB_TYPE_COUNT] = {
 
 static const pb_type_traits unknown_row = NOSUP("unknown", 0, 0);
 
-/* 0 = not yet, 1 = someone is filling vec_dot, 2 = ready. The kernels' dispatch runs exactly once. */
-static atomic_int table_state;
-
-static void table_init(void) {
-    if (atomic_load_explicit(&table_state, memory_order_acquire) == 2) return;
-    int expect = 0;
-    if (atomic_compare_exchange_strong(&table_state, &expect, 1)) {
-        pb_kernels_init(table, PB_TYPE_COUNT);
-        atomic_store_explicit(&table_state, 2, memory_order_release);
-        return;
-    }
-    while (atomic_load_explicit(&table_state, memory_order_acquire) != 2) {
-    }
-}
-
 const pb_type_traits *pb_type_get(int type) {
-    table_init();
     if (type < 0 || type >= PB_TYPE_COUNT) return &unknown_row;
     return &table[type];
 }

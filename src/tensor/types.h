@@ -57,7 +57,9 @@ typedef struct pb_type_traits {
     pb_type vec_dot_type;        /* the activation type vec_dot expects: F32 for F32/F16/BF16 weights, Q8_0 for
                                     the 32-element types (also Q4_1/Q5_1, where ggml uses Q8_1), Q8_K for the
                                     K-quants; the kernels room documents why (kernels/kernels.h) */
-    pb_vec_dot_fn vec_dot;       /* filled by the kernels' dispatch with the best ISA version */
+    pb_vec_dot_fn vec_dot;       /* NULL in this room's table (pb_type_get); the kernels room's copy
+                                    (kernels/kernels.h: pb_kernels_type) holds the best ISA version, with the
+                                    ISA's to_float / from_float where it has them (bit-identical) */
 } pb_type_traits;
 
 /* Traits of a type id; for ids out of range returns a row with blck == 0 and name "unknown". */
@@ -72,10 +74,6 @@ size_t pb_row_size(int type, int64_t ne0);
 /* PB_OK when we can read type; else PB_ERR_UNSUPPORTED with "type iq2_xxs is not supported" (or
  * "tensor type id 4 is unknown ..."). */
 pb_status pb_type_check_supported(int type);
-
-/* Provided by the kernels room (kernels/dispatch.c): fills table[i].vec_dot for every type with the
- * best kernel for pb_cpu_features(). Called exactly once, by the first pb_type_get(). */
-void pb_kernels_init(pb_type_traits *table, int n);
 
 /* fp16/bf16 conversion (round-to-nearest-even, as ggml). */
 float pb_fp16_to_fp32(uint16_t h);

@@ -1,5 +1,5 @@
 /* chat_model.c -- pb_chat_format / pb_chat_tokenize for a model: the vocabulary versions applied to the model's
- * vocabulary (kept apart from chat.c so vocabulary-only users do not link the model room). */
+ * vocabulary. In the engine room (above model and tokenizer), so the tokenizer room never calls the model room. */
 #include "tokenizer/vocab.h"
 
 static pb_status model_vocab(const pb_model *m, const pb_vocab **v) {

@@ -13,7 +13,7 @@ typedef void (*pb_gemm_fn)(int64_t n, const void *w, size_t w_row, int64_t nr, c
                            float *y, int64_t ldy);
 
 /* Installs the tile kernel pb_matmul uses for `type` (NULL: one vec_dot per row and token). Called only by
- * kernels/dispatch.c inside pb_kernels_init, which runs once before any pb_type_get() returns. */
+ * kernels/dispatch.c while it chooses the kernels (pb_kernels_ready), before any matmul entry returns. */
 void pb_matmul_set_gemm(int type, pb_gemm_fn fn);
 
 /* Bytes of act_scratch that pb_matmul needs for n_tok activation rows of K values against weights of

@@ -4,7 +4,8 @@
  * bytes, each unit a tile call (packed groups, plain-row tiles or one vec_dot per row and token); pair
  * groups (GeGLU) combine gate and up rows while they are in cache. pb_matmul / pb_matmul_packed are one-matrix
  * groups. ISA speed lives in the kernels. */
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
+#include "kernels/kernels.h"
 #include "tensor/ops.h"
 #include "tensor/quant.h"
 
@@ -15,13 +16,13 @@ void pb_matmul_set_packed(int type, pb_gemm_packed_fn fn) {
 }
 
 bool pb_pack_supported(int type, int64_t K, int64_t N) {
-    (void)pb_type_get(0); /* the dispatch installs the kernels */
+    pb_kernels_ready(); /* the dispatch installs the kernels */
     return type >= 0 && type < PB_TYPE_COUNT && packed_table[type] && K > 0 && K % pb_type_get(type)->blck == 0 &&
            N > 0 && N % PB_PACK_ROWS == 0;
 }
 
 pb_gemm_packed_fn pb_matmul_get_packed(int type) {
-    (void)pb_type_get(0);
+    pb_kernels_ready();
     return type >= 0 && type < PB_TYPE_COUNT ? packed_table[type] : NULL;
 }
 
@@ -110,7 +111,7 @@ static void quantize_token(const mm_group *g, int64_t t) {
         const mm_fmt *f = &g->f[i];
         if (f->kind == MK_F32) continue;
         void *a = (uint8_t *)f->act + (size_t)t * f->a_row;
-        pb_type_get(f->at)->from_float(src, a, K);
+        pb_kernels_type(f->at)->from_float(src, a, K);
         if (f->kind == MK_AMETA) {
             const pb_block_q8_0 *q = a;
             pb_pack_ameta *m = (pb_pack_ameta *)(void *)f->meta + t * f->nb;
@@ -257,7 +258,7 @@ pb_status pb_matmul_group(const pb_mm_op *ops, int n_ops, int64_t K, const float
     size_t used = 0;
     for (int i = 0; i < n_ops; i++) {
         const pb_mm_op *op = &ops[i];
-        const pb_type_traits *wt = pb_type_get(op->type);
+        const pb_type_traits *wt = pb_kernels_type(op->type);
         if (!wt->supported || !wt->vec_dot)
             return pb_error(PB_ERR_UNSUPPORTED, "matmul: type %s is not supported", wt->name);
         if (K % wt->blck != 0 || op->N < 0)
@@ -340,7 +341,7 @@ pb_status pb_matmul_packed(const void *w, int type, int64_t K, int64_t N, const 
 
 pb_status pb_matmul(const void *w, int type, int64_t K, int64_t N, const float *x, int64_t n_tok, float *y,
                     void *act_scratch, pb_pool *pool) {
-    const pb_type_traits *wt = pb_type_get(type);
+    const pb_type_traits *wt = pb_kernels_type(type);
     if (!wt->supported || !wt->vec_dot)
         return pb_error(PB_ERR_UNSUPPORTED, "matmul: type %s is not supported", wt->name);
     if (K <= 0 || N < 0 || n_tok < 0 || K % wt->blck != 0)

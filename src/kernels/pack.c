@@ -1,6 +1,6 @@
 /* pack.c -- row-interleaved ("packed") Q4_0 / Q8_0 / Q4_K / Q6_K matrices: repacking (out of place, by row groups, or
  * in place) and its inverse for one row (layout in matmul.h). Pure byte shuffling; the kernels room reads it. */
-#include "tensor/matmul.h"
+#include "kernels/matmul.h"
 #include "tensor/quant.h"
 
 #include <stdlib.h>

@@ -1,0 +1,55 @@
+#!/bin/sh
+# test_layering.sh -- the rooms' dependencies point one way (docs/ARCHITECTURE.md): for each core room, the rooms its
+# sources may include, and, on the built objects, that no room's object calls a function defined in a room above it
+# (nm: undefined symbols of a room's objects against the symbols defined by the rooms it may not use).
+BUILD=${PB_BUILD:-build}
+ok() { echo "ok - $1"; }
+nok() { echo "not ok - $1"; }
+
+# room: the rooms it may include (itself always)
+allowed() {
+  case $1 in
+    base) echo "" ;;
+    gguf) echo "base tensor" ;;
+    tensor) echo "base" ;;
+    kernels) echo "base tensor" ;;
+    cuda) echo "base" ;;
+    model) echo "base gguf tensor kernels cuda tokenizer" ;;
+    tokenizer) echo "base gguf tensor" ;;
+    sampler) echo "base" ;;
+    engine) echo "base gguf tensor kernels model tokenizer sampler" ;;
+  esac
+}
+ROOMS="base gguf tensor kernels cuda model tokenizer sampler engine"
+
+bad=""
+for r in $ROOMS; do
+  ok_rooms="$r $(allowed "$r")"
+  for f in src/$r/*.c src/$r/*.h src/$r/*.cu src/$r/*.cuh; do
+    [ -f "$f" ] || continue
+    for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([a-z_]*\)\/.*/\1/p' "$f"); do
+      case " $ok_rooms " in *" $inc "*) ;; *) bad="$bad $f->$inc" ;; esac
+    done
+  done
+done
+if [ -z "$bad" ]; then ok "every core room includes only the rooms below it"; else nok "includes against the layering:$bad"; fi
+
+# Symbols: what the objects of a room define and what they leave undefined.
+defined() { for o in "$BUILD"/src/$1/*.o; do [ -f "$o" ] && nm -g --defined-only "$o"; done | awk '{print $3}' | sort -u; }
+undef() { for o in "$BUILD"/src/$1/*.o; do [ -f "$o" ] && nm -u "$o"; done | awk '{print $NF}' | sort -u; }
+if ! ls "$BUILD"/src/tensor/*.o >/dev/null 2>&1 || ! ls "$BUILD"/src/kernels/*.o >/dev/null 2>&1; then
+  nok "no objects under $BUILD/src (build first)"
+  exit 0
+fi
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+for r in $ROOMS; do defined "$r" >"$T/def.$r"; undef "$r" >"$T/und.$r"; done
+bad=""
+for r in $ROOMS; do
+  ok_rooms="$r $(allowed "$r")"
+  for above in $ROOMS; do
+    case " $ok_rooms " in *" $above "*) continue ;; esac
+    hits=$(comm -12 "$T/und.$r" "$T/def.$above" | tr '\n' ' ')
+    [ -n "$hits" ] && bad="$bad [$r calls $above: $hits]"
+  done
+done
+if [ -z "$bad" ]; then ok "no room's objects call a room above it (nm)"; else nok "calls against the layering:$bad"; fi

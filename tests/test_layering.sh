@@ -35,8 +35,10 @@ done
 if [ -z "$bad" ]; then ok "every core room includes only the rooms below it"; else nok "includes against the layering:$bad"; fi
 
 # Symbols: what the objects of a room define and what they leave undefined.
-defined() { for o in "$BUILD"/src/$1/*.o; do [ -f "$o" ] && nm -g --defined-only "$o"; done | awk '{print $3}' | sort -u; }
-undef() { for o in "$BUILD"/src/$1/*.o; do [ -f "$o" ] && nm -u "$o"; done | awk '{print $NF}' | sort -u; }
+# (objects whose source is gone -- a file moved to another room -- are left-overs of an older build: skipped)
+objs() { for o in "$BUILD"/src/$1/*.o; do b=${o##*/}; b=${b%.o}; [ -f "src/$1/$b.c" ] || [ -f "src/$1/$b.cu" ] && echo "$o"; done; }
+defined() { for o in $(objs "$1"); do nm -g --defined-only "$o"; done | awk '{print $3}' | sort -u; }
+undef() { for o in $(objs "$1"); do nm -u "$o"; done | awk '{print $NF}' | sort -u; }
 if ! ls "$BUILD"/src/tensor/*.o >/dev/null 2>&1 || ! ls "$BUILD"/src/kernels/*.o >/dev/null 2>&1; then
   nok "no objects under $BUILD/src (build first)"
   exit 0

@@ -302,10 +302,7 @@ PB_CMD(bench) {
             cJSON_AddNumberToObject(o, "n_ctx", res[k].n_ctx);
             cJSON_AddItemToArray(runs, o);
         }
-        char *s = cJSON_Print(root);
-        printf("%s\n", s ? s : "{}");
-        free(s);
-        cJSON_Delete(root);
+        cli_json_print(root, true);
         return 0;
     }
     printf("| model | size | params | threads / GPU | test | t/s (median) | min | max |\n");

@@ -1,5 +1,6 @@
 /* cmd_faq.c -- `pocketbrain faq`: manage the FAQ fallback pairs (add, import, list) and test matching. */
 #include "cli.h"
+#include "cli_common.h"
 #include "cli_store.h"
 #include "store/store.h"
 
@@ -88,9 +89,8 @@ PB_CMD(faq) {
         if ((s = pb_store_faq_list(st, print_pair, &c)))
             rc = cli_fail("faq", s, "list");
         else if (json) {
-            char *t = cJSON_PrintUnformatted(c.arr);
-            if (t) puts(t);
-            free(t);
+            cli_json_print(c.arr, false);
+            c.arr = NULL;
         }
         cJSON_Delete(c.arr);
     } else {
@@ -108,10 +108,7 @@ PB_CMD(faq) {
                 cJSON_AddNumberToObject(o, "score", m.score);
                 cJSON_AddStringToObject(o, "question", m.question);
                 cJSON_AddStringToObject(o, "answer", m.answer);
-                char *t = cJSON_PrintUnformatted(o);
-                if (t) puts(t);
-                free(t);
-                cJSON_Delete(o);
+                cli_json_print(o, false);
             } else {
                 printf("#%lld [%.3f] %s\n%s\n", (long long)m.id, m.score, m.question, m.answer);
             }

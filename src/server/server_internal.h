@@ -58,6 +58,8 @@ typedef struct job {
     pb_gen_params gen;
     char **stop;
     int n_stop;
+    int32_t *bias_ids; /* "logit_bias", for gen.sampler (owned) */
+    float *bias_values;
     char id[48];
     long long created;
     char *sources_json; /* knowledge-base citations, or NULL */

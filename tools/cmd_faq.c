@@ -70,7 +70,7 @@ PB_CMD(faq) {
     if (!strcmp(act, "list") || !strcmp(act, "match")) { /* reading: never create (or write) the database */
         if (!(st = cli_store_open_existing("faq", db, "pocketbrain faq --db FILE add|import"))) return 1;
     } else if ((s = pb_store_open(db, &st)))
-        return cli_fail("faq", s, "open");
+        return cli_store_fail("faq", s, db);
     int rc = 0;
     if (!strcmp(act, "add")) {
         int64_t id;

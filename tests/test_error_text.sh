@@ -44,6 +44,20 @@ if [ $rc1 = 1 ] && grep -q "context full" "$T/o1" && grep -q "context full" "$T/
 else
   nok "doubled prefix or missing error: $(doubled "$T/all") | $(cat "$T/all")"
 fi
+# a file that is not a model, through every command that opens one: the file's name at most once in a row
+# ("pocketbrain perplexity: junk.gguf: junk.gguf: gguf: bad magic" before cli_fail checked the library's prefix)
+head -c 5000 /dev/urandom >"$T/junk.gguf"
+printf 'some text\n' >"$T/text.txt"
+: >"$T/o5"
+for c in "run -m $T/junk.gguf -p hi" "chat -m $T/junk.gguf" "info $T/junk.gguf" "perplexity -m $T/junk.gguf -f $T/text.txt" \
+  "serve -m $T/junk.gguf --port 0" "bench -m $T/junk.gguf" "quantize $T/junk.gguf $T/q.gguf q8_0" \
+  "tokenize --vocab $T/junk.gguf hi" "detokenize --vocab $T/junk.gguf 1"; do
+  timeout 60 "$BIN" $c </dev/null >/dev/null 2>>"$T/o5"
+done
+twice=$(grep -E '(^|[ ])([^ :]+): \2:' "$T/o5")
+if [ "$(grep -c "bad magic" "$T/o5")" -ge 9 ] && [ -z "$twice" ]; then
+  ok "a file that is not a model, 9 commands: named once each"
+else nok "doubled file name or missing error: $twice | $(cat "$T/o5")"; fi
 # the context-full line says what to do once
 for f in o1 o2; do
   l=$(grep "context full" "$T/$f" | head -1)

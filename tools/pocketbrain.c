@@ -112,7 +112,11 @@ void cli_err(const char *cmd, const char *fmt, ...) {
 
 int cli_fail(const char *cmd, pb_status s, const char *what) {
     const char *e = pb_last_error();
-    fprintf(stderr, "pocketbrain %s: %s: %s\n", cmd, what, e[0] ? e : pb_status_name(s));
+    size_t n = strlen(what);
+    if (e[0] && strncmp(e, what, n) == 0 && e[n] == ':') /* the library already says what: "m.gguf: m.gguf: ..." */
+        fprintf(stderr, "pocketbrain %s: %s\n", cmd, e);
+    else
+        fprintf(stderr, "pocketbrain %s: %s: %s\n", cmd, what, e[0] ? e : pb_status_name(s));
     return 1;
 }
 

@@ -56,6 +56,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     check(cancelled >= 2, `both admitted abandoned requests counted as cancelled (${cancelled})`);
   } catch (e) { check(false, 'unexpected error: ' + e.stack); }
   await stopServer(srv);
+  check(!/ (GET|POST) \/(v1|metrics)/.test(srv.stderr()), '--quiet: no request log lines on stderr');
 }
 
 // ---- 6: the context filling up while answering -> 200 with finish_reason "length" ---------------------------

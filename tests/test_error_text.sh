@@ -37,10 +37,12 @@ printf '%s\n' "$long" | "$BIN" chat -m "$M" -t 1 -c 16 -n 4 >"$T/o2" 2>&1
 printf 'not a session' >"$T/bad.pbs"
 "$BIN" chat -m "$M" -t 1 --session "$T/bad.pbs" </dev/null >"$T/o3" 2>&1
 "$BIN" info "$M" --mem -c 1000000 >"$T/o4" 2>&1
-cat "$T/o1" "$T/o2" "$T/o3" "$T/o4" >"$T/all"
+"$BIN" bench -m "$M" -t 1 -d 60000 -p 1 -n 1 -r 1 >"$T/o6" 2>&1 # was "cannot create session: session: n_ctx ..."
+grep -q "training context" "$T/o6" || echo "bench: no error about the context" >>"$T/o4"
+cat "$T/o1" "$T/o2" "$T/o3" "$T/o4" "$T/o6" >"$T/all"
 if [ $rc1 = 1 ] && grep -q "context full" "$T/o1" && grep -q "context full" "$T/o2" && [ -s "$T/o3" ] &&
   grep -q "training context" "$T/o4" && [ -z "$(doubled "$T/all")" ]; then
-  ok "context full (run, chat), a bad session file, a refused n_ctx: no doubled prefix"
+  ok "context full (run, chat), a bad session file, a refused n_ctx (info, bench): no doubled prefix"
 else
   nok "doubled prefix or missing error: $(doubled "$T/all") | $(cat "$T/all")"
 fi

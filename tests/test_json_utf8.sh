@@ -50,6 +50,10 @@ if [ "$t" = "$E" ]; then ok "run --json: a character split across two tokens is 
 if jget "$T/i" >/dev/null 2>&1; then ok "info --json of a model with a non-UTF-8 file name parses"
 else nok "info --json: $(head -c 200 "$T/i" | od -c | head -3) $(cat "$T/err")"; fi
 
+"$BIN" bench -m "$M" -t 1 -p 4 -n 2 -r 1 --json >"$T/b" 2>"$T/err"
+if jget "$T/b" >/dev/null 2>&1; then ok "bench --json of a model with a non-UTF-8 file name parses"
+else nok "bench --json: $(head -c 300 "$T/b" | od -c | head -4) $(cat "$T/err")"; fi
+
 # ---- server ----
 "$BIN" serve -m "$M" --port 0 --quiet >"$T/out" 2>"$T/serr" &
 PID=$!

@@ -93,6 +93,9 @@ static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, i
     mp.gpu = gpu;
     pb_status st = pb_model_open(path, &mp, &m);
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
+    pb_model_info info; /* a small model: its own training context, when the tests fit in it */
+    if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train >= need && sp.n_ctx > info.n_ctx_train)
+        res->n_ctx = sp.n_ctx = info.n_ctx_train;
     pb_session *s;
     if ((st = pb_session_new(m, &sp, &s)) != PB_OK) {
         pb_model_close(m);

@@ -29,3 +29,25 @@ done >"${TMPDIR:-/tmp}/pb_writers.$$"
 bad=$(cat "${TMPDIR:-/tmp}/pb_writers.$$"); rm -f "${TMPDIR:-/tmp}/pb_writers.$$"
 if [ -z "$bad" ]; then ok "every rename() outside the atomic writer checks its target first ($(echo "$r" | grep -c .) found)"
 else nok "rename() over an unchecked target: $bad"; fi
+
+# ---- the writer at run time (strace): temp O_EXCL|O_NOFOLLOW, file fsync before the rename, directory fsync after ----
+BIN=${PB_BIN:-build/pocketbrain}
+SRC=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.f16.gguf
+if ! command -v strace >/dev/null 2>&1 || [ ! -r "$SRC" ]; then
+  if [ "$CI" = true ]; then nok "strace or $SRC missing (scripts/deps.sh test installs strace)"; exit 1; fi
+  ok "skipped the strace check: no strace or no fixture"; exit 0
+fi
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+BIN=$(abs "$BIN"); SRC=$(abs "$SRC")
+(cd "$T" && strace -f -e trace=openat,fsync,fdatasync,rename,renameat,renameat2 -o st.log "$BIN" quantize "$SRC" out.gguf q8_0 \
+  >/dev/null 2>&1)
+awk '
+  /"out\.gguf\.tmp\.[0-9a-f]+", O_WRONLY\|O_CREAT\|O_EXCL\|O_NOFOLLOW/ { split($0, a, "= "); tmpfd = a[2] + 0; opened = NR }
+  opened && !renamed && index($0, "fsync(" tmpfd ")") { synced = NR }
+  /rename\("out\.gguf\.tmp\.[0-9a-f]+", "out\.gguf"\) = 0/ { renamed = NR }
+  renamed && /O_DIRECTORY/ { split($0, b, "= "); dirfd = b[2] + 0; diropen = NR }
+  diropen && index($0, "fsync(" dirfd ")") { dirsync = NR }
+  END { exit !(opened && synced > opened && renamed > synced && dirsync > renamed) }' "$T/st.log"
+if [ $? = 0 ]; then ok "quantize's output: random temp O_EXCL|O_NOFOLLOW, fsync, rename, directory fsync (strace)"
+else nok "the writer's syscalls are not temp/fsync/rename/dir-fsync: $(grep -E 'out.gguf|fsync|O_DIRECTORY' "$T/st.log" | tail -8 | tr '\n' ' ')"; fi

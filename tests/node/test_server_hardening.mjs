@@ -208,10 +208,15 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     await waitFor(() => metric(srv.port, 'pocketbrain_slots_busy'), (v) => v === 1, 10000);
     const queued = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 8 }) });
     await waitFor(() => metric(srv.port, 'pocketbrain_queue_depth'), (v) => v === 1, 10000);
+    const queuedStream = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 8, stream: true }) });
+    await waitFor(() => metric(srv.port, 'pocketbrain_queue_depth'), (v) => v === 2, 10000);
     const code = await stopServer(srv);
     const q = await queued;
+    const qs = await queuedStream;
     await running;
     check(q.status === 503 && /shutting down/.test(q.body), `queued non-streaming request at shutdown -> ${q.status} ${q.body.slice(0, 100)}`);
+    check(/"error":\{"message":"the server is shutting down"/.test(qs.body) && /\[DONE\]/.test(qs.body) && !/finish_reason":"stop"/.test(qs.body),
+      'queued stream at shutdown: an error event, then [DONE] ' + qs.body.slice(-160));
     check(code === 0, 'server exited 0');
   } catch (e) { check(false, 'unexpected error: ' + e.stack); srv.proc.kill('SIGKILL'); }
 }

@@ -217,16 +217,16 @@ PB_CMD(bench) {
                 return cli_usage_error("bench", usage, "%s expects a list like 1,2,4 (1..256, at most %d)", a, MAX_T);
             i++;
         } else if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
-            if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "--kv-type") == 0) {
             if (!v) return cli_usage_error("bench", usage, "--kv-type needs a value");

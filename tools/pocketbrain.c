@@ -135,6 +135,11 @@ const char *cli_last_error_as(const char *prefix) {
     return buf;
 }
 
+int cli_usage_line(const char *usage) {
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
+}
+
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -32,9 +32,14 @@ if [ $n_cmd -ge 10 ] && [ $n_help = $n_cmd ]; then ok "help CMD shows the help o
 # ---- numeric flags: negative, overflow, garbage, blanks ----
 # flag value: each must exit 2 with a message naming the flag, without loading anything
 bad_count=0; bad_list=""
+said_twice=0; twice_list=""
 try_bad() { # cmd... (the last argument is the value)
   timeout 20 "$@" >"$T/o" 2>"$T/e" </dev/null; rc=$?
   if [ $rc != 2 ]; then bad_count=$((bad_count + 1)); bad_list="$bad_list [$* -> rc $rc]"; fi
+  # said once: one "pocketbrain CMD:" line, at most one usage line (was: "--top-p expects ..." + "bad value for --top-p")
+  if [ "$(grep -c '^pocketbrain ' "$T/e")" != 1 ] || [ "$(grep -c '^usage:' "$T/e")" -gt 1 ]; then
+    said_twice=$((said_twice + 1)); [ $said_twice -le 3 ] && twice_list="$twice_list [$*: $(tr '\n' '|' <"$T/e")]"
+  fi
 }
 for v in -1 18446744073709551616 99999999999999999999999 abc 12abc "" " 5" "+5" 1.5 0x10; do
   try_bad $R -p hi --seed "$v"
@@ -55,8 +60,13 @@ for v in nan inf -inf abc " 0.5" "" 1e999 0.5x; do
   try_bad $R -p hi --mem-limit "$v"
 done
 try_bad $R -p hi --mem-limit K
+try_bad $R -p hi --top-p
+try_bad $R -p hi --thermal ""
+try_bad $BIN info "$M" --mem -c 5
 if [ $bad_count = 0 ]; then ok "bad numeric values of every numeric flag exit 2"; else
   nok "numeric flags accepted bad values ($bad_count):$bad_list"; fi
+if [ $said_twice = 0 ]; then ok "each bad value is said once (one message line, one usage line)"; else
+  nok "bad values said twice ($said_twice):$twice_list"; fi
 $R -p hi --seed 18446744073709551615 -n 2 >/dev/null 2>"$T/e"; rc=$?
 if [ $rc = 0 ]; then ok "--seed 2^64-1 is accepted"; else nok "--seed 2^64-1: rc $rc $(cat "$T/e")"; fi
 $R -p hi --seed 18446744073709551616 >/dev/null 2>"$T/e"

@@ -37,13 +37,29 @@ printf '%s\n' "$long" | "$BIN" chat -m "$M" -t 1 -c 16 -n 4 >"$T/o2" 2>&1
 printf 'not a session' >"$T/bad.pbs"
 "$BIN" chat -m "$M" -t 1 --session "$T/bad.pbs" </dev/null >"$T/o3" 2>&1
 "$BIN" info "$M" --mem -c 1000000 >"$T/o4" 2>&1
-cat "$T/o1" "$T/o2" "$T/o3" "$T/o4" >"$T/all"
+"$BIN" bench -m "$M" -t 1 -d 60000 -p 1 -n 1 -r 1 >"$T/o6" 2>&1 # was "cannot create session: session: n_ctx ..."
+grep -q "training context" "$T/o6" || echo "bench: no error about the context" >>"$T/o4"
+cat "$T/o1" "$T/o2" "$T/o3" "$T/o4" "$T/o6" >"$T/all"
 if [ $rc1 = 1 ] && grep -q "context full" "$T/o1" && grep -q "context full" "$T/o2" && [ -s "$T/o3" ] &&
   grep -q "training context" "$T/o4" && [ -z "$(doubled "$T/all")" ]; then
-  ok "context full (run, chat), a bad session file, a refused n_ctx: no doubled prefix"
+  ok "context full (run, chat), a bad session file, a refused n_ctx (info, bench): no doubled prefix"
 else
   nok "doubled prefix or missing error: $(doubled "$T/all") | $(cat "$T/all")"
 fi
+# a file that is not a model, through every command that opens one: the file's name at most once in a row
+# ("pocketbrain perplexity: junk.gguf: junk.gguf: gguf: bad magic" before cli_fail checked the library's prefix)
+head -c 5000 /dev/urandom >"$T/junk.gguf"
+printf 'some text\n' >"$T/text.txt"
+: >"$T/o5"
+for c in "run -m $T/junk.gguf -p hi" "chat -m $T/junk.gguf" "info $T/junk.gguf" "perplexity -m $T/junk.gguf -f $T/text.txt" \
+  "serve -m $T/junk.gguf --port 0" "bench -m $T/junk.gguf" "quantize $T/junk.gguf $T/q.gguf q8_0" \
+  "tokenize --vocab $T/junk.gguf hi" "detokenize --vocab $T/junk.gguf 1"; do
+  timeout 60 "$BIN" $c </dev/null >/dev/null 2>>"$T/o5"
+done
+twice=$(grep -E '(^|[ ])([^ :]+): \2:' "$T/o5")
+if [ "$(grep -c "bad magic" "$T/o5")" -ge 9 ] && [ -z "$twice" ]; then
+  ok "a file that is not a model, 9 commands: named once each"
+else nok "doubled file name or missing error: $twice | $(cat "$T/o5")"; fi
 # the context-full line says what to do once
 for f in o1 o2; do
   l=$(grep "context full" "$T/$f" | head -1)

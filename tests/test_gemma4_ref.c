@@ -322,6 +322,12 @@ enum { BV = 19 };
 static const char *const bigram_pieces[BV] = {
     "<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "thought\n",
     "x",     "y",     "A",     "B",     "\n",      "user",    "model",     "system",     "hi"};
+/* --write-bigram-bytes: the same model with the answer's pieces "A" "B" as byte tokens <0xC3> <0xA9>: the answer "é"
+ * arrives split inside its character (tests that outputs which must be UTF-8 join or repair it). */
+static bool bigram_bytes;
+static const char *const bigram_byte_pieces[BV] = {
+    "<pad>", "<eos>", "<bos>",  "<unk>",  "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "thought\n",
+    "x",     "y",     "<0xC3>", "<0xA9>", "\n",      "user",    "model",     "system",     "hi"};
 static int bigram_next(int t) {
     static const int chain[][2] = {{7, 9}, {9, 10}, {10, 11}, {11, 8}, {8, 12}, {12, 13}, {13, 5}};
     for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
@@ -408,9 +414,12 @@ static bool micro_write(const micro *m, const char *path) {
     int32_t types[BV];
     for (int i = 0; i < MVX; i++) scores[i] = -(float)i, types[i] = i < 4 || (m->bigram && i < 9) ? 3 : 1;
     types[3] = 2;
+    if (m->bigram && bigram_bytes) types[12] = types[13] = 6; /* byte-fallback pieces */
     if (s == PB_OK) s = pb_gguf_set_str(w, "tokenizer.ggml.model", "llama");
     if (s == PB_OK)
-        s = pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens", m->bigram ? bigram_pieces : pieces, NULL, (uint64_t)MVX);
+        s = pb_gguf_set_arr_str(w, "tokenizer.ggml.tokens",
+                                m->bigram ? (bigram_bytes ? bigram_byte_pieces : bigram_pieces) : pieces, NULL,
+                                (uint64_t)MVX);
     if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.scores", PB_GGUF_FLOAT32, scores, (uint64_t)MVX);
     if (s == PB_OK) s = pb_gguf_set_arr(w, "tokenizer.ggml.token_type", PB_GGUF_INT32, types, (uint64_t)MVX);
     if (s == PB_OK) s = pb_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
@@ -645,6 +654,10 @@ static void bigram_chat(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0) return write_corpus(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--write-bigram") == 0) return micro_write(&micro_bigram, argv[2]) ? 0 : 1;
+    if (argc == 3 && strcmp(argv[1], "--write-bigram-bytes") == 0) {
+        bigram_bytes = true;
+        return micro_write(&micro_bigram, argv[2]) ? 0 : 1;
+    }
     const char *bin = getenv("PB_BIN");
     if (!bin || access(bin, X_OK) != 0) {
         const char *ci = getenv("CI");

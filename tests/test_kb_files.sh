@@ -33,6 +33,15 @@ chmod 700 "$T/locked"
 head -c 8192 /dev/urandom >"$T/junk.sqlite"
 "$PB" search --db "$T/junk.sqlite" "affinity" >/dev/null 2>"$T/err"; rc=$?
 chk "$([ $rc = 1 ] && grep -q "not an SQLite database" "$T/err" && echo 0)" "a non-database file is named as such ($(cat "$T/err"))"
+# said once: one line naming the file once, for every command that opens a knowledge base (the path was printed twice,
+# "not a database" twice, and serve added a second line)
+for c in "search --db $T/junk.sqlite affinity" "ask --db $T/junk.sqlite --dry-run affinity" "faq --db $T/junk.sqlite list" \
+  "faq --db $T/junk.sqlite add q a" "ingest --db $T/junk.sqlite $T/src" "serve --db $T/junk.sqlite --port 0 -m models/default.gguf"; do
+  timeout 60 "$PB" $c >/dev/null 2>"$T/err"; rc=$?
+  n_path=$(grep -o "junk.sqlite" "$T/err" | wc -l); n_db=$(grep -io "database" "$T/err" | wc -l)
+  chk "$([ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && [ "$n_path" = 1 ] && [ "$n_db" = 1 ] && echo 0)" \
+    "${c%% *} on a non-database: one line, the file named once ($(cat "$T/err"))"
+done
 
 # ---- ingest: a missing path creates no database (item 3) ----
 "$PB" ingest --db "$T/typo.sqlite" "$T/no-such-folder" >/dev/null 2>"$T/err"; rc=$?

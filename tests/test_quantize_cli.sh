@@ -83,5 +83,17 @@ wait $pid; rc=$?
 if [ $rc -ne 0 ] && [ ! -e "$O/int.gguf" ] && [ -z "$(ls "$O" | grep tmp)" ]; then ok "SIGINT mid-run: status $rc, no output, no temp file"
 elif [ $rc = 0 ]; then nok "SIGINT test: quantize finished before the signal"
 else nok "SIGINT left files: $(ls "$O")"; fi
-rm -f "$O/f32.gguf"
+# The input truncated in place while it is read (it is mapped): the CLI says what happened and what to do instead,
+# removes its temp file and ends by SIGBUS (status 135), never a bare "Bus error" with a temp file left behind.
+cp "$O/f32.gguf" "$T/in.gguf"
+"$PB" quantize "$T/in.gguf" "$O/bus.gguf" q2_k --threads 1 >/dev/null 2>"$T/bus.err" &
+pid=$!
+for i in $(seq 1 1000); do ls "$O" | grep -q tmp && break; sleep 0.005; done
+truncate -s 4096 "$T/in.gguf"
+wait $pid; rc=$?
+if [ $rc = 135 ] && has "truncated or rewritten in place" "$T/bus.err" && [ ! -e "$O/bus.gguf" ] && [ -z "$(ls "$O" | grep tmp)" ]; then
+  ok "input truncated while quantizing: SIGBUS named ($(cat "$T/bus.err" | head -c 80)...), no output, no temp file"
+elif [ $rc = 0 ]; then nok "SIGBUS test: quantize finished before the truncation"
+else nok "input truncated while quantizing: status $rc, $(cat "$T/bus.err"), files: $(ls "$O")"; fi
+rm -f "$O/f32.gguf" "$O/bus.gguf"
 if clean_dir "$O"; then ok "no stray files after all runs"; else nok "stray files: $(ls "$O")"; fi

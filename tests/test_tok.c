@@ -2,6 +2,7 @@
  * UTF-8, special tokens, buffers, detokenize, streaming, chat format/tokenize, malformed GGUF keys, a real GGUF. */
 #include "gguf/gguf.h"
 #include "pb_test.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 #include <stdlib.h>
@@ -303,6 +304,27 @@ static void test_load_errors(void) {
           "pb_vocab_open of a missing file: %s", pb_last_error());
 }
 
+/* Text repaired for JSON output: each run of bytes that is not a character becomes one U+FFFD. */
+static void test_utf8_repair(void) {
+    char out[PB_UTF8_REPAIR_CAP(16)];
+    size_t n = pb_utf8_repair("caf\xc3", 4, out);
+    CHECK(n == 6 && strcmp(out, "caf\xef\xbf\xbd") == 0, "a character cut at the end -> U+FFFD");
+    n = pb_utf8_repair("\xe2\x82"
+                       "A",
+                       3, out);
+    CHECK(n == 4 && strcmp(out, "\xef\xbf\xbd"
+                                "A") == 0,
+          "a broken 3-byte start is one U+FFFD, the byte after it kept");
+    n = pb_utf8_repair("a\xff\xc0\xaf\xed\xa0\x80z", 8, out);
+    CHECK(pb_utf8_valid((const uint8_t *)out, n) && strncmp(out, "a\xef\xbf\xbd", 4) == 0 && out[n - 1] == 'z',
+          "invalid lead, overlong, surrogate: all repaired (%zu bytes)", n);
+    n = pb_utf8_repair("\xf4\x90\x80\x80", 4, out);
+    CHECK(pb_utf8_valid((const uint8_t *)out, n), "above U+10FFFF repaired");
+    const char *ok = "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    n = pb_utf8_repair(ok, strlen(ok), out);
+    CHECK(n == strlen(ok) && strcmp(out, ok) == 0, "valid text unchanged");
+}
+
 static void test_real_gguf(void) {
     const char *path = pbt_fixture("model/gemma2-tiny-v.q4_k_m.gguf");
     if (!path) return;
@@ -330,6 +352,7 @@ int main(void) {
     test_chat(v);
     pb_vocab_free(v);
     test_load_errors();
+    test_utf8_repair();
     test_real_gguf();
     TEST_DONE();
 }

@@ -173,9 +173,8 @@ int bench_cold(const char *path, const int *threads, int n_threads, int reps, bo
         if (!json) printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", threads[k], w, w_min, w_max, o, f, cache);
     }
     if (json) {
-        char *js = cJSON_Print(root);
-        printf("%s\n", js ? js : "{}");
-        free(js);
+        cli_json_print(root, true);
+        root = NULL;
     } else
         printf("\n%d fresh processes per thread count; the model file's pages were evicted before each (a "
                "figure above 0%% means they could not all be)\n",

@@ -41,6 +41,8 @@ int cli_fail(const char *cmd, pb_status s, const char *what);
 const char *cli_last_error_as(const char *prefix);
 /* Usage error naming the flag: prints the message and the command's usage line, returns 2. */
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prints only the "usage: ..." line (after a value parser already said what is wrong); returns 2. */
+int cli_usage_line(const char *usage);
 
 /* Strict number parsing: false (and a message) when s is not entirely a number in [lo, hi]. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);

@@ -97,7 +97,8 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
     int r;
 #define VALUE(lng, shrt)                                                                                               \
     ((r = flag(argc, argv, i, lng, shrt, &v)) < 0 ? (cli_usage_error(cmd, usage, "%s needs a value", a), -1) : r)
-#define BAD() return (cli_usage_error(cmd, usage, "bad value for %s", a), 2)
+/* the value's parser (or VALUE) already said what is wrong: only the usage line is left to print */
+#define BAD() return (r < 0 ? 2 : cli_usage_line(usage))
     if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
         o->gpu = a[2] == 'g';
     } else if ((r = VALUE("--model", "-m")) != 0) {
@@ -158,9 +159,11 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
     } else if ((r = VALUE("--kv-type", NULL)) != 0) {
         if (r < 0 || !parse_kv(cmd, v, &o->kv_type)) BAD();
     } else if ((r = VALUE("--mem-limit", NULL)) != 0) {
-        if (r < 0 || !cli_parse_size(cmd, a, v, &o->mem_limit) || o->mem_limit == 0) BAD();
+        if (r < 0 || !cli_parse_size(cmd, a, v, &o->mem_limit)) BAD();
+        if (o->mem_limit == 0) return cli_usage_error(cmd, usage, "--mem-limit must be above 0");
     } else if ((r = VALUE("--thermal", NULL)) != 0) {
-        if (r < 0 || !*v) BAD();
+        if (r < 0) BAD();
+        if (!*v) return cli_usage_error(cmd, usage, "--thermal needs auto, off or a file path");
         o->thermal = v;
     } else if (strcmp(a, "--fit") == 0) {
         o->fit = true;
@@ -290,18 +293,19 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
         return 1;
     }
     if ((r = flag(argc, argv, i, "--ctx", "-c", &v)) != 0) {
-        if (r < 0 || !cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l))
-            return cli_usage_error(cmd, usage, "bad value for %s", a);
+        if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
+        if (!cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l)) return cli_usage_line(usage);
         o->n_ctx = (int)l;
         return 1;
     }
     if ((r = flag(argc, argv, i, "--kv-type", NULL, &v)) != 0) {
-        if (r < 0 || !parse_kv(cmd, v, &o->kv_type)) return cli_usage_error(cmd, usage, "bad value for %s", a);
+        if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
+        if (!parse_kv(cmd, v, &o->kv_type)) return cli_usage_line(usage);
         return 1;
     }
     if ((r = flag(argc, argv, i, "--mem-limit", NULL, &v)) != 0) {
-        if (r < 0 || !cli_parse_size(cmd, a, v, &o->mem_limit))
-            return cli_usage_error(cmd, usage, "bad value for %s", a);
+        if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
+        if (!cli_parse_size(cmd, a, v, &o->mem_limit)) return cli_usage_line(usage);
         return 1;
     }
     return 0;
@@ -394,5 +398,32 @@ bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     cJSON_AddBoolToObject(m, "fits", e.total <= e.available);
     cJSON_AddNumberToObject(m, "max_n_ctx", e.max_n_ctx);
     mem_layers(path, &e, m);
+    return true;
+}
+
+static void json_repair(cJSON *node) {
+    for (cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        if (cJSON_IsString(c) && c->valuestring) {
+            size_t n = strlen(c->valuestring);
+            if (pb_utf8_valid((const uint8_t *)c->valuestring, n)) continue;
+            char *fixed = malloc(PB_UTF8_REPAIR_CAP(n));
+            if (!fixed) continue;
+            pb_utf8_repair(c->valuestring, n, fixed);
+            cJSON_free(c->valuestring);
+            c->valuestring = fixed; /* cJSON frees with free(): no hooks installed */
+        } else if (cJSON_IsArray(c) || cJSON_IsObject(c)) {
+            json_repair(c);
+        }
+    }
+}
+
+bool cli_json_print(void *cjson_object, bool pretty) {
+    cJSON *o = cjson_object;
+    json_repair(o);
+    char *t = pretty ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!t) return false;
+    puts(t);
+    free(t);
     return true;
 }

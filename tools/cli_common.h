@@ -76,6 +76,10 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
 bool cli_mem_print(const char *path, const cli_mem_opts *o);
 /* Adds a "memory" object to a cJSON object (passed as void * so this header needs no cJSON). */
 bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object);
+/* Prints a cJSON tree (pretty or on one line) + newline to stdout and deletes it. Every string in it that is not
+ * valid UTF-8 (generated text cut inside a character, a file name, GGUF metadata) is repaired first (U+FFFD), so the
+ * output always parses as JSON. False when out of memory. */
+bool cli_json_print(void *cjson_object, bool pretty);
 
 /* Names: "f16" / "q8_0" / "f32". */
 const char *cli_kv_name(pb_kv_type t);

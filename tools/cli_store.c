@@ -18,8 +18,17 @@ pb_store *cli_store_open_existing(const char *cmd, const char *path, const char 
     pb_store *st = NULL;
     pb_status s = pb_store_open_readonly(path, &st);
     if (s != PB_OK) {
-        cli_fail(cmd, s, path);
+        cli_store_fail(cmd, s, path);
         return NULL;
     }
     return st;
+}
+
+int cli_store_fail(const char *cmd, pb_status s, const char *path) {
+    /* the store's messages name the file ("store 'kb.sqlite': ..."): not a second time in front of them */
+    if (strstr(pb_last_error(), path)) {
+        cli_err(cmd, "%s", pb_last_error());
+        return 1;
+    }
+    return cli_fail(cmd, s, path);
 }

@@ -1,4 +1,4 @@
-/* cli_store.h -- CLI helper shared by the commands that read a knowledge base (ask, search, serve). */
+/* cli_store.h -- CLI helpers shared by the commands that use a knowledge base (ask, search, serve, ingest, faq). */
 #ifndef PB_CLI_STORE_H
 #define PB_CLI_STORE_H
 
@@ -9,5 +9,8 @@
  * it, never a silently created empty database; any other failure (permission, I/O, a corrupt or foreign
  * file) is reported as what it is. Prints the message; returns NULL on failure. */
 pb_store *cli_store_open_existing(const char *cmd, const char *path, const char *create_hint);
+/* Prints a store failure for the database at path once: the store's messages already name the file, so the path
+ * is put in front only when the message lacks it. Returns 1. */
+int cli_store_fail(const char *cmd, pb_status s, const char *path);
 
 #endif

@@ -2,6 +2,7 @@
  * generate an answer grounded in them with numbered citations, and fall back to the FAQ when generation
  * fails or is too slow. Retrieval, prompt and citation logic live in src/store; this file wires the model. */
 #include "cli.h"
+#include "cli_common.h"
 #include "library.h"
 #include "cli_store.h"
 #include "gguf/gguf.h"
@@ -154,12 +155,7 @@ static cJSON *json_cites(const pb_store_prompt *pr, const bool *used) {
     return arr;
 }
 
-static void json_print(cJSON *o) {
-    char *t = cJSON_PrintUnformatted(o);
-    if (t) puts(t);
-    free(t);
-    cJSON_Delete(o);
-}
+static void json_print(cJSON *o) { cli_json_print(o, false); }
 
 /* Prints the FAQ fallback; returns the exit status (0 answered, 1 nothing to fall back on). */
 static int fallback(const char *faq_db, pb_store *kb, const char *question, const char *reason, bool json,

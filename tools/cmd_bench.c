@@ -93,6 +93,9 @@ static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, i
     mp.gpu = gpu;
     pb_status st = pb_model_open(path, &mp, &m);
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
+    pb_model_info info; /* a small model: its own training context, when the tests fit in it */
+    if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train >= need && sp.n_ctx > info.n_ctx_train)
+        res->n_ctx = sp.n_ctx = info.n_ctx_train;
     pb_session *s;
     if ((st = pb_session_new(m, &sp, &s)) != PB_OK) {
         pb_model_close(m);
@@ -214,16 +217,16 @@ PB_CMD(bench) {
                 return cli_usage_error("bench", usage, "%s expects a list like 1,2,4 (1..256, at most %d)", a, MAX_T);
             i++;
         } else if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
-            if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_error("bench", usage, "bad %s", a);
+            if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_line(usage);
             i++;
         } else if (strcmp(a, "--kv-type") == 0) {
             if (!v) return cli_usage_error("bench", usage, "--kv-type needs a value");
@@ -302,10 +305,7 @@ PB_CMD(bench) {
             cJSON_AddNumberToObject(o, "n_ctx", res[k].n_ctx);
             cJSON_AddItemToArray(runs, o);
         }
-        char *s = cJSON_Print(root);
-        printf("%s\n", s ? s : "{}");
-        free(s);
-        cJSON_Delete(root);
+        cli_json_print(root, true);
         return 0;
     }
     printf("| model | size | params | threads / GPU | test | t/s (median) | min | max |\n");

@@ -1,5 +1,6 @@
 /* cmd_faq.c -- `pocketbrain faq`: manage the FAQ fallback pairs (add, import, list) and test matching. */
 #include "cli.h"
+#include "cli_common.h"
 #include "cli_store.h"
 #include "store/store.h"
 
@@ -69,7 +70,7 @@ PB_CMD(faq) {
     if (!strcmp(act, "list") || !strcmp(act, "match")) { /* reading: never create (or write) the database */
         if (!(st = cli_store_open_existing("faq", db, "pocketbrain faq --db FILE add|import"))) return 1;
     } else if ((s = pb_store_open(db, &st)))
-        return cli_fail("faq", s, "open");
+        return cli_store_fail("faq", s, db);
     int rc = 0;
     if (!strcmp(act, "add")) {
         int64_t id;
@@ -88,9 +89,8 @@ PB_CMD(faq) {
         if ((s = pb_store_faq_list(st, print_pair, &c)))
             rc = cli_fail("faq", s, "list");
         else if (json) {
-            char *t = cJSON_PrintUnformatted(c.arr);
-            if (t) puts(t);
-            free(t);
+            cli_json_print(c.arr, false);
+            c.arr = NULL;
         }
         cJSON_Delete(c.arr);
     } else {
@@ -108,10 +108,7 @@ PB_CMD(faq) {
                 cJSON_AddNumberToObject(o, "score", m.score);
                 cJSON_AddStringToObject(o, "question", m.question);
                 cJSON_AddStringToObject(o, "answer", m.answer);
-                char *t = cJSON_PrintUnformatted(o);
-                if (t) puts(t);
-                free(t);
-                cJSON_Delete(o);
+                cli_json_print(o, false);
             } else {
                 printf("#%lld [%.3f] %s\n%s\n", (long long)m.id, m.score, m.question, m.answer);
             }

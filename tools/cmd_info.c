@@ -374,14 +374,10 @@ static int print_json(summary *S, bool kv, bool tensors) {
             cJSON_AddItemToArray(ta, o);
         }
     }
-    char *out = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!out) {
+    if (!cli_json_print(root, true)) {
         cli_err("info", "out of memory printing JSON");
         return 1;
     }
-    printf("%s\n", out);
-    free(out);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /* cmd_ingest.c -- `pocketbrain ingest`: add files and folders to a knowledge base (src/store does the work;
  * this file parses flags, prints per-file messages, the progress bar and the summary). */
 #include "cli.h"
+#include "cli_store.h"
 #include "library.h"
 #include "store/store.h"
 #include "store/store_embed.h"
@@ -151,7 +152,7 @@ PB_CMD(ingest) {
     if (s) {
         pb_vocab_free(vocab);
         free(paths);
-        return cli_fail("ingest", s, "open");
+        return cli_store_fail("ingest", s, db);
     }
     char how[600];
     if (vocab_path)

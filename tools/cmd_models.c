@@ -1,5 +1,6 @@
 /* cmd_models.c -- `pocketbrain models` (list the library) and `pocketbrain rm NAME...` (remove from it). */
 #include "cli.h"
+#include "cli_common.h"
 #include "library.h"
 
 #include <cjson/cJSON.h>
@@ -50,10 +51,7 @@ PB_CMD(models) {
             cJSON_AddStringToObject(o, "source", v[i].source);
             cJSON_AddItemToArray(arr, o);
         }
-        char *t = cJSON_Print(root);
-        cJSON_Delete(root);
-        if (t) printf("%s\n", t);
-        free(t);
+        cli_json_print(root, true);
     } else if (n == 0) {
         printf("no models in %s yet; get one with: pocketbrain pull gemma-2-2b-it\n", lib_dir());
     } else {

@@ -1,6 +1,7 @@
 /* cmd_pull.c -- `pocketbrain pull REF`: catalog name, hf:OWNER/REPO/FILE[@REV] or URL -> a checked model in
  * the library. Resolves the reference and the library name, holds the model's lock, runs tools/fetch.c,
  * opens the result as a model (the `info` checks) and only then renames it into place. */
+#include "base/base.h"
 #include "catalog.h"
 #include "cli.h"
 #include "fetch.h"
@@ -328,10 +329,20 @@ PB_CMD(pull) {
     snprintf(e.sha256, sizeof e.sha256, "%s", fr.sha256);
     snprintf(e.verified_by, sizeof e.verified_by, "%s", fr.verified_by[0] ? fr.verified_by : "none");
     snprintf(e.source, sizeof e.source, "%s", src.url);
-    if (!lib_write_manifest(&e) || rename(part, target) != 0) {
+    /* the model file is renamed into place: only over nothing or a regular file (never a link or device) */
+    if (pb_output_check(target) != PB_OK) {
+        cli_err("pull", "%s", pb_last_error());
+        goto done;
+    }
+    if (!lib_write_manifest(&e)) {
+        cli_err("pull", "cannot write the manifest of %s in %s: %s", src.name, lib_dir(), pb_last_error());
+        goto done;
+    }
+    if (rename(part, target) != 0) {
         cli_err("pull", "cannot put %s into the library (%s): %s", src.name, target, strerror(errno));
         goto done;
     }
+    pb_sync_dir_of(target); /* the rename itself durable */
     unlink(state);
     printf("pulled %s: %s (%.1f MiB, %s %s, context %d)\n", src.name, target, (double)e.size / (1024.0 * 1024.0),
            e.arch[0] ? e.arch : "?", e.quant[0] ? e.quant : "?", e.n_ctx);

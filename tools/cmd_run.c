@@ -209,10 +209,7 @@ PB_CMD(run) {
                                 gs.t_generate_ms > 0 ? (double)gs.n_generated * 1000.0 / gs.t_generate_ms : 0);
         cJSON_AddNumberToObject(root, "n_ctx", (double)pb_session_n_ctx(s));
         if (st != PB_OK) cJSON_AddStringToObject(root, "error", pb_last_error());
-        char *js = cJSON_PrintUnformatted(root);
-        printf("%s\n", js ? js : "{}");
-        free(js);
-        cJSON_Delete(root);
+        cli_json_print(root, false);
     } else if (!out.ends_nl) {
         putchar('\n');
     }

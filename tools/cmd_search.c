@@ -1,6 +1,7 @@
 /* cmd_search.c -- `pocketbrain search`: ranked chunks for a query (BM25; with --embed-model also vectors,
  * fused by reciprocal rank), as text or JSON. */
 #include "cli.h"
+#include "cli_common.h"
 #include "cli_store.h"
 #include "store/store.h"
 #include "store/store_embed.h"
@@ -111,10 +112,7 @@ PB_CMD(search) {
             cJSON_AddStringToObject(h, "text", hits[i].text);
             cJSON_AddItemToArray(arr, h);
         }
-        char *out = cJSON_PrintUnformatted(root);
-        if (out) puts(out);
-        free(out);
-        cJSON_Delete(root);
+        cli_json_print(root, false);
     } else {
         if (n == 0) printf("no results for \"%s\"\n", query);
         for (int i = 0; i < n; i++) {

@@ -203,8 +203,8 @@ int cmd_serve(int argc, char **argv) {
         if (lib[i].file[0]) list[p.n_models++] = (pb_server_model){lib[i].name, lib[i].file};
     p.models = list;
     if ((db || faq)) {
-        if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) {
-            cli_err(cmd, "cannot use the knowledge base / FAQ database (--db/--faq)");
+        if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) { /* cli_kb_hooks said why */
+            if (!cli_kb_hooks) cli_err(cmd, "this build cannot use a knowledge base / FAQ database (--db/--faq)");
             free(list);
             free(lib);
             pb_model_close(m);

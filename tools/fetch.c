@@ -102,13 +102,15 @@ static void state_write(const xfer *x) {
     cJSON_AddNumberToObject(o, "size", (double)x->total);
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    char tmp[PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", x->o->state);
-    FILE *f = t ? fopen(tmp, "wb") : NULL;
-    bool ok = f && fputs(t, f) >= 0;
-    if (f && fclose(f) != 0) ok = false;
-    if (ok && rename(tmp, x->o->state) != 0) ok = false;
-    if (!ok) unlink(tmp);
+    /* the atomic writer (random O_EXCL temp name, never through a link): a state file that cannot be written only
+     * costs the resume */
+    pb_atomic_file f;
+    if (t && pb_atomic_open(x->o->state, &f) == PB_OK) {
+        if (pb_atomic_write(&f, t, strlen(t)) == PB_OK)
+            pb_atomic_commit(&f);
+        else
+            pb_atomic_abort(&f);
+    }
     free(t);
 }
 
@@ -496,8 +498,21 @@ int fetch_file(const fetch_opts *o, fetch_result *r, char *err, size_t cap) {
     x.tty = isatty(2);
     x.t0 = x.t_last = pb_time_ms();
     x.last_step = -1;
+    /* the part is appended to in place (resume), so not through the atomic writer: never through a symbolic link
+     * (O_NOFOLLOW) and only into a regular file */
+    if (pb_output_check(o->part) != PB_OK) {
+        snprintf(err, cap, "%s", pb_last_error());
+        return FETCH_FAIL;
+    }
     x.md = EVP_MD_CTX_new();
-    x.fd = open(o->part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    x.fd = open(o->part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    struct stat pst;
+    if (x.fd >= 0 && (fstat(x.fd, &pst) != 0 || !S_ISREG(pst.st_mode))) {
+        snprintf(err, cap, "'%s' is not a regular file: refusing to write into it", o->part);
+        EVP_MD_CTX_free(x.md);
+        close(x.fd);
+        return FETCH_FAIL;
+    }
     if (!x.md || x.fd < 0 || EVP_DigestInit_ex(x.md, EVP_sha256(), NULL) != 1) {
         snprintf(err, cap, "cannot open '%s': %s", o->part, x.fd < 0 ? strerror(errno) : "no SHA-256");
         EVP_MD_CTX_free(x.md);

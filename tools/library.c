@@ -1,6 +1,7 @@
 /* library.c -- the model library: directory, manifests (<name>.json beside <name>.gguf), per-model locks,
  * `-m NAME` resolution. Reads GGUF metadata only (never the weights); no network. */
 #include "library.h"
+#include "base/base.h"
 #include "catalog.h"
 #include "cli.h"
 #include "gguf/gguf.h"
@@ -112,15 +113,17 @@ bool lib_write_manifest(const lib_entry *e) {
     put_str(o, "source", e->source);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
-    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    char path[PATH_MAX];
     bool ok = text && lib_path(e->name, ".json", path, sizeof path);
-    if (ok) {
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-        FILE *f = fopen(tmp, "wb");
-        ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-        if (f && fclose(f) != 0) ok = false;
-        if (ok) ok = rename(tmp, path) == 0;
-        if (!ok) unlink(tmp);
+    pb_atomic_file f;
+    if (ok && pb_atomic_open(path, &f) == PB_OK) { /* random O_EXCL temp name; a link or device there is refused */
+        ok = pb_atomic_write(&f, text, strlen(text)) == PB_OK && pb_atomic_write(&f, "\n", 1) == PB_OK;
+        if (ok)
+            ok = pb_atomic_commit(&f) == PB_OK;
+        else
+            pb_atomic_abort(&f);
+    } else {
+        ok = false;
     }
     free(text);
     return ok;
@@ -211,8 +214,14 @@ int lib_lock(const char *name, bool wait) {
         errno = ENAMETOOLONG;
         return -1;
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a planted link */
     if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
     if (errno == EWOULDBLOCK && !wait) {
         close(fd);

@@ -112,6 +112,16 @@ void cli_err(const char *cmd, const char *fmt, ...) {
 
 int cli_fail(const char *cmd, pb_status s, const char *what) {
     const char *e = pb_last_error();
+    size_t n = strlen(what);
+    if (e[0] && strncmp(e, what, n) == 0 && e[n] == ':') { /* the library already says what: "m.gguf: m.gguf: ..." */
+        fprintf(stderr, "pocketbrain %s: %s\n", cmd, e);
+        return 1;
+    }
+    /* "cannot create session" + "session: n_ctx ..." -> "cannot create session: n_ctx ...", not "session: session:" */
+    const char *last = strrchr(what, ' ');
+    last = last ? last + 1 : what;
+    size_t l = strlen(last);
+    if (l && strncmp(e, last, l) == 0 && e[l] == ':' && e[l + 1] == ' ') e += l + 2;
     fprintf(stderr, "pocketbrain %s: %s: %s\n", cmd, what, e[0] ? e : pb_status_name(s));
     return 1;
 }
@@ -123,6 +133,11 @@ const char *cli_last_error_as(const char *prefix) {
     if (strncmp(e, prefix, n) == 0 && e[n] == ':') return e;
     snprintf(buf, sizeof buf, "%s: %s", prefix, e);
     return buf;
+}
+
+int cli_usage_line(const char *usage) {
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
 }
 
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {

@@ -99,6 +99,8 @@ pb_status pb_atomic_open(const char *path, pb_atomic_file *out);
  * PB_ERR_IO naming what is there. For outputs not written through pb_atomic_* (a database). */
 pb_status pb_output_check(const char *path);
 pb_status pb_atomic_write(pb_atomic_file *f, const void *data, size_t n);
+/* fsyncs the directory that holds path (after a rename into it; filesystems that cannot are not an error). */
+pb_status pb_sync_dir_of(const char *path);
 pb_status pb_atomic_commit(pb_atomic_file *f);
 void pb_atomic_abort(pb_atomic_file *f);
 /* Removes every temp file still open in this process (called from SIGINT/SIGTERM handlers by tools;

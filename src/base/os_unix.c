@@ -255,6 +255,19 @@ pb_status pb_output_check(const char *path) {
     return PB_OK;
 }
 
+pb_status pb_sync_dir_of(const char *path) {
+    pb_status s = PB_OK;
+    char *dir = dir_of(path);
+    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
+            s = pb_error(PB_ERR_IO, "cannot sync directory '%s': %s", dir, strerror(errno));
+        close(dfd);
+    }
+    free(dir);
+    return s;
+}
+
 pb_status pb_atomic_open(const char *path, pb_atomic_file *out) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
@@ -316,16 +329,7 @@ pb_status pb_atomic_commit(pb_atomic_file *f) {
     if (s == PB_OK && rename(f->tmp_path, f->path) != 0)
         s = pb_error(PB_ERR_IO, "cannot rename '%s' to '%s': %s", f->tmp_path, f->path, strerror(errno));
     if (s != PB_OK) unlink(f->tmp_path);
-    if (s == PB_OK) { /* make the rename itself durable: sync the directory entry */
-        char *dir = dir_of(f->path);
-        int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (dfd >= 0) {
-            if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-                s = pb_error(PB_ERR_IO, "cannot sync directory '%s': %s", dir, strerror(errno));
-            close(dfd);
-        }
-        free(dir);
-    }
+    if (s == PB_OK) s = pb_sync_dir_of(f->path); /* make the rename itself durable: sync the directory entry */
     tmp_unregister(f->tmp_path);
     free(f->path);
     free(f->tmp_path);

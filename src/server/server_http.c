@@ -29,7 +29,24 @@ enum MHD_Result pb_server_send_text(pb_server *srv, struct MHD_Connection *c, un
     return ret;
 }
 
+void pb_server_json_repair(cJSON *node) {
+    for (cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        if (cJSON_IsString(c) && c->valuestring) {
+            size_t n = strlen(c->valuestring);
+            if (pb_utf8_valid((const uint8_t *)c->valuestring, n)) continue;
+            char *fixed = malloc(PB_UTF8_REPAIR_CAP(n));
+            if (!fixed) continue;
+            pb_utf8_repair(c->valuestring, n, fixed);
+            cJSON_free(c->valuestring);
+            c->valuestring = fixed; /* cJSON frees it with free(): the server installs no other hooks */
+        } else if (cJSON_IsArray(c) || cJSON_IsObject(c)) {
+            pb_server_json_repair(c);
+        }
+    }
+}
+
 enum MHD_Result pb_server_send_json(pb_server *srv, struct MHD_Connection *c, unsigned code, cJSON *obj) {
+    pb_server_json_repair(obj);
     char *txt = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!txt) return MHD_NO;
@@ -74,13 +91,22 @@ static bool auth_ok(pb_server *srv, struct MHD_Connection *c) {
 /* 405 with the Allow header the client needs. */
 static enum MHD_Result send_405(pb_server *srv, struct MHD_Connection *c, const char *allow, const char *method,
                                 const char *url) {
-    char msg[300];
-    snprintf(msg, sizeof msg,
-             "{\"error\":{\"message\":\"%.10s is not allowed on this route; use %s\","
-             "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"method_not_allowed\"}}",
-             method, allow);
+    /* through cJSON: the method is the client's text (quotes, bytes that are not UTF-8) */
+    char text[300];
+    snprintf(text, sizeof text, "%.10s is not allowed on this route; use %s", method, allow);
     (void)url;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", text);
+    cJSON_AddStringToObject(e, "type", "invalid_request_error");
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddStringToObject(e, "code", "method_not_allowed");
+    pb_server_json_repair(o);
+    char *msg = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!msg) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(msg), msg, MHD_RESPMEM_MUST_COPY);
+    free(msg);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Allow", allow);

@@ -14,6 +14,7 @@
 #define PB_SERVER_INTERNAL_H
 
 #include "server/server.h"
+#include "tokenizer/utf8.h"
 
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -57,6 +58,8 @@ typedef struct job {
     pb_gen_params gen;
     char **stop;
     int n_stop;
+    int32_t *bias_ids; /* "logit_bias", for gen.sampler (owned) */
+    float *bias_values;
     char id[48];
     long long created;
     char *sources_json; /* knowledge-base citations, or NULL */
@@ -198,6 +201,9 @@ void *pb_server_slot_main(void *arg);
 
 /* SSE event with a JSON payload (takes ownership of obj). Caller holds j->mu. */
 void pb_server_sse_event(job *j, cJSON *obj);
+/* Replaces every string value in the tree that is not valid UTF-8 by its repair (U+FFFD for bad bytes), so no JSON
+ * the server sends carries raw bytes (a URL's %FF, a model file's name, generated text). */
+void pb_server_json_repair(cJSON *node);
 /* A chunk object: chat delta (with the role when role is set) or completion text; finish NULL = null. */
 cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *content, size_t len, bool role,
                            const char *finish);

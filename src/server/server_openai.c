@@ -4,6 +4,8 @@
 #include "server/server_internal.h"
 #include "tokenizer/utf8.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +67,17 @@ static bool bad_utf8(const cJSON *node, char *path, size_t cap, size_t len) {
         if (cJSON_IsString(c) && !pb_utf8_valid((const uint8_t *)c->valuestring, strlen(c->valuestring))) return true;
         if ((cJSON_IsArray(c) || cJSON_IsObject(c)) && bad_utf8(c, path, cap, n)) return true;
         path[len] = 0;
+    }
+    return false;
+}
+
+/* True when the JSON text holds a \u0000 escape: cJSON keeps such a string only up to the NUL, so the text would be
+ * cut short without a word. */
+static bool has_nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 5 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') return true;
+        i++; /* skip the escaped character: an escaped backslash never starts an escape */
     }
     return false;
 }
@@ -183,6 +196,59 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
         j->gen.stop = (const char *const *)j->stop;
         j->gen.n_stop = j->n_stop;
     }
+    /* "logit_bias": {"token id": -100..100}, as OpenAI takes it; -100 bans the token */
+    cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (lb && !cJSON_IsNull(lb)) {
+        int n = cJSON_IsObject(lb) ? cJSON_GetArraySize(lb) : -1;
+        if (n < 0 || n > 1024)
+            return perr(e, "logit_bias", "'logit_bias' must be an object of at most 1024 {\"token id\": bias}");
+        j->bias_ids = malloc((size_t)(n ? n : 1) * sizeof *j->bias_ids);
+        j->bias_values = malloc((size_t)(n ? n : 1) * sizeof *j->bias_values);
+        if (!j->bias_ids || !j->bias_values) return perr(e, NULL, "out of memory");
+        int k = 0;
+        cJSON *b;
+        cJSON_ArrayForEach(b, lb) {
+            char *end = NULL;
+            errno = 0;
+            long id = b->string ? strtol(b->string, &end, 10) : -1;
+            if (!b->string || !*b->string || *end || errno || id < 0 || id > INT32_MAX)
+                return perr(e, "logit_bias", "'logit_bias' keys must be token ids (decimal integers), got '%.40s'",
+                            b->string ? b->string : "");
+            if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100 && b->valuedouble <= 100))
+                return perr(e, "logit_bias", "'logit_bias' values must be numbers from -100 to 100 (token %ld)", id);
+            j->bias_ids[k] = (int32_t)id;
+            j->bias_values[k++] = b->valuedouble <= -100 ? -INFINITY : (float)b->valuedouble;
+        }
+        j->gen.sampler.bias_ids = j->bias_ids;
+        j->gen.sampler.bias_values = j->bias_values;
+        j->gen.sampler.n_bias = k;
+    }
+    /* what this server does not do is refused, not silently ignored: the client would read an answer that lacks
+     * what it asked for (log probabilities, tool calls, JSON output) */
+    cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0))
+        return perr(e, "logprobs", "'logprobs' is not supported by this server");
+    cJSON *tlp = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
+    if (cJSON_IsNumber(tlp) && tlp->valuedouble > 0)
+        return perr(e, "top_logprobs", "'top_logprobs' is not supported by this server");
+    static const char *const tool_fields[] = {"tools", "functions"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(root, tool_fields[k]);
+        if (t && !cJSON_IsNull(t) && !(cJSON_IsArray(t) && cJSON_GetArraySize(t) == 0))
+            return perr(e, tool_fields[k], "'%s' (function calling) is not supported by this server", tool_fields[k]);
+    }
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if (tc && !cJSON_IsNull(tc) &&
+        !(cJSON_IsString(tc) && (strcmp(tc->valuestring, "none") == 0 || strcmp(tc->valuestring, "auto") == 0)))
+        return perr(e, "tool_choice", "'tool_choice' other than \"none\" or \"auto\" is not supported by this server");
+    cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        cJSON *ty = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") != 0)
+            return perr(e, "response_format",
+                        "'response_format' other than {\"type\": \"text\"} is not supported by "
+                        "this server");
+    }
     /* the engine's own rules, so a value it would refuse is a 400 now, not a failure after queueing */
     /* the vocabulary size under the lock: a model switch clears srv->vocab before it closes the model */
     pthread_mutex_lock(&srv->mu);
@@ -190,10 +256,10 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     pthread_mutex_unlock(&srv->mu);
     if (pb_gen_params_check(&j->gen, n_vocab) != PB_OK) {
         static const char *const fields[] = {
-            "top_p", "min_p", "top_k", "temperature", "presence_penalty", "frequency_penalty", "stop"};
+            "top_p", "min_p", "top_k", "temperature", "presence_penalty", "frequency_penalty", "stop", "logit bias"};
         const char *msg = pb_last_error(), *param = NULL;
         for (size_t k = 0; k < sizeof fields / sizeof *fields && !param; k++)
-            if (strstr(msg, fields[k])) param = fields[k];
+            if (strstr(msg, fields[k])) param = k == 7 ? "logit_bias" : fields[k];
         return perr(e, param, "%s", msg);
     }
     return true;
@@ -286,6 +352,15 @@ static bool parse_completion(pb_server *srv, cJSON *root, job *j, parse_err *e) 
     cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1) prompt = cJSON_GetArrayItem(prompt, 0);
     if (!cJSON_IsString(prompt)) return perr(e, "prompt", "'prompt' must be a string");
+    /* completion options this server does not do: refused, not ignored */
+    cJSON *echo = cJSON_GetObjectItemCaseSensitive(root, "echo");
+    if (cJSON_IsTrue(echo)) return perr(e, "echo", "'echo' is not supported by this server");
+    cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
+    if (cJSON_IsNumber(bo) && bo->valuedouble != 1)
+        return perr(e, "best_of", "'best_of' other than 1 is not supported");
+    cJSON *sfx = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (cJSON_IsString(sfx) && sfx->valuestring[0])
+        return perr(e, "suffix", "'suffix' is not supported by this server");
     if (!parse_gen(srv, root, j, e)) return false;
     j->question = pb_strdup(prompt->valuestring);
     j->text = pb_strdup(prompt->valuestring);
@@ -399,6 +474,11 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
         return pb_server_send_error(srv, c, 400, "invalid_request_error", where, "invalid_utf8",
                                     "'%s' is not valid UTF-8 text", where);
     }
+    if (has_nul_escape(rq->body ? rq->body : "", rq->len)) {
+        cJSON_Delete(root);
+        return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_text",
+                                    "the request's text contains a NUL character (\\u0000)");
+    }
     /* the model named in the request is loaded (or this waits for it) before its prompt is tokenized */
     cJSON *mf = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (mf && !cJSON_IsNull(mf) && !cJSON_IsString(mf)) {
@@ -480,6 +560,11 @@ enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", "content", NULL,
                                     "'content' must be a string");
+    }
+    if (has_nul_escape(rq->body ? rq->body : "", rq->len)) {
+        cJSON_Delete(root);
+        return pb_server_send_error(srv, c, 400, "invalid_request_error", "content", "invalid_text",
+                                    "'content' contains a NUL character (\\u0000)");
     }
     int64_t n = 0;
     const char *t = content->valuestring;

@@ -16,6 +16,8 @@ void pb_server_job_release(job *j) {
     if (j->holds_model) pb_server_model_release(j->srv);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->stop);
+    free(j->bias_ids);
+    free(j->bias_values);
     free(j->prompt);
     free(j->out);
     free(j->sources_json);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 void pb_server_sse_event(job *j, cJSON *obj) {
+    pb_server_json_repair(obj);
     char *txt = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!txt) return;

@@ -182,7 +182,9 @@ static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     }
     if (s) {
         int code = sqlite3_errcode(st->db);
-        if (code == SQLITE_NOTADB) pb_error_prefix(s, "not a knowledge base (not an SQLite database): ");
+        if (code ==
+            SQLITE_NOTADB) /* said once, in words: not "...not an SQLite database): ... file is not a database" */
+            s = pb_error(PB_ERR_FORMAT, "store '%s': not a knowledge base (not an SQLite database)", path);
         pb_store_close(st);
         return s;
     }

@@ -1,4 +1,5 @@
-/* utf8.h -- strict UTF-8 helpers for the tokenizer (RFC 3629: no overlongs, no surrogates, <= U+10FFFF). */
+/* utf8.h -- strict UTF-8 helpers for the tokenizer (RFC 3629: no overlongs, no surrogates, <= U+10FFFF) and the
+ * repair of text for outputs that must be UTF-8 (JSON). */
 #ifndef PB_TOKENIZER_UTF8_H
 #define PB_TOKENIZER_UTF8_H
 
@@ -67,5 +68,12 @@ static inline int pb_utf8_valid(const uint8_t *s, size_t n) {
     }
     return 1;
 }
+
+/* in[0..n) made valid UTF-8 for outputs that must be (JSON): each run of bytes that is not a character (at most
+ * the longest valid start of one) becomes one U+FFFD. out needs PB_UTF8_REPAIR_CAP(n) bytes and is NUL-terminated;
+ * returns its length. Generated text needs no repair (pb_detok_stream emits whole characters); names and metadata
+ * read from files and URLs do. */
+#define PB_UTF8_REPAIR_CAP(n) (3 * (size_t)(n) + 1)
+size_t pb_utf8_repair(const char *in, size_t n, char *out);
 
 #endif

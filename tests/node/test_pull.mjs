@@ -332,6 +332,35 @@ for (const ignoreIfRange of [false, true]) {
   else chk(r.status === 0 && frames.length >= 2 && good(lib, 't'), `terminal progress: ${frames.length} frames like ${JSON.stringify(frames[0])}`, { err: r.stdout || '' });
 }
 
+// 15. the library's files are never written through a planted symbolic link (issue 18 item 1: every writer)
+{
+  srv.reset({ file: model });
+  const { env: e, lib } = env();
+  fs.mkdirSync(lib, { recursive: true });
+  const victim = path.join(tmp, 'victim-part');
+  fs.writeFileSync(victim, 'precious');
+  fs.symlinkSync(victim, path.join(lib, 'p.gguf.part'));
+  let r = await run(['pull', URL_(), '--name', 'p'], e);
+  chk(r.code === 1 && /symbolic link/.test(r.err) && fs.readFileSync(victim, 'utf8') === 'precious' && !exists(target(lib, 'p')),
+    `a symlink at the part's name is refused, its target untouched (exit ${r.code})`, r);
+  // the resume state's temp name was "<state>.tmp", opened with fopen(): a link there redirected the write
+  const victim2 = path.join(tmp, 'victim-state');
+  fs.writeFileSync(victim2, 'precious');
+  fs.symlinkSync(victim2, path.join(lib, 's.gguf.part.json.tmp'));
+  r = await run(['pull', URL_(), '--name', 's'], e);
+  chk(r.code === 0 && good(lib, 's') && fs.readFileSync(victim2, 'utf8') === 'precious',
+    `a symlink at the old predictable state temp name is not followed (exit ${r.code})`, r);
+  // the model file itself: a link at the target is refused, not replaced
+  const victim3 = path.join(tmp, 'victim-target');
+  fs.writeFileSync(victim3, 'precious');
+  fs.symlinkSync(victim3, target(lib, 't'));
+  r = await run(['pull', URL_(), '--name', 't', '--force'], e);
+  chk(r.code === 1 && /symbolic link/.test(r.err) && fs.lstatSync(target(lib, 't')).isSymbolicLink() &&
+    fs.readFileSync(victim3, 'utf8') === 'precious', `a symlink at the model's name is refused, left as it is (exit ${r.code})`, r);
+  const left = fs.readdirSync(lib).filter((f) => /\.tmp\./.test(f));
+  check(left.length === 0, 'no temp file left in the library: ' + left.join(' '));
+}
+
 await srv.close();
 fs.rmSync(tmp, { recursive: true, force: true });
 note(`model ${pickModel()} (${size} bytes)`);

@@ -56,6 +56,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     check(cancelled >= 2, `both admitted abandoned requests counted as cancelled (${cancelled})`);
   } catch (e) { check(false, 'unexpected error: ' + e.stack); }
   await stopServer(srv);
+  check(!/ (GET|POST) \/(v1|metrics)/.test(srv.stderr()), '--quiet: no request log lines on stderr');
 }
 
 // ---- 6: the context filling up while answering -> 200 with finish_reason "length" ---------------------------
@@ -92,6 +93,26 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     await bad('invalid UTF-8 in a message', badUtf8, 'messages[0].content');
     const badUtf8c = Buffer.concat([Buffer.from('{"prompt":"a'), Buffer.from([0xc0, 0xaf]), Buffer.from('"}')]);
     await bad('invalid UTF-8 in a completion prompt', badUtf8c, 'prompt', '/v1/completions');
+    // what the server does not do is refused, never silently ignored (the client would miss what it asked for)
+    await bad('logprobs: true', chat({ logprobs: true }), 'logprobs');
+    await bad('tools (function calling)', chat({ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }), 'tools');
+    await bad('tool_choice: required', chat({ tool_choice: 'required' }), 'tool_choice');
+    await bad('response_format json_object', chat({ response_format: { type: 'json_object' } }), 'response_format');
+    await bad('echo on a completion', JSON.stringify({ prompt: 'a', echo: true }), 'echo', '/v1/completions');
+    // logit_bias is done, with the engine's rules: ids in the vocabulary, values -100..100
+    await bad('logit_bias id outside the vocabulary', chat({ logit_bias: { 999999: 5 } }), 'logit_bias');
+    await bad('logit_bias key not an id', chat({ logit_bias: { harbor: 5 } }), 'logit_bias');
+    await bad('logit_bias value 101', chat({ logit_bias: { 1000: 101 } }), 'logit_bias');
+    const lb = await raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 3, temperature: 0, logit_bias: { 1500: 100 } }) });
+    const lbText = lb.status === 200 ? JSON.parse(lb.body).choices[0].message.content : '';
+    check(lb.status === 200 && lbText === ' show show show', `logit_bias {1500: 100} makes token 1500 every token: ${lb.status} ${JSON.stringify(lbText)}`);
+    const okFalse = await raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 2, logprobs: false, tools: [], response_format: { type: 'text' } }) });
+    check(okFalse.status === 200, `logprobs false, empty tools, response_format text are fine: ${okFalse.status}`);
+    // a \u0000 in the text would be cut there by the JSON parser without a word: refused
+    const nul = await raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: '{"messages":[{"role":"user","content":"a\\u0000b"}]}' });
+    check(nul.status === 400 && /NUL/.test(nul.body), 'a NUL character (\\u0000) in a message -> ' + nul.status + ' ' + nul.body.slice(0, 100));
+    const esc = await raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: '{"messages":[{"role":"user","content":"a\\\\u0000b"}],"max_tokens":2}' });
+    check(esc.status === 200, 'an escaped backslash before u0000 is text, not a NUL: ' + esc.status);
 
     // HEAD where GET works; 405 carries Allow
     for (const p of ['/health', '/v1/models', '/']) {
@@ -187,10 +208,15 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     await waitFor(() => metric(srv.port, 'pocketbrain_slots_busy'), (v) => v === 1, 10000);
     const queued = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 8 }) });
     await waitFor(() => metric(srv.port, 'pocketbrain_queue_depth'), (v) => v === 1, 10000);
+    const queuedStream = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 8, stream: true }) });
+    await waitFor(() => metric(srv.port, 'pocketbrain_queue_depth'), (v) => v === 2, 10000);
     const code = await stopServer(srv);
     const q = await queued;
+    const qs = await queuedStream;
     await running;
     check(q.status === 503 && /shutting down/.test(q.body), `queued non-streaming request at shutdown -> ${q.status} ${q.body.slice(0, 100)}`);
+    check(/"error":\{"message":"the server is shutting down"/.test(qs.body) && /\[DONE\]/.test(qs.body) && !/finish_reason":"stop"/.test(qs.body),
+      'queued stream at shutdown: an error event, then [DONE] ' + qs.body.slice(-160));
     check(code === 0, 'server exited 0');
   } catch (e) { check(false, 'unexpected error: ' + e.stack); srv.proc.kill('SIGKILL'); }
 }

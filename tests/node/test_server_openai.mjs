@@ -90,6 +90,16 @@ try {
     }
   };
   await expectError('bad API key', () => bad.models.list(), 401);
+  // with --api-key, /metrics, /stats and /tokenize are behind the key too (they tell what is asked and how busy it is)
+  for (const [path, init] of [['/metrics', {}], ['/stats', {}], ['/tokenize', { method: 'POST', body: '{"content":"hi"}' }]]) {
+    const none = await fetch(srv.url + path, init);
+    const wrong = await fetch(srv.url + path, { ...init, headers: { Authorization: 'Bearer wrong' } });
+    const right = await fetch(srv.url + path, { ...init, headers: { Authorization: 'Bearer sekrit' } });
+    check(none.status === 401 && wrong.status === 401 && right.status === 200,
+      `${path}: no key ${none.status}, wrong key ${wrong.status}, the key ${right.status}`);
+  }
+  const health = await fetch(srv.url + '/health');
+  check(health.status === 200, `/health answers without the key (${health.status}): liveness probes carry none`);
   await expectError('missing messages', () => client.chat.completions.create({ model: M }), 400);
   await expectError('temperature out of range', () => client.chat.completions.create({ model: M, messages: [{ role: 'user', content: 'hi' }], temperature: 9 }), 400);
   await expectError('bad role', () => client.chat.completions.create({ model: M, messages: [{ role: 'wizard', content: 'hi' }] }), 400);

@@ -52,7 +52,8 @@ void lib_unlock(int fd);
 
 /* Resolves a `-m` argument: an existing file path is returned as is; otherwise a library name (or a
  * catalog name without quantization: its default one) gives the library file. When nothing matches, prints
- * "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage. */
+ * "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage that
+ * stays valid for the next 7 calls (one command resolves at most a few model arguments). */
 const char *cli_model_arg(const char *cmd, const char *arg);
 
 #endif

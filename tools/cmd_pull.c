@@ -48,16 +48,6 @@ typedef struct source {
     bool hub;
 } source;
 
-static bool loopback_host(const char *url) {
-    const char *h = strstr(url, "://");
-    if (!h) return false;
-    h += 3;
-    static const char *const lo[] = {"127.", "localhost:", "localhost/", "[::1]"};
-    for (size_t i = 0; i < sizeof lo / sizeof lo[0]; i++)
-        if (strncmp(h, lo[i], strlen(lo[i])) == 0) return true;
-    return strcmp(h, "localhost") == 0;
-}
-
 /* Library name from a file name: the stem, other characters as '-'. */
 static void name_from_file(const char *file, char *out, size_t cap) {
     const char *b = strrchr(file, '/');
@@ -238,7 +228,7 @@ PB_CMD(pull) {
     }
     source src;
     if (!resolve(ref, &src)) return 1;
-    if (strncmp(src.url, "http://", 7) == 0 && !insecure && !loopback_host(src.url)) {
+    if (strncmp(src.url, "http://", 7) == 0 && !insecure && !fetch_is_loopback(src.url)) {
         cli_err("pull", "refusing plain http:// to '%s' (only loopback addresses); use https:// or --insecure",
                 src.url);
         return 1;
@@ -287,7 +277,8 @@ PB_CMD(pull) {
     sigaction(SIGTERM, &sa, &old_term);
     fetch_opts fo = {.url = src.url,
                      .token = src.hub ? token : NULL,
-                     .allow_http = insecure || loopback_host(src.url),
+                     .allow_http = insecure || fetch_is_loopback(src.url),
+                     .insecure = insecure,
                      .hub = src.hub,
                      .part = part,
                      .state = state,

@@ -58,6 +58,8 @@ const URL_ = () => `${srv.url}/files/model.gguf`;
   const r = await run(['pull', 'hf:acme/tiny-GGUF/tiny-q8.gguf', '--name', 'tiny'], e);
   chk(r.code === 0 && good(lib, 'tiny'), `hf: ref pulls through the hub redirect (exit ${r.code})`, r);
   check(/hub \(X-Linked-Etag\)/.test(r.out), 'the digest was checked against the hub\'s X-Linked-Etag');
+  const lines = r.err.split('\n').filter((l) => /^tiny: \d+% \([\d.]+ MiB of 16\.4 MiB, [\d.]+ MiB\/s\)$/.test(l));
+  check(lines.length >= 2 && !r.err.includes('\r'), `not a terminal: plain progress lines (${lines.length}, like ${JSON.stringify(lines[0])})`);
   check(srv.requests[0].path === '/acme/tiny-GGUF/resolve/main/tiny-q8.gguf', `resolve URL ${srv.requests[0].path}`);
   check(srv.sent === size, `one full transfer (${srv.sent} of ${size} bytes)`);
   check(!exists(target(lib, 'tiny') + '.part') && !exists(target(lib, 'tiny') + '.part.json'), 'no .part left after success');
@@ -312,6 +314,58 @@ for (const ignoreIfRange of [false, true]) {
   check(/alien\s+alien\.gguf\s+[\d.]+ MiB\s+gemma9/.test(r.out), 'models shows its architecture');
   r = await run(['pull', '--list'], e);
   check(r.code === 0 && /gemma-2-2b-it:q4_k_m \*/.test(r.out) && /gemma-4-e2b-it/.test(r.out), 'pull --list prints the catalog');
+}
+
+// 13b. where the token goes, and plain http:// only to loopback hosts (also after a redirect)
+{
+  // the hub redirects to its file store on another host (here: localhost vs 127.0.0.1): the token stays with the hub
+  srv.reset({ file: model, token: 'sekrit', cdnHost: 'localhost' });
+  const { env: e, lib } = env({ HF_TOKEN: 'sekrit' });
+  let r = await run(['pull', 'hf:google/gated-GGUF/g.gguf', '--name', 'g'], e);
+  const hub = srv.requests.filter((q) => q.path.includes('/resolve/')), cdn = srv.requests.filter((q) => q.path.startsWith('/cdn/'));
+  chk(r.code === 0 && good(lib, 'g') && hub.length === 1 && hub[0].auth === 'Bearer sekrit' && cdn.length === 1 && cdn[0].auth === null,
+    `HF_TOKEN goes to the hub, not to the file store it redirects to (${JSON.stringify(srv.requests.map((q) => [q.path, q.auth]))})`, r);
+  srv.reset({ file: model, farRedirect: 'http://example.invalid/model.gguf' });
+  r = await run(['pull', `${srv.url}/far`, '--name', 'far'], e);
+  chk(r.code === 1 && /refusing a redirect to plain http:\/\/ \('http:\/\/example\.invalid\/model\.gguf'\)/.test(r.err) && noFile(lib, 'far'),
+    `a loopback mirror's redirect to plain http:// elsewhere is refused (${r.err.trim().split('\n').pop()})`, r);
+  for (const u of ['http://127.0.0.1.example.invalid/x.gguf', 'http://127.0.0.1@example.invalid/x.gguf', 'http://localhost.example.invalid/x.gguf']) {
+    r = await run(['pull', u], e);
+    check(r.code === 1 && /refusing plain http:\/\//.test(r.err), `${u} is not a loopback host: refused`);
+  }
+  srv.reset({ file: model });
+  r = await run(['pull', `http://[::1]:${srv.port}/files/model.gguf`, '--name', 'v6', '--retries', '0'], e);
+  check(!/refusing/.test(r.err), `http://[::1]:port is loopback: not refused (exit ${r.code}; the server listens on 127.0.0.1 only)`);
+}
+
+// 13c. the disk fills up during a download whose size was not announced (no Content-Length): "not enough space",
+// nothing at the target, the part kept for a resume; with the hub's X-Linked-Size the check comes before any byte
+{
+  const mnt = path.join(tmp, 'small2');
+  fs.mkdirSync(mnt);
+  const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', mnt], { encoding: 'utf8' });
+  if (m.status !== 0) {
+    check(process.env.CI !== 'true', `disk-full case needs root to mount a tmpfs (${(m.stderr || '').trim()}) # SKIP outside CI`);
+  } else {
+    try {
+      srv.reset({ file: model, chunked: true });
+      const lib = path.join(mnt, 'models');
+      const { env: e0 } = env();
+      const e = { ...e0, PB_MODELS: lib };
+      let r = await run(['pull', URL_(), '--name', 'm'], e);
+      const part = target(lib, 'm') + '.part';
+      chk(r.code === 1 && /not enough space for .*the disk filled up after/.test(r.err) && /pocketbrain rm m/.test(r.err) &&
+        !exists(target(lib, 'm')) && exists(part), `ENOSPC mid-download: ${r.err.trim().split('\n').pop()}`, r);
+      r = await run(['rm', 'm'], e);
+      check(r.code === 0 && !exists(part) && !exists(part + '.json'), 'rm NAME drops the partial download');
+      srv.reset({ file: model, chunked: true });
+      r = await run(['pull', 'hf:acme/tiny-GGUF/tiny.gguf', '--name', 'm'], e);
+      chk(r.code === 1 && /not enough space in .*: the download needs 16\.4 MiB/.test(r.err) && !exists(part) && !exists(target(lib, 'm')),
+        `no Content-Length but the hub's X-Linked-Size: refused before the first byte (${r.err.trim().split('\n').pop()})`, r);
+    } finally {
+      spawnSync('umount', [mnt]);
+    }
+  }
 }
 
 // 14. on a terminal: a progress bar redrawn in place with bytes, rate and ETA (script(1) gives it a pty)

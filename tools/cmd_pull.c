@@ -259,14 +259,23 @@ PB_CMD(pull) {
     }
     lib_entry e;
     if (!force && lib_get(src.name, &e)) {
-        if (strcmp(e.source, src.url) == 0 && (!want[0] || strcmp(e.sha256, want) == 0)) {
-            if (!quiet) printf("%s is already in the library (%s); --force downloads it again\n", src.name, e.file);
-            rc = 0;
+        bool same = strcmp(e.source, src.url) == 0 && (!want[0] || strcmp(e.sha256, want) == 0);
+        if (same && e.pulled_size && e.pulled_size != e.size) { /* truncated or overwritten since: fetch again */
+            fprintf(stderr,
+                    "pocketbrain pull: %s in the library is damaged (%llu bytes, %llu when it was pulled); "
+                    "downloading it again\n",
+                    src.name, (unsigned long long)e.size, (unsigned long long)e.pulled_size);
         } else {
-            cli_err("pull", "the library already has a model named %s (from %s); pick another --name, or --force",
-                    src.name, e.source[0] ? e.source : "a file put there by hand");
+            if (same && !quiet)
+                printf("%s is already in the library (%s); 'pocketbrain verify %s' re-checks its sha256, --force "
+                       "downloads it again\n",
+                       src.name, e.file, src.name);
+            else if (!same)
+                cli_err("pull", "the library already has a model named %s (from %s); pick another --name, or --force",
+                        src.name, e.source[0] ? e.source : "a file put there by hand");
+            rc = same ? 0 : 1;
+            goto done;
         }
-        goto done;
     }
 
     struct sigaction sa, old_int, old_term;

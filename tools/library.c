@@ -152,6 +152,8 @@ static void read_manifest(const char *name, lib_entry *e) {
 #undef GET
     const cJSON *c = cJSON_GetObjectItem(o, "context");
     if (cJSON_IsNumber(c)) e->n_ctx = c->valueint;
+    const cJSON *sz = cJSON_GetObjectItem(o, "size");
+    if (cJSON_IsNumber(sz) && sz->valuedouble > 0) e->pulled_size = (uint64_t)sz->valuedouble;
     cJSON_Delete(o);
 }
 

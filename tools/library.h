@@ -25,7 +25,8 @@ bool lib_path(const char *name, const char *suffix, char *buf, size_t cap);
 typedef struct lib_entry {
     char name[LIB_NAME_MAX + 1];
     char file[4096];
-    uint64_t size;
+    uint64_t size;        /* of the file now */
+    uint64_t pulled_size; /* recorded in the manifest at pull time; 0 when unknown */
     char arch[32], quant[32];
     int n_ctx;
     char pulled_at[32]; /* "2026-12-02T01:57:05Z" or "" */

@@ -66,8 +66,13 @@ const URL_ = () => `${srv.url}/files/model.gguf`;
   const m = JSON.parse(fs.readFileSync(path.join(lib, 'tiny.json'), 'utf8'));
   check(m.sha256 === sha256(model) && m.architecture && m.pulled_at, `manifest records sha256, architecture, time (${m.architecture})`);
   const again = await run(['pull', 'hf:acme/tiny-GGUF/tiny-q8.gguf', '--name', 'tiny'], e);
-  check(again.code === 0 && /already in the library/.test(again.out) && srv.requests.length === 2,
-    'pulling it again says it is there and downloads nothing');
+  check(again.code === 0 && /already in the library/.test(again.out) && /pocketbrain verify tiny/.test(again.out) && srv.requests.length === 2,
+    'pulling it again says it is there (and how to re-check it) and downloads nothing');
+  fs.truncateSync(target(lib, 'tiny'), 4096); // damaged in the library (a crash of a copy, a disk error)
+  srv.reset({ file: model });
+  const fix = await run(['pull', 'hf:acme/tiny-GGUF/tiny-q8.gguf', '--name', 'tiny'], e);
+  chk(fix.code === 0 && /tiny in the library is damaged \(4096 bytes, \d+ when it was pulled\); downloading it again/.test(fix.err) &&
+    good(lib, 'tiny') && srv.sent === size, `a truncated library file is noticed and pulled again (exit ${fix.code})`, fix);
   srv.reset({ file: model });
   const rev = await run(['pull', 'hf:acme/tiny-GGUF/sub/tiny-q8.gguf@v1.2', '--quiet'], e);
   check(rev.code === 0 && srv.requests[0].path === '/acme/tiny-GGUF/resolve/v1.2/sub/tiny-q8.gguf' && good(lib, 'tiny-q8'),

@@ -30,13 +30,39 @@ export class FaultServer {
   // cfg: file (Buffer), etag, then any of: dropAt [offset per file request], stallAt, shortBy, statuses
   // [per file request], range416, ignoreIfRange, changeTo {file, etag} after changeAfter requests, token,
   // corrupt, throttle {chunk, ms}, linked (X-Linked-Etag on the file response too), linkedSha (override),
-// chunked (no Content-Length), cdnHost (the hub redirects to http://cdnHost:port/cdn/...; a token is then
+// chunked (no Content-Length), zeros (a file of that many zero bytes, > 4 GiB allowed, served by range only), cdnHost (the hub redirects to http://cdnHost:port/cdn/...; a token is then
 // asked for on /resolve/ only), farRedirect (/far redirects there: a plain-http host that is not loopback).
   reset(cfg) {
     this.cfg = { etag: '"v1"', lastmod: 'Tue, 01 Dec 2026 00:00:00 GMT', ...cfg };
     this.requests = [];
     this.sent = 0;       // body bytes of the model file written to sockets
     this.fileRequests = 0;
+  }
+
+  // A huge file of zeros (cfg.zeros bytes, beyond 4 GiB) without holding it: only range requests are served (a
+  // whole download would take minutes: 500 instead, so a client that restarts fails fast).
+  zeros(req, res, rec) {
+    const size = this.cfg.zeros;
+    const m = /^bytes=(\d+)-$/.exec(req.headers.range || '');
+    if (!m) { rec.status = 500; res.writeHead(500); return res.end('range requests only'); }
+    const start = Number(m[1]);
+    if (start >= size) { rec.status = 416; res.writeHead(416, { 'Content-Range': `bytes */${size}` }); return res.end(); }
+    rec.status = 206;
+    res.writeHead(206, { 'Content-Length': String(size - start), 'Content-Range': `bytes ${start}-${size - 1}/${size}`,
+      ETag: this.cfg.etag, 'Last-Modified': this.cfg.lastmod, 'Accept-Ranges': 'bytes' });
+    const z = Buffer.alloc(Math.min(1 << 20, size - start));
+    let left = size - start;
+    const pump = () => {
+      while (left > 0) {
+        const piece = z.subarray(0, Math.min(z.length, left));
+        left -= piece.length;
+        this.sent += piece.length;
+        rec.sent += piece.length;
+        if (!res.write(piece)) { res.once('drain', pump); return; }
+      }
+      res.end();
+    };
+    pump();
   }
 
   linkedSha() { return this.cfg.linkedSha || sha256(this.cfg.file); }
@@ -71,6 +97,7 @@ export class FaultServer {
       cfg.lastmod = 'Wed, 02 Dec 2026 00:00:00 GMT';
       cfg.linkedSha = null;
     }
+    if (cfg.zeros) return this.zeros(req, res, rec);
     const st = cfg.statuses && cfg.statuses[k];
     if (st && st !== 200) { rec.status = st; res.writeHead(st, { 'Content-Type': 'text/plain' }); return res.end(`status ${st}`); }
     const data = cfg.file;

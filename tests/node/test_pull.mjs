@@ -2,6 +2,7 @@
 // drops, stalls, short bodies, 404/416/500/401, redirects, a file that changes, wrong digests, Ctrl-C and resume,
 // two pulls at once, a full disk; then `models`, `rm` and `-m NAME`. Nothing here reaches the network.
 import { spawn, spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -371,6 +372,29 @@ for (const ignoreIfRange of [false, true]) {
       spawnSync('umount', [mnt]);
     }
   }
+}
+
+// 13d. a file beyond 4 GiB: 64-bit offsets in the resume (Range, Content-Range, the part's rehash, the size).
+// The part is a sparse file of 4 GiB + 4 KiB zeros; the server's file is 4 GiB + 12 KiB of zeros.
+{
+  const big = 2 ** 32 + 12288, have = 2 ** 32 + 4096;
+  const h = crypto.createHash('sha256');
+  const z = Buffer.alloc(64 << 20);
+  for (let left = big; left > 0; left -= Math.min(left, z.length)) h.update(z.subarray(0, Math.min(left, z.length)));
+  const digest = h.digest('hex');
+  srv.reset({ file: Buffer.alloc(0), zeros: big });
+  const { env: e, lib } = env();
+  fs.mkdirSync(lib, { recursive: true });
+  const url = `${srv.url}/files/big.gguf`;
+  const fd = fs.openSync(target(lib, 'big') + '.part', 'w');
+  fs.ftruncateSync(fd, have);
+  fs.closeSync(fd);
+  fs.writeFileSync(target(lib, 'big') + '.part.json', JSON.stringify({ url, etag: '"v1"', last_modified: '', hub_sha256: '', size: big }));
+  const r = await run(['pull', url, '--name', 'big', '--sha256', digest, '--retries', '0'], e);
+  chk(r.code === 1 && /resuming a partial download \(4\.00 GiB already here\)/.test(r.err) && srv.requests.length === 1 &&
+    srv.requests[0].range === `bytes=${have}-` && srv.sent === big - have && !/sha256 mismatch/.test(r.err) &&
+    /not a usable model/.test(r.err) && noFile(lib, 'big'),
+    `> 4 GiB: resumed at byte ${srv.requests[0] && srv.requests[0].range}, ${srv.sent} bytes sent, digest matched, then refused as not a model`, r);
 }
 
 // 14. on a terminal: a progress bar redrawn in place with bytes, rate and ETA (script(1) gives it a pty)

@@ -33,6 +33,12 @@ check "models on an empty library names the directory and pull" has "no models i
 run "$PB" models --json
 check "models --json on an empty library: an empty list" has '"models":[[:space:]]*\[\]' "$T/out"
 
+# where the library is: $PB_MODELS, else $XDG_DATA_HOME/pocketbrain/models, else ~/.local/share/pocketbrain/models
+PB_MODELS= XDG_DATA_HOME="$T/xdg" "$PB" models --json >"$T/out" 2>"$T/err"
+check "library location: \$XDG_DATA_HOME/pocketbrain/models when PB_MODELS is empty" has "\"library\":[[:space:]]*\"$T/xdg/pocketbrain/models\"" "$T/out"
+env -u PB_MODELS -u XDG_DATA_HOME HOME="$T/home" "$PB" models --json >"$T/out" 2>"$T/err"
+check "library location: ~/.local/share/pocketbrain/models without either" has "\"library\":[[:space:]]*\"$T/home/.local/share/pocketbrain/models\"" "$T/out"
+
 mkdir -p "$T/lib"
 cp models/default.gguf "$T/lib/tiny.gguf"
 cp "$P8" "$T/lib/p8.gguf"

@@ -229,7 +229,9 @@ for (const ignoreIfRange of [false, true]) {
 
 // 11. two pulls of one model at once: one waits, one good file, one download
 {
-  srv.reset({ file: model, throttle: { chunk: 1 << 20, ms: 30 } });
+  // slow enough (about 2 s) that `rm` started once the first byte is sent still finds the pull running, also
+  // under a sanitizer build
+  srv.reset({ file: model, throttle: { chunk: 256 << 10, ms: 30 } });
   const { env: e, lib } = env();
   let rmDuring = null;
   const rmLater = new Promise((resolve) => {

@@ -206,9 +206,9 @@ PB_CMD(ask) {
             faq_db = argv[++i];
         else if (!strcmp(a, "--preset") && i + 1 < argc)
             preset = argv[++i];
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc)
-            embed = argv[++i];
-        else if (!strcmp(a, "-k") && i + 1 < argc) {
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
+            if (!(embed = cli_model_arg("ask", argv[++i]))) return 1;
+        } else if (!strcmp(a, "-k") && i + 1 < argc) {
             if (!cli_parse_int("ask", a, argv[++i], 1, 100, &k)) return 2;
         } else if (!strcmp(a, "--ctx") && i + 1 < argc) {
             if (!cli_parse_int("ask", a, argv[++i], 256, 1 << 20, &n_ctx)) return 2;

@@ -12,7 +12,8 @@ static const char *const usage =
     "pocketbrain detokenize [--vocab MODEL.gguf|tokenizer.json] [--special] IDS... | -\n"
     "  IDS        token ids as arguments; - reads them from stdin (separated by spaces, commas, newlines;\n"
     "             a JSON array such as the output of `tokenize --ids` works)\n"
-    "  --vocab V  vocabulary: a GGUF model or a Hugging Face tokenizer.json; default: the default model\n"
+    "  --vocab V  vocabulary (also -m V): a GGUF model or library name, or a Hugging Face tokenizer.json;\n"
+    "             default: the default model\n"
     "  --special  render control tokens (<bos>, <start_of_turn>, ...); by default they print nothing\n"
     "the text is written as raw bytes, without a trailing newline\n"
     "exit status: 0 ok, 1 unreadable vocabulary or an id outside it, 2 usage";
@@ -71,9 +72,9 @@ PB_CMD(detokenize) {
             return 0;
         } else if (!strcmp(a, "--special"))
             special = true;
-        else if (!strcmp(a, "--vocab")) {
+        else if (!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (++i >= argc)
-                rc = cli_usage_error("detokenize", usage, "--vocab needs a file");
+                rc = cli_usage_error("detokenize", usage, "%s needs a file", a);
             else if (!(vocab_path = cli_model_arg("detokenize", argv[i])))
                 return 1;
         } else if (!strcmp(a, "-"))

@@ -93,9 +93,9 @@ PB_CMD(ingest) {
             if (!(vocab_path = cli_model_arg("ingest", argv[++i]))) return 1;
         } else if (!strcmp(a, "--prune"))
             p.prune = true;
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc)
-            embed = argv[++i];
-        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
+            if (!(embed = cli_model_arg("ingest", argv[++i]))) return 1;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
             ui.verbose = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
             ui.quiet = true;

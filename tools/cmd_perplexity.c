@@ -183,7 +183,17 @@ PB_CMD(perplexity) {
         cli_err("perplexity", "out of memory for %zu tokens", text_len + 1);
         goto done;
     }
-    if ((s = pb_tokenize(voc, text, text_len, PB_TOK_PARSE_SPECIAL, toks, (int64_t)text_len + 1, &n_tok))) {
+    s = pb_tokenize(voc, text, text_len, PB_TOK_PARSE_SPECIAL, toks, (int64_t)text_len + 1, &n_tok);
+    if (s == PB_ERR_INVALID_ARG && n_tok > (int64_t)text_len + 1) { /* more tokens than bytes (a tiny vocabulary) */
+        int32_t *more = realloc(toks, sizeof(int32_t) * (size_t)n_tok);
+        if (!more) {
+            cli_err("perplexity", "out of memory for %lld tokens", (long long)n_tok);
+            goto done;
+        }
+        toks = more;
+        s = pb_tokenize(voc, text, text_len, PB_TOK_PARSE_SPECIAL, toks, n_tok, &n_tok);
+    }
+    if (s) {
         rc = cli_fail("perplexity", s, "tokenizing the text");
         goto done;
     }

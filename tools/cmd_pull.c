@@ -49,16 +49,6 @@ typedef struct source {
     bool hub;
 } source;
 
-static bool loopback_host(const char *url) {
-    const char *h = strstr(url, "://");
-    if (!h) return false;
-    h += 3;
-    static const char *const lo[] = {"127.", "localhost:", "localhost/", "[::1]"};
-    for (size_t i = 0; i < sizeof lo / sizeof lo[0]; i++)
-        if (strncmp(h, lo[i], strlen(lo[i])) == 0) return true;
-    return strcmp(h, "localhost") == 0;
-}
-
 /* Library name from a file name: the stem, other characters as '-'. */
 static void name_from_file(const char *file, char *out, size_t cap) {
     const char *b = strrchr(file, '/');
@@ -239,7 +229,7 @@ PB_CMD(pull) {
     }
     source src;
     if (!resolve(ref, &src)) return 1;
-    if (strncmp(src.url, "http://", 7) == 0 && !insecure && !loopback_host(src.url)) {
+    if (strncmp(src.url, "http://", 7) == 0 && !insecure && !fetch_is_loopback(src.url)) {
         cli_err("pull", "refusing plain http:// to '%s' (only loopback addresses); use https:// or --insecure",
                 src.url);
         return 1;
@@ -270,14 +260,23 @@ PB_CMD(pull) {
     }
     lib_entry e;
     if (!force && lib_get(src.name, &e)) {
-        if (strcmp(e.source, src.url) == 0 && (!want[0] || strcmp(e.sha256, want) == 0)) {
-            if (!quiet) printf("%s is already in the library (%s); --force downloads it again\n", src.name, e.file);
-            rc = 0;
+        bool same = strcmp(e.source, src.url) == 0 && (!want[0] || strcmp(e.sha256, want) == 0);
+        if (same && e.pulled_size && e.pulled_size != e.size) { /* truncated or overwritten since: fetch again */
+            fprintf(stderr,
+                    "pocketbrain pull: %s in the library is damaged (%llu bytes, %llu when it was pulled); "
+                    "downloading it again\n",
+                    src.name, (unsigned long long)e.size, (unsigned long long)e.pulled_size);
         } else {
-            cli_err("pull", "the library already has a model named %s (from %s); pick another --name, or --force",
-                    src.name, e.source[0] ? e.source : "a file put there by hand");
+            if (same && !quiet)
+                printf("%s is already in the library (%s); 'pocketbrain verify %s' re-checks its sha256, --force "
+                       "downloads it again\n",
+                       src.name, e.file, src.name);
+            else if (!same)
+                cli_err("pull", "the library already has a model named %s (from %s); pick another --name, or --force",
+                        src.name, e.source[0] ? e.source : "a file put there by hand");
+            rc = same ? 0 : 1;
+            goto done;
         }
-        goto done;
     }
 
     struct sigaction sa, old_int, old_term;
@@ -288,7 +287,8 @@ PB_CMD(pull) {
     sigaction(SIGTERM, &sa, &old_term);
     fetch_opts fo = {.url = src.url,
                      .token = src.hub ? token : NULL,
-                     .allow_http = insecure || loopback_host(src.url),
+                     .allow_http = insecure || fetch_is_loopback(src.url),
+                     .insecure = insecure,
                      .hub = src.hub,
                      .part = part,
                      .state = state,

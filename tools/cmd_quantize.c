@@ -1,5 +1,6 @@
 /* cmd_quantize.c -- `pocketbrain quantize IN.gguf OUT.gguf MIX`: re-type a GGUF by a llama.cpp mix. */
 #include "cli.h"
+#include "library.h"
 #include "quantize_model.h"
 #include "tensor/recipe.h"
 #include "tensor/types.h"
@@ -7,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *usage = "pocketbrain quantize IN.gguf OUT.gguf MIX [--threads N] [--allow-requantize]";
+static const char *usage = "pocketbrain quantize IN.gguf|NAME OUT.gguf MIX [--threads N] [--allow-requantize]";
 
 static void print_help(void) {
     printf("usage: %s\n\n"
@@ -52,10 +53,13 @@ PB_CMD(quantize) {
         return cli_usage_error("quantize", usage, "unknown mix '%s' (expected one of: %s)", pos[2],
                                pb_recipe_mix_list());
 
+    const char *in = cli_model_arg("quantize", pos[0]); /* a path or a library name */
+    if (!in) return 1;
+
     cli_install_cleanup_handlers();
     cli_progress pr;
     cli_progress_init(&pr, "quantize");
-    cli_quantize_params p = {.in_path = pos[0],
+    cli_quantize_params p = {.in_path = in,
                              .out_path = pos[1],
                              .mix = pos[2],
                              .n_threads = (int)threads,

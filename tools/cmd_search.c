@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cli_common.h"
 #include "cli_store.h"
+#include "library.h"
 #include "store/store.h"
 #include "store/store_embed.h"
 
@@ -60,9 +61,9 @@ PB_CMD(search) {
             if (!cli_parse_int("search", a, argv[++i], 0, 1000, &per_doc)) return 2;
         } else if (!strcmp(a, "--json"))
             json = true;
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc)
-            embed = argv[++i];
-        else if (a[0] == '-' && a[1])
+        else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
+            if (!(embed = cli_model_arg("search", argv[++i]))) return 1;
+        } else if (a[0] == '-' && a[1])
             return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
         else if (!query)
             query = a;

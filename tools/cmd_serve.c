@@ -70,6 +70,18 @@ static void log_line(void *user, const char *line) {
 bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, pb_server_hooks *hooks)
     __attribute__((weak));
 
+/* params.list_models: the library as it is now, less the file the server was started with (user: its
+ * realpath), so models pulled or removed while the server runs are seen. */
+static void list_library(void *user, void (*add)(void *ctx, const char *name, const char *path), void *ctx) {
+    const char *started = user;
+    int n = 0;
+    lib_entry *lib = lib_list(&n);
+    char real[PATH_MAX];
+    for (int i = 0; i < n; i++)
+        if (!realpath(lib[i].file, real) || strcmp(real, started) != 0) add(ctx, lib[i].name, lib[i].file);
+    free(lib);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve", *model = NULL, *db = NULL, *faq = NULL;
     pb_server_params p = pb_server_default_params();
@@ -182,7 +194,8 @@ int cmd_serve(int argc, char **argv) {
     snprintf(id, sizeof id, "%s", base ? base + 1 : model);
     int n_lib = 0;
     lib_entry *lib = lib_list(&n_lib);
-    char real[PATH_MAX], li[PATH_MAX];
+    static char real[PATH_MAX];
+    char li[PATH_MAX];
     if (!realpath(model, real)) snprintf(real, sizeof real, "%s", model);
     for (int i = 0; i < n_lib; i++) /* same file: marked by an empty path, left out of the list below */
         if (realpath(lib[i].file, li) && strcmp(li, real) == 0) {
@@ -202,6 +215,8 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 0; i < n_lib; i++)
         if (lib[i].file[0]) list[p.n_models++] = (pb_server_model){lib[i].name, lib[i].file};
     p.models = list;
+    p.list_models = list_library;
+    p.list_user = real;
     if ((db || faq)) {
         if (!cli_kb_hooks || !cli_kb_hooks(db, faq, m, &p.hooks)) { /* cli_kb_hooks said why */
             if (!cli_kb_hooks) cli_err(cmd, "this build cannot use a knowledge base / FAQ database (--db/--faq)");

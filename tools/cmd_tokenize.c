@@ -10,8 +10,8 @@
 static const char *const usage =
     "pocketbrain tokenize [--ids] [--no-bos] [--special] [--vocab MODEL.gguf|tokenizer.json] [--jsonl] TEXT | -\n"
     "  TEXT       the text to tokenize; - reads it from stdin (all bytes, no newline stripped)\n"
-    "  --vocab V  vocabulary: a GGUF model (tokenizer.* keys) or a Hugging Face tokenizer.json\n"
-    "             (tokenizer_config.json beside it is read too); default: the default model\n"
+    "  --vocab V  vocabulary (also -m V): a GGUF model or a library name (tokenizer.* keys), or a Hugging Face\n"
+    "             tokenizer.json (tokenizer_config.json beside it is read too); default: the default model\n"
     "  --ids      print one JSON array of ids instead of \"id<TAB>piece\" lines\n"
     "  --no-bos   do not prepend <bos>\n"
     "  --special  recognize control-token text such as <start_of_turn> in the input\n"
@@ -129,8 +129,8 @@ PB_CMD(tokenize) {
             flags |= PB_TOK_PARSE_SPECIAL;
         else if (!strcmp(a, "--jsonl"))
             jsonl = true;
-        else if (!strcmp(a, "--vocab")) {
-            if (++i >= argc) return cli_usage_error("tokenize", usage, "--vocab needs a file");
+        else if (!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (++i >= argc) return cli_usage_error("tokenize", usage, "%s needs a file", a);
             if (!(vocab_path = cli_model_arg("tokenize", argv[i]))) return 1;
         } else if (a[0] == '-' && a[1] != 0 && strcmp(a, "--") != 0)
             return cli_usage_error("tokenize", usage, "unknown option '%s'", a);

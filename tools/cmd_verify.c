@@ -1,6 +1,8 @@
-/* cmd_verify.c -- `pocketbrain verify FILE [--sha256 HEX]`: streamed SHA-256 (OpenSSL EVP) + GGUF check. */
+/* cmd_verify.c -- `pocketbrain verify FILE|NAME [--sha256 HEX]`: streamed SHA-256 (OpenSSL EVP) + GGUF check; a
+ * library name is checked against the digest its manifest recorded at pull time. */
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "library.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,7 +12,8 @@
 #include <sys/stat.h>
 
 static const char *const usage =
-    "pocketbrain verify FILE [--sha256 HEX] [--hash-only]\n"
+    "pocketbrain verify FILE|NAME [--sha256 HEX] [--hash-only]\n"
+    "  NAME          a model in the library (pocketbrain models): checked against the sha256 of its manifest\n"
     "  --sha256 HEX  expected SHA-256 (64 hex digits); the file must match it\n"
     "  --hash-only   only hash the file (for files that are not GGUF)\n"
     "prints the file's SHA-256 and checks the GGUF structure: header, metadata, tensor infos, every tensor's\n"
@@ -97,6 +100,17 @@ PB_CMD(verify) {
     if (!path) return cli_usage_error("verify", usage, "missing FILE");
 
     struct stat st;
+    lib_entry e;
+    static char want_lib[65];
+    if (stat(path, &st) != 0 && !strchr(path, '/') && lib_get(path, &e)) { /* a library name */
+        path = e.file;
+        if (!want && e.sha256[0]) {
+            snprintf(want_lib, sizeof want_lib, "%s", e.sha256);
+            want = want_lib;
+            printf("library: %s, expected sha256 from its manifest (%s)\n", e.name,
+                   e.verified_by[0] ? e.verified_by : "recorded at pull time");
+        }
+    }
     if (stat(path, &st) != 0) {
         cli_err("verify", "cannot open '%s': %s", path, strerror(errno));
         return 1;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -29,7 +30,7 @@ static volatile sig_atomic_t interrupted;
 void fetch_interrupt(void) { interrupted = 1; }
 
 /* Why a transfer was stopped from inside a callback. */
-enum { STOP_NONE, STOP_NOSPACE, STOP_IO, STOP_CHANGED, STOP_INTERRUPT, STOP_STALL };
+enum { STOP_NONE, STOP_NOSPACE, STOP_IO, STOP_CHANGED, STOP_INTERRUPT, STOP_STALL, STOP_REFUSED };
 
 typedef struct xfer {
     const fetch_opts *o;
@@ -45,8 +46,9 @@ typedef struct xfer {
     char etag[256], lastmod[128], crange[128];
     int64_t clen;
     bool location;
-    char hub_sha[65]; /* X-Linked-Etag of any hop (the hub sends it on its redirect) */
-    bool body;        /* this response's body is the file (200/206 accepted) */
+    char hub_sha[65];  /* X-Linked-Etag of any hop (the hub sends it on its redirect) */
+    uint64_t hub_size; /* X-Linked-Size of any hop: the size when the file response has no Content-Length */
+    bool body;         /* this response's body is the file (200/206 accepted) */
     int stop;
     char stop_msg[512];
     /* progress */
@@ -89,6 +91,35 @@ static void header_value(const char *line, size_t n, size_t skip, char *dst, siz
 static bool header_is(const char *line, size_t n, const char *name) {
     size_t l = strlen(name);
     return n > l && strncasecmp(line, name, l) == 0 && line[l] == ':';
+}
+
+bool fetch_is_loopback(const char *url) {
+    const char *h = strstr(url, "://");
+    if (!h) return false;
+    h += 3;
+    size_t auth = strcspn(h, "/?#"); /* the authority: [user[:pass]@]host[:port] */
+    const char *at = memchr(h, '@', auth);
+    if (at) auth -= (size_t)(at + 1 - h), h = at + 1;
+    char host[256];
+    size_t n;
+    if (*h == '[') { /* an IPv6 literal */
+        const char *e = memchr(h, ']', auth);
+        if (!e) return false;
+        n = (size_t)(e - h - 1), h++;
+    } else {
+        n = strcspn(h, ":/?#");
+        if (n > auth) n = auth;
+    }
+    if (n == 0 || n >= sizeof host) return false;
+    memcpy(host, h, n);
+    host[n] = 0;
+    unsigned char a[16];
+    if (inet_pton(AF_INET, host, a) == 1) return a[0] == 127;
+    if (inet_pton(AF_INET6, host, a) == 1) {
+        static const unsigned char one[16] = {[15] = 1};
+        return memcmp(a, one, 16) == 0;
+    }
+    return strcasecmp(host, "localhost") == 0;
 }
 
 /* ---- state file (JSON beside the part) ------------------------------------------------------------ */
@@ -239,7 +270,7 @@ static bool accept_response(xfer *x) {
             fprintf(stderr, "%s: the server sent the whole file (it changed, or ignores ranges); starting over\n",
                     x->o->label);
         x->req_from = 0;
-        total = x->clen > 0 ? (uint64_t)x->clen : 0;
+        total = x->clen > 0 ? (uint64_t)x->clen : x->hub_size; /* chunked: the size the hub announced */
     }
     x->total = total;
     /* enough room for the rest? checked before the first byte is written */
@@ -292,7 +323,21 @@ static size_t on_header(char *line, size_t sz, size_t nmemb, void *user) {
         header_value(line, n, 15, v, sizeof v);
         x->clen = strtoll(v, NULL, 10);
     } else if (header_is(line, n, "Location")) {
+        char v[2048];
+        header_value(line, n, 9, v, sizeof v);
         x->location = true;
+        /* plain http:// only to loopback mirrors unless --insecure, also when a redirect leads there (curl's
+         * protocol list allows http for the whole transfer once the first URL is a loopback one) */
+        if (!x->o->insecure && strncasecmp(v, "http://", 7) == 0 && !fetch_is_loopback(v)) {
+            stop(x, STOP_REFUSED,
+                 "refusing a redirect to plain http:// ('%.300s'): only loopback addresses; use --insecure", v);
+            return 0;
+        }
+    } else if (header_is(line, n, "X-Linked-Size")) {
+        char v[32];
+        header_value(line, n, 14, v, sizeof v);
+        unsigned long long s;
+        if (sscanf(v, "%llu", &s) == 1) x->hub_size = s;
     } else if (header_is(line, n, "X-Linked-Etag")) { /* the hub: "sha256 of the LFS file", quoted */
         char v[80], *p = v;
         header_value(line, n, 14, v, sizeof v);
@@ -321,9 +366,17 @@ static size_t on_body(char *data, size_t sz, size_t nmemb, void *user) {
     for (size_t off = 0; off < n;) {
         ssize_t w = write(x->fd, data + off, n - off);
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == ENOSPC || errno == EDQUOT)) { /* the size was unknown, or the disk filled */
+            char h[32];
+            human((double)(x->have + off), h, sizeof h);
+            stop(x, STOP_NOSPACE,
+                 "not enough space for '%s': the disk filled up after %s (%s); free some space and run the same "
+                 "pull to resume it, or 'pocketbrain rm %s' to drop it",
+                 x->o->part, h, strerror(errno), x->o->label);
+            return 0;
+        }
         if (w <= 0) {
-            stop(x, errno == ENOSPC ? STOP_NOSPACE : STOP_IO, "writing '%s': %s", x->o->part,
-                 strerror(w < 0 ? errno : EIO));
+            stop(x, STOP_IO, "writing '%s': %s", x->o->part, strerror(w < 0 ? errno : EIO));
             return 0;
         }
         off += (size_t)w;
@@ -382,6 +435,7 @@ static int attempt(xfer *x, char *err, size_t cap) {
         }
     }
     x->hub_sha[0] = 0;
+    x->hub_size = 0;
     x->status = 0;
     x->body = false;
     x->stop = STOP_NONE;
@@ -411,7 +465,7 @@ static int attempt(xfer *x, char *err, size_t cap) {
     curl_easy_cleanup(c);
     curl_slist_free_all(hdr);
     if (x->stop == STOP_INTERRUPT || interrupted) return ATT_INTR;
-    if (x->stop == STOP_NOSPACE || x->stop == STOP_IO) {
+    if (x->stop == STOP_NOSPACE || x->stop == STOP_IO || x->stop == STOP_REFUSED) {
         snprintf(err, cap, "%s", x->stop_msg);
         return ATT_FAIL;
     }

@@ -11,7 +11,8 @@
 typedef struct fetch_opts {
     const char *url;
     const char *token;      /* sent as "Authorization: Bearer ..." (curl drops it on a redirect to another host) */
-    bool allow_http;        /* plain http:// (also on redirects): loopback mirrors or --insecure */
+    bool allow_http;        /* plain http:// at all: the url is a loopback mirror, or --insecure */
+    bool insecure;          /* --insecure: plain http:// also to other hosts (else a redirect there is refused) */
     bool hub;               /* a Hugging Face URL: 401/403 explains gated models */
     const char *part;       /* the partial file, resumed when its state file matches this url */
     const char *state;      /* JSON beside the part: url, ETag, Last-Modified, size, hub sha256 */
@@ -39,6 +40,10 @@ enum { FETCH_OK = 0, FETCH_FAIL = 1, FETCH_INTERRUPTED = 130 };
  * become the right file (digest mismatch, not enough space for an empty part) is removed, one that can
  * be resumed is kept. FETCH_INTERRUPTED: fetch_interrupt() was called; the part and its state are kept. */
 int fetch_file(const fetch_opts *o, fetch_result *r, char *err, size_t cap);
+
+/* True when url's host is a loopback address (127.0.0.0/8, ::1, localhost), parsed past any user@ part:
+ * "http://127.0.0.1.example.org/" and "http://127.0.0.1@example.org/" are not loopback. */
+bool fetch_is_loopback(const char *url);
 
 /* Async-signal-safe: makes a running fetch_file stop and return FETCH_INTERRUPTED. */
 void fetch_interrupt(void);

@@ -155,6 +155,8 @@ static void read_manifest(const char *name, lib_entry *e) {
 #undef GET
     const cJSON *c = cJSON_GetObjectItem(o, "context");
     if (cJSON_IsNumber(c)) e->n_ctx = c->valueint;
+    const cJSON *sz = cJSON_GetObjectItem(o, "size");
+    if (cJSON_IsNumber(sz) && sz->valuedouble > 0) e->pulled_size = (uint64_t)sz->valuedouble;
     cJSON_Delete(o);
 }
 
@@ -243,13 +245,18 @@ void lib_unlock(int fd) {
 }
 
 const char *cli_model_arg(const char *cmd, const char *arg) {
-    static char path[PATH_MAX];
+    /* a buffer per call: a command resolves several models (perplexity -m A --kl-model B, ask -m A
+     * --embed-model B), and each result must outlive the next call */
+    static char paths[8][PATH_MAX];
+    static unsigned next;
+    char *path = paths[next++ % 8];
+    const size_t cap = sizeof paths[0];
     struct stat st;
     if (!arg) return NULL;
     if (stat(arg, &st) == 0 || strchr(arg, '/')) return arg; /* a path (a missing one fails at open, named) */
     lib_entry e;
     if (lib_get(arg, &e)) {
-        snprintf(path, sizeof path, "%s", e.file);
+        snprintf(path, cap, "%s", e.file);
         return path;
     }
     catalog_hit h;
@@ -257,7 +264,7 @@ const char *cli_model_arg(const char *cmd, const char *arg) {
     if (!strchr(arg, ':') && catalog_find(arg, &h, why, sizeof why) == 1) { /* "gemma-2-2b-it" -> ":q4_k_m" */
         snprintf(tagged, sizeof tagged, "%s:%s", h.name, h.quant);
         if (lib_get(tagged, &e)) {
-            snprintf(path, sizeof path, "%s", e.file);
+            snprintf(path, cap, "%s", e.file);
             return path;
         }
     }

@@ -25,7 +25,8 @@ bool lib_path(const char *name, const char *suffix, char *buf, size_t cap);
 typedef struct lib_entry {
     char name[LIB_NAME_MAX + 1];
     char file[4096];
-    uint64_t size;
+    uint64_t size;        /* of the file now */
+    uint64_t pulled_size; /* recorded in the manifest at pull time; 0 when unknown */
     char arch[32], quant[32];
     int n_ctx;
     char pulled_at[32]; /* "2026-12-02T01:57:05Z" or "" */
@@ -52,7 +53,8 @@ void lib_unlock(int fd);
 
 /* Resolves a `-m` argument: an existing file path is returned as is; otherwise a library name (or a
  * catalog name without quantization: its default one) gives the library file. When nothing matches, prints
- * "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage. */
+ * "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage that
+ * stays valid for the next 7 calls (one command resolves at most a few model arguments). */
 const char *cli_model_arg(const char *cmd, const char *arg);
 
 #endif

@@ -43,6 +43,13 @@ typedef struct pb_server_params {
      * n_models 0 the list is just model_id. The strings are copied. */
     const pb_server_model *models;
     int n_models;
+    /* Optional: lists the models requests may name now (the CLI rescans its library), calling add once per
+     * model; the server copies the strings. Called for GET /v1/models and when a request names a model the
+     * server does not know, so models pulled or removed while it runs are seen; the model given to
+     * pb_server_start and the loaded one stay listed (the loaded one serves from memory even when its file
+     * was removed). NULL: the list above is fixed. Called from request threads, one call at a time. */
+    void (*list_models)(void *user, void (*add)(void *ctx, const char *name, const char *path), void *ctx);
+    void *list_user;
     /* Who may talk to the server. Requests whose Host header is not an address the server listens on (or
      * "localhost" when it listens on loopback) are refused with 403, so a web page cannot reach it through DNS
      * rebinding; allow_hosts adds names (comma-separated, "*" = any). Browser cross-origin requests (an Origin

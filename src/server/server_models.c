@@ -37,6 +37,91 @@ pb_status pb_server_models_init(pb_server *srv, pb_model *m) {
     return srv->model_id ? PB_OK : pb_error(PB_ERR_NOMEM, "server: out of memory");
 }
 
+/* ---- rescanning the list (params.list_models) ---------------------------------------------------------- */
+
+typedef struct lib_build {
+    pb_server_model *v;
+    int n, cap;
+    bool oom;
+} lib_build;
+
+static void lib_add(void *ctx, const char *name, const char *path) {
+    lib_build *b = ctx;
+    if (b->oom || !name || !*name || !path) return;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->v[i].name, name) == 0) return; /* the first of a name wins (entry 0: the caller's) */
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 16;
+        pb_server_model *v = realloc(b->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            b->oom = true;
+            return;
+        }
+        b->v = v, b->cap = cap;
+    }
+    char *n = pb_strdup(name), *p = pb_strdup(path);
+    if (!n || !p) {
+        free(n), free(p);
+        b->oom = true;
+        return;
+    }
+    b->v[b->n++] = (pb_server_model){n, p};
+}
+
+static void lib_free(pb_server_model *v, int n) {
+    for (int i = 0; v && i < n; i++) free((char *)v[i].name), free((char *)v[i].path);
+    free(v);
+}
+
+/* Replaces lib[] with entry 0 + what list_models lists now (+ the loaded model when it is no longer listed).
+ * Called with model_mu held and no switch running: switch_to reads lib[] without the lock. On failure the old
+ * list stays. */
+static void refresh(pb_server *srv) {
+    if (!srv->p.list_models || srv->switching) return;
+    lib_build b = {0};
+    lib_add(&b, srv->lib[0].name, srv->lib[0].path ? srv->lib[0].path : "");
+    if (b.oom) {
+        lib_free(b.v, b.n);
+        return;
+    }
+    if (!srv->lib[0].path) free((char *)b.v[0].path), b.v[0].path = NULL;
+    srv->p.list_models(srv->p.list_user, lib_add, &b);
+    if (srv->cur > 0) lib_add(&b, srv->lib[srv->cur].name, srv->lib[srv->cur].path);
+    if (b.oom) {
+        lib_free(b.v, b.n);
+        return;
+    }
+    int cur = -1;
+    for (int i = 0; srv->cur >= 0 && i < b.n && cur < 0; i++)
+        if (strcmp(b.v[i].name, srv->lib[srv->cur].name) == 0) cur = i;
+    lib_free(srv->lib, srv->n_lib);
+    srv->lib = b.v;
+    srv->n_lib = b.n;
+    srv->cur = cur;
+}
+
+/* Index of the model a request names, or -1 with err filled (404). Called with model_mu held. */
+static int find_model(pb_server *srv, const char *name, char *err, size_t cap) {
+    for (int i = 0; i < srv->n_lib; i++)
+        if (strcmp(srv->lib[i].name, name) == 0) return i;
+    /* a name without its quantization ("gemma-2-2b-it") means the one "gemma-2-2b-it:QUANT" in the library,
+     * as -m does on the command line; several quantizations of it make the short name ambiguous */
+    size_t nl = strlen(name);
+    int n_tagged = 0, tagged = -1;
+    for (int i = 0; !strchr(name, ':') && i < srv->n_lib; i++)
+        if (strncmp(srv->lib[i].name, name, nl) == 0 && srv->lib[i].name[nl] == ':') n_tagged++, tagged = i;
+    if (n_tagged == 1) return tagged;
+    if (n_tagged > 1)
+        snprintf(err, cap,
+                 "model '%.200s' is ambiguous: the library has %d quantizations of it; name one as "
+                 "'%.200s:QUANT' (GET /v1/models lists them)",
+                 name, n_tagged, name);
+    else
+        snprintf(err, cap, "model '%.200s' is not available on this server (GET /v1/models lists the models it serves)",
+                 name);
+    return -1;
+}
+
 /* Opens lib[idx] (the caller's model for its own entry) and sessions for every slot; *m_out and sess (n_slots)
  * get them. */
 static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_session **sess, int *n_ctx_out) {
@@ -113,38 +198,39 @@ static pb_status switch_to(pb_server *srv, int idx, char *err, size_t cap) {
     return s;
 }
 
+/* Waits up to 200 ms for model_cv (model_mu held). */
+static void nap(pb_server *srv) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&srv->model_cv, &srv->model_mu, &ts);
+}
+
 unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, size_t cap) {
-    int want = -1;
-    if (name && *name) {
-        for (int i = 0; i < srv->n_lib && want < 0; i++)
-            if (strcmp(srv->lib[i].name, name) == 0) want = i;
-        /* a name without its quantization ("gemma-2-2b-it") means the one "gemma-2-2b-it:QUANT" in the library,
-         * as -m does on the command line; several quantizations of it make the short name ambiguous */
-        size_t nl = strlen(name);
-        int n_tagged = 0, tagged = -1;
-        for (int i = 0; want < 0 && !strchr(name, ':') && i < srv->n_lib; i++)
-            if (strncmp(srv->lib[i].name, name, nl) == 0 && srv->lib[i].name[nl] == ':') n_tagged++, tagged = i;
-        if (n_tagged == 1) want = tagged;
-        if (want < 0 && n_tagged > 1) {
-            snprintf(err, cap,
-                     "model '%.200s' is ambiguous: the library has %d quantizations of it; name one as "
-                     "'%.200s:QUANT' (GET /v1/models lists them)",
-                     name, n_tagged, name);
-            return 404;
-        }
-        if (want < 0) {
-            snprintf(err, cap,
-                     "model '%.200s' is not available on this server (GET /v1/models lists the models it serves)",
-                     name);
-            return 404;
-        }
-    }
+    bool rescanned = false;
     pthread_mutex_lock(&srv->model_mu);
     for (;;) {
         if (srv->models_closed) {
             pthread_mutex_unlock(&srv->model_mu);
             snprintf(err, cap, "the server is shutting down");
             return 503;
+        }
+        /* by name on every pass: a rescan by another request may have moved the entries */
+        int want = -1;
+        if (name && *name && (want = find_model(srv, name, err, cap)) < 0) {
+            if (!srv->p.list_models || rescanned) {
+                pthread_mutex_unlock(&srv->model_mu);
+                return 404;
+            }
+            if (srv->switching) { /* lib[] is in use: rescan after the switch */
+                nap(srv);
+                continue;
+            }
+            refresh(srv); /* not known yet: pulled after the server started? */
+            rescanned = true;
+            continue;
         }
         int target = want >= 0 ? want : srv->cur >= 0 ? srv->cur : 0;
         if (!srv->switching && target == srv->cur && srv->model_waiting == 0) {
@@ -153,6 +239,11 @@ unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, si
             return 0;
         }
         if (!srv->switching && target != srv->cur && srv->model_users == 0) {
+            if (srv->p.list_models && !rescanned) { /* load what the library holds now (a removed file: 404) */
+                refresh(srv);
+                rescanned = true;
+                continue;
+            }
             srv->switching = true;
             pthread_mutex_unlock(&srv->model_mu);
             pb_status s = switch_to(srv, target, err, cap);
@@ -168,12 +259,7 @@ unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, si
         /* wait for the running jobs of the loaded model (or a switch) to finish */
         bool other = target != srv->cur;
         if (other) srv->model_waiting++;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&srv->model_cv, &srv->model_mu, &ts);
+        nap(srv);
         if (other) srv->model_waiting--;
     }
 }
@@ -211,6 +297,7 @@ enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c)
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     pthread_mutex_lock(&srv->model_mu);
+    refresh(srv); /* models pulled or removed since the last look (skipped while a switch runs) */
     for (int i = 0; i < srv->n_lib; i++) {
         cJSON *mo = cJSON_CreateObject();
         cJSON_AddStringToObject(mo, "id", srv->lib[i].name);

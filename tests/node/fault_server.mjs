@@ -29,12 +29,40 @@ export class FaultServer {
 
   // cfg: file (Buffer), etag, then any of: dropAt [offset per file request], stallAt, shortBy, statuses
   // [per file request], range416, ignoreIfRange, changeTo {file, etag} after changeAfter requests, token,
-  // corrupt, throttle {chunk, ms}, linked (X-Linked-Etag on the file response too), linkedSha (override).
+  // corrupt, throttle {chunk, ms}, linked (X-Linked-Etag on the file response too), linkedSha (override),
+// chunked (no Content-Length), zeros (a file of that many zero bytes, > 4 GiB allowed, served by range only), cdnHost (the hub redirects to http://cdnHost:port/cdn/...; a token is then
+// asked for on /resolve/ only), farRedirect (/far redirects there: a plain-http host that is not loopback).
   reset(cfg) {
     this.cfg = { etag: '"v1"', lastmod: 'Tue, 01 Dec 2026 00:00:00 GMT', ...cfg };
     this.requests = [];
     this.sent = 0;       // body bytes of the model file written to sockets
     this.fileRequests = 0;
+  }
+
+  // A huge file of zeros (cfg.zeros bytes, beyond 4 GiB) without holding it: only range requests are served (a
+  // whole download would take minutes: 500 instead, so a client that restarts fails fast).
+  zeros(req, res, rec) {
+    const size = this.cfg.zeros;
+    const m = /^bytes=(\d+)-$/.exec(req.headers.range || '');
+    if (!m) { rec.status = 500; res.writeHead(500); return res.end('range requests only'); }
+    const start = Number(m[1]);
+    if (start >= size) { rec.status = 416; res.writeHead(416, { 'Content-Range': `bytes */${size}` }); return res.end(); }
+    rec.status = 206;
+    res.writeHead(206, { 'Content-Length': String(size - start), 'Content-Range': `bytes ${start}-${size - 1}/${size}`,
+      ETag: this.cfg.etag, 'Last-Modified': this.cfg.lastmod, 'Accept-Ranges': 'bytes' });
+    const z = Buffer.alloc(Math.min(1 << 20, size - start));
+    let left = size - start;
+    const pump = () => {
+      while (left > 0) {
+        const piece = z.subarray(0, Math.min(z.length, left));
+        left -= piece.length;
+        this.sent += piece.length;
+        rec.sent += piece.length;
+        if (!res.write(piece)) { res.once('drain', pump); return; }
+      }
+      res.end();
+    };
+    pump();
   }
 
   linkedSha() { return this.cfg.linkedSha || sha256(this.cfg.file); }
@@ -45,16 +73,19 @@ export class FaultServer {
     const rec = { path: u.pathname, range: req.headers.range || null, ifRange: req.headers['if-range'] || null,
       auth: req.headers.authorization || null, status: 0, sent: 0 };
     this.requests.push(rec);
-    if (cfg.token && req.headers.authorization !== `Bearer ${cfg.token}`) {
+    const needToken = cfg.token && (!cfg.cdnHost || u.pathname.includes('/resolve/'));
+    if (needToken && req.headers.authorization !== `Bearer ${cfg.token}`) {
       rec.status = 401;
       res.writeHead(401, { 'Content-Type': 'text/plain' });
       return res.end('Access to model is restricted. You must have access to it and be authenticated.');
     }
     if (u.pathname === '/loop') { rec.status = 302; res.writeHead(302, { Location: '/loop' }); return res.end(); }
+    if (u.pathname === '/far') { rec.status = 302; res.writeHead(302, { Location: cfg.farRedirect }); return res.end(); }
     if (u.pathname === '/redir') { rec.status = 302; res.writeHead(302, { Location: '/cdn/model.gguf' }); return res.end(); }
     if (u.pathname.includes('/resolve/')) { // the hub: a redirect to its file store, the LFS sha256 on it
       rec.status = 302;
-      res.writeHead(302, { Location: '/cdn/' + u.pathname.split('/').pop(), 'X-Linked-Etag': `"${this.linkedSha()}"`,
+      const cdn = cfg.cdnHost ? `http://${cfg.cdnHost}:${this.port}` : '';
+      res.writeHead(302, { Location: cdn + '/cdn/' + u.pathname.split('/').pop(), 'X-Linked-Etag': `"${this.linkedSha()}"`,
         'X-Linked-Size': String(cfg.file.length), ETag: `"${this.linkedSha()}"` });
       return res.end();
     }
@@ -66,6 +97,7 @@ export class FaultServer {
       cfg.lastmod = 'Wed, 02 Dec 2026 00:00:00 GMT';
       cfg.linkedSha = null;
     }
+    if (cfg.zeros) return this.zeros(req, res, rec);
     const st = cfg.statuses && cfg.statuses[k];
     if (st && st !== 200) { rec.status = st; res.writeHead(st, { 'Content-Type': 'text/plain' }); return res.end(`status ${st}`); }
     const data = cfg.file;
@@ -93,6 +125,7 @@ export class FaultServer {
     if (cfg.corrupt) { body = Buffer.from(body); body[body.length >> 1] ^= 0xff; }
     const headers = { 'Content-Length': String(body.length), 'Accept-Ranges': 'bytes', ETag: cfg.etag,
       'Last-Modified': cfg.lastmod, 'Content-Type': 'application/octet-stream' };
+    if (cfg.chunked) delete headers['Content-Length']; // Transfer-Encoding: chunked, the size unknown
     if (status === 206) headers['Content-Range'] = `bytes ${start}-${data.length - 1}/${data.length}`;
     if (cfg.linked) headers['X-Linked-Etag'] = `"${this.linkedSha()}"`;
     rec.status = status;

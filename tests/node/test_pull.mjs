@@ -2,6 +2,7 @@
 // drops, stalls, short bodies, 404/416/500/401, redirects, a file that changes, wrong digests, Ctrl-C and resume,
 // two pulls at once, a full disk; then `models`, `rm` and `-m NAME`. Nothing here reaches the network.
 import { spawn, spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,8 +12,10 @@ import { bin, check, done, note, pickModel } from './server_lib.mjs';
 const model = fs.readFileSync(pickModel());
 const size = model.length;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-pull-'));
-// a second version of the model: same GGUF, one byte of tensor data different
+// a second version of the model: same GGUF, a byte of tensor data different near the start and near the end
+// (so the old file's first MiBs followed by the new file's rest is neither version)
 const model2 = Buffer.from(model);
+model2[1 << 20] ^= 0x5a;
 model2[model2.length - 100] ^= 0x5a;
 
 const srv = await new FaultServer().listen();
@@ -58,14 +61,21 @@ const URL_ = () => `${srv.url}/files/model.gguf`;
   const r = await run(['pull', 'hf:acme/tiny-GGUF/tiny-q8.gguf', '--name', 'tiny'], e);
   chk(r.code === 0 && good(lib, 'tiny'), `hf: ref pulls through the hub redirect (exit ${r.code})`, r);
   check(/hub \(X-Linked-Etag\)/.test(r.out), 'the digest was checked against the hub\'s X-Linked-Etag');
+  const lines = r.err.split('\n').filter((l) => /^tiny: \d+% \([\d.]+ MiB of 16\.4 MiB, [\d.]+ MiB\/s\)$/.test(l));
+  check(lines.length >= 2 && !r.err.includes('\r'), `not a terminal: plain progress lines (${lines.length}, like ${JSON.stringify(lines[0])})`);
   check(srv.requests[0].path === '/acme/tiny-GGUF/resolve/main/tiny-q8.gguf', `resolve URL ${srv.requests[0].path}`);
   check(srv.sent === size, `one full transfer (${srv.sent} of ${size} bytes)`);
   check(!exists(target(lib, 'tiny') + '.part') && !exists(target(lib, 'tiny') + '.part.json'), 'no .part left after success');
   const m = JSON.parse(fs.readFileSync(path.join(lib, 'tiny.json'), 'utf8'));
   check(m.sha256 === sha256(model) && m.architecture && m.pulled_at, `manifest records sha256, architecture, time (${m.architecture})`);
   const again = await run(['pull', 'hf:acme/tiny-GGUF/tiny-q8.gguf', '--name', 'tiny'], e);
-  check(again.code === 0 && /already in the library/.test(again.out) && srv.requests.length === 2,
-    'pulling it again says it is there and downloads nothing');
+  check(again.code === 0 && /already in the library/.test(again.out) && /pocketbrain verify tiny/.test(again.out) && srv.requests.length === 2,
+    'pulling it again says it is there (and how to re-check it) and downloads nothing');
+  fs.truncateSync(target(lib, 'tiny'), 4096); // damaged in the library (a crash of a copy, a disk error)
+  srv.reset({ file: model });
+  const fix = await run(['pull', 'hf:acme/tiny-GGUF/tiny-q8.gguf', '--name', 'tiny'], e);
+  chk(fix.code === 0 && /tiny in the library is damaged \(4096 bytes, \d+ when it was pulled\); downloading it again/.test(fix.err) &&
+    good(lib, 'tiny') && srv.sent === size, `a truncated library file is noticed and pulled again (exit ${fix.code})`, fix);
   srv.reset({ file: model });
   const rev = await run(['pull', 'hf:acme/tiny-GGUF/sub/tiny-q8.gguf@v1.2', '--quiet'], e);
   check(rev.code === 0 && srv.requests[0].path === '/acme/tiny-GGUF/resolve/v1.2/sub/tiny-q8.gguf' && good(lib, 'tiny-q8'),
@@ -166,6 +176,9 @@ for (const ignoreIfRange of [false, true]) {
   const r = await run(['pull', URL_(), '--name', 'm'], e);
   const how = ignoreIfRange ? 'server ignores If-Range: the client sees the new ETag' : 'If-Range: the server sends it whole';
   chk(r.code === 0 && good(lib, 'm', model2), `changed file (${how}): the new file, complete (exit ${r.code})`, r);
+  const last = srv.requests[srv.requests.length - 1];
+  check(last.status === 200 && last.sent === size && srv.requests.length === (ignoreIfRange ? 3 : 2),
+    `changed file (${how}): the part was started over (requests ${JSON.stringify(srv.requests.map((q) => [q.range, q.status, q.sent]))})`);
 }
 
 // 9. bytes that do not match the digest: --sha256, and the hub's X-Linked-Etag
@@ -216,7 +229,9 @@ for (const ignoreIfRange of [false, true]) {
 
 // 11. two pulls of one model at once: one waits, one good file, one download
 {
-  srv.reset({ file: model, throttle: { chunk: 1 << 20, ms: 30 } });
+  // slow enough (about 2 s) that `rm` started once the first byte is sent still finds the pull running, also
+  // under a sanitizer build
+  srv.reset({ file: model, throttle: { chunk: 256 << 10, ms: 30 } });
   const { env: e, lib } = env();
   let rmDuring = null;
   const rmLater = new Promise((resolve) => {
@@ -247,7 +262,7 @@ for (const ignoreIfRange of [false, true]) {
       const lib = path.join(mnt, 'models');
       const { env: e } = env();
       const r = await run(['pull', URL_(), '--name', 'm'], { ...e, PB_MODELS: lib });
-      check(r.code === 1 && /not enough space/.test(r.err) && noFile(lib, 'm'), `4 MiB tmpfs: ${r.err.trim().split('\n').pop()}`);
+      check(r.code === 1 && /not enough space in .*: the download needs 16\.4 MiB/.test(r.err) && noFile(lib, 'm'), `4 MiB tmpfs: ${r.err.trim().split('\n').pop()}`);
       check(fs.readdirSync(lib).filter((f) => !f.startsWith('.')).length === 0, 'nothing written into the library');
     } finally {
       spawnSync('umount', [mnt]);
@@ -312,6 +327,81 @@ for (const ignoreIfRange of [false, true]) {
   check(/alien\s+alien\.gguf\s+[\d.]+ MiB\s+gemma9/.test(r.out), 'models shows its architecture');
   r = await run(['pull', '--list'], e);
   check(r.code === 0 && /gemma-2-2b-it:q4_k_m \*/.test(r.out) && /gemma-4-e2b-it/.test(r.out), 'pull --list prints the catalog');
+}
+
+// 13b. where the token goes, and plain http:// only to loopback hosts (also after a redirect)
+{
+  // the hub redirects to its file store on another host (here: localhost vs 127.0.0.1): the token stays with the hub
+  srv.reset({ file: model, token: 'sekrit', cdnHost: 'localhost' });
+  const { env: e, lib } = env({ HF_TOKEN: 'sekrit' });
+  let r = await run(['pull', 'hf:google/gated-GGUF/g.gguf', '--name', 'g'], e);
+  const hub = srv.requests.filter((q) => q.path.includes('/resolve/')), cdn = srv.requests.filter((q) => q.path.startsWith('/cdn/'));
+  chk(r.code === 0 && good(lib, 'g') && hub.length === 1 && hub[0].auth === 'Bearer sekrit' && cdn.length === 1 && cdn[0].auth === null,
+    `HF_TOKEN goes to the hub, not to the file store it redirects to (${JSON.stringify(srv.requests.map((q) => [q.path, q.auth]))})`, r);
+  srv.reset({ file: model, farRedirect: 'http://example.invalid/model.gguf' });
+  r = await run(['pull', `${srv.url}/far`, '--name', 'far'], e);
+  chk(r.code === 1 && /refusing a redirect to plain http:\/\/ \('http:\/\/example\.invalid\/model\.gguf'\)/.test(r.err) && noFile(lib, 'far'),
+    `a loopback mirror's redirect to plain http:// elsewhere is refused (${r.err.trim().split('\n').pop()})`, r);
+  for (const u of ['http://127.0.0.1.example.invalid/x.gguf', 'http://127.0.0.1@example.invalid/x.gguf', 'http://localhost.example.invalid/x.gguf']) {
+    r = await run(['pull', u], e);
+    check(r.code === 1 && /refusing plain http:\/\//.test(r.err), `${u} is not a loopback host: refused`);
+  }
+  srv.reset({ file: model });
+  r = await run(['pull', `http://[::1]:${srv.port}/files/model.gguf`, '--name', 'v6', '--retries', '0'], e);
+  check(!/refusing/.test(r.err), `http://[::1]:port is loopback: not refused (exit ${r.code}; the server listens on 127.0.0.1 only)`);
+}
+
+// 13c. the disk fills up during a download whose size was not announced (no Content-Length): "not enough space",
+// nothing at the target, the part kept for a resume; with the hub's X-Linked-Size the check comes before any byte
+{
+  const mnt = path.join(tmp, 'small2');
+  fs.mkdirSync(mnt);
+  const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', mnt], { encoding: 'utf8' });
+  if (m.status !== 0) {
+    check(process.env.CI !== 'true', `disk-full case needs root to mount a tmpfs (${(m.stderr || '').trim()}) # SKIP outside CI`);
+  } else {
+    try {
+      srv.reset({ file: model, chunked: true });
+      const lib = path.join(mnt, 'models');
+      const { env: e0 } = env();
+      const e = { ...e0, PB_MODELS: lib };
+      let r = await run(['pull', URL_(), '--name', 'm'], e);
+      const part = target(lib, 'm') + '.part';
+      chk(r.code === 1 && /not enough space for .*the disk filled up after/.test(r.err) && /pocketbrain rm m/.test(r.err) &&
+        !exists(target(lib, 'm')) && exists(part), `ENOSPC mid-download: ${r.err.trim().split('\n').pop()}`, r);
+      r = await run(['rm', 'm'], e);
+      check(r.code === 0 && !exists(part) && !exists(part + '.json'), 'rm NAME drops the partial download');
+      srv.reset({ file: model, chunked: true });
+      r = await run(['pull', 'hf:acme/tiny-GGUF/tiny.gguf', '--name', 'm'], e);
+      chk(r.code === 1 && /not enough space in .*: the download needs 16\.4 MiB/.test(r.err) && !exists(part) && !exists(target(lib, 'm')),
+        `no Content-Length but the hub's X-Linked-Size: refused before the first byte (${r.err.trim().split('\n').pop()})`, r);
+    } finally {
+      spawnSync('umount', [mnt]);
+    }
+  }
+}
+
+// 13d. a file beyond 4 GiB: 64-bit offsets in the resume (Range, Content-Range, the part's rehash, the size).
+// The part is a sparse file of 4 GiB + 4 KiB zeros; the server's file is 4 GiB + 12 KiB of zeros.
+{
+  const big = 2 ** 32 + 12288, have = 2 ** 32 + 4096;
+  const h = crypto.createHash('sha256');
+  const z = Buffer.alloc(64 << 20);
+  for (let left = big; left > 0; left -= Math.min(left, z.length)) h.update(z.subarray(0, Math.min(left, z.length)));
+  const digest = h.digest('hex');
+  srv.reset({ file: Buffer.alloc(0), zeros: big });
+  const { env: e, lib } = env();
+  fs.mkdirSync(lib, { recursive: true });
+  const url = `${srv.url}/files/big.gguf`;
+  const fd = fs.openSync(target(lib, 'big') + '.part', 'w');
+  fs.ftruncateSync(fd, have);
+  fs.closeSync(fd);
+  fs.writeFileSync(target(lib, 'big') + '.part.json', JSON.stringify({ url, etag: '"v1"', last_modified: '', hub_sha256: '', size: big }));
+  const r = await run(['pull', url, '--name', 'big', '--sha256', digest, '--retries', '0'], e);
+  chk(r.code === 1 && /resuming a partial download \(4\.00 GiB already here\)/.test(r.err) && srv.requests.length === 1 &&
+    srv.requests[0].range === `bytes=${have}-` && srv.sent === big - have && !/sha256 mismatch/.test(r.err) &&
+    /not a usable model/.test(r.err) && noFile(lib, 'big'),
+    `> 4 GiB: resumed at byte ${srv.requests[0] && srv.requests[0].range}, ${srv.sent} bytes sent, digest matched, then refused as not a model`, r);
 }
 
 // 14. on a terminal: a progress bar redrawn in place with bytes, rate and ETA (script(1) gives it a pty)

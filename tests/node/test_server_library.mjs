@@ -1,9 +1,10 @@
 // test_server_library.mjs -- `pocketbrain serve` with a model library: /v1/models lists it, a request's "model"
 // loads that model (one at a time; running requests of the other finish first), an unknown name is a 404.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { check, done, note, peerModel, pickModel, startServer, stopServer } from './server_lib.mjs';
+import { bin, check, done, note, peerModel, pickModel, startServer, stopServer } from './server_lib.mjs';
 
 const lib = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib-'));
 fs.symlinkSync(path.resolve(pickModel()), path.join(lib, 'alpha.gguf'));
@@ -102,6 +103,41 @@ try {
   check(d3.length === 1 && d3[0].id === 'gemma-2-2b-it:q4_k_m', `serve -m PATH of a library file: ${JSON.stringify(d3.map((m) => m.id))}`);
   await stopServer(s3);
   fs.rmSync(lib2, { recursive: true, force: true });
+}
+// the library changes while the server runs: a model pulled later is listed and served; `rm` of the loaded model
+// leaves it serving from memory until another is loaded, then it is gone (404)
+{
+  const lib3 = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib3-'));
+  fs.symlinkSync(path.resolve(pickModel()), path.join(lib3, 'alpha.gguf'));
+  const s5 = await startServer([], { PB_MODELS: lib3 }, 'alpha');
+  const ids = async () => (await (await fetch(s5.url + '/v1/models')).json()).data.map((m) => m.id + (m.loaded ? '*' : ''));
+  const chat = async (model) => {
+    const r = await fetch(s5.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, temperature: 0 }) });
+    const j = await r.json();
+    return `${r.status} ${j.model || j.error.code}`;
+  };
+  try {
+    check((await ids()).join(',') === 'alpha*', 'started with alpha only');
+    fs.copyFileSync(peerModel(), path.join(lib3, 'gamma.gguf')); // as `pull` leaves it
+    let got = await chat('gamma');
+    check(got === '200 gamma', `a model put into the library after the start is served by name (${got})`);
+    fs.copyFileSync(peerModel(), path.join(lib3, 'delta.gguf'));
+    check((await ids()).join(',') === 'alpha,delta,gamma*', `/v1/models shows the library as it is now (${await ids()})`);
+    const rm = spawnSync(bin(), ['rm', 'gamma'], { env: { ...process.env, PB_MODELS: lib3 }, encoding: 'utf8' });
+    got = await chat('gamma');
+    check(rm.status === 0 && got === '200 gamma' && (await ids()).join(',') === 'alpha,delta,gamma*',
+      `rm of the loaded model: it keeps serving from memory, still listed as loaded (${got}; ${await ids()})`);
+    got = await chat('alpha');
+    const after = await chat('gamma');
+    check(got === '200 alpha' && after === '404 model_not_found' && (await ids()).join(',') === 'alpha*,delta',
+      `once another model is loaded the removed one is gone: ${after} (${await ids()})`);
+  } catch (e) {
+    check(false, 'exception: ' + (e.stack || e));
+  } finally {
+    await stopServer(s5);
+    fs.rmSync(lib3, { recursive: true, force: true });
+  }
 }
 note('library: alpha = ' + pickModel() + ', beta = ' + peerModel());
 done();

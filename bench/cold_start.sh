@@ -7,7 +7,12 @@ M=$1; REPS=${2:-3}; TH=${3:-2}
 PB=${PB_BIN:-build/pocketbrain}
 LL=${LLAMA_BIN:-/tmp/llama.cpp/build-cpu/bin}/llama-completion
 P="The quick brown fox jumps over the lazy dog while the farmer watches from the old red barn near the river"
-evict() { python3 -c "import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)" "$M"; }
+# pocketbrain's packed-weights cache (written by the untimed first run below) is evicted too; PB_PACK_CACHE=off to
+# compare without it.
+C=${XDG_CACHE_HOME:-$HOME/.cache}/pocketbrain
+ev1() { python3 -c "import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)" "$1"; }
+evict() { ev1 "$M"; for f in "$C"/*.pbpack; do [ -f "$f" ] && ev1 "$f"; done; }
+"$PB" run -m "$M" -t "$TH" --raw -p "warm the cache" -n 1 --temp 0 >/dev/null 2>&1
 now() { date +%s%N; }
 i=0
 while [ $i -lt "$REPS" ]; do

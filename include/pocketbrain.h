@@ -77,11 +77,23 @@ typedef struct pb_model_params {
     bool check_memory; /* refuse to open when weights alone do not fit (default true)            */
     bool repack;       /* interleave Q4_0/Q8_0/Q4_K/Q6_K matrix rows at open for the CPU's packed
                           kernels (default true; where they exist: x86 AVX-512 VNNI, AVX2 for Q4_0/Q8_0,
-                          ARM64 dotprod). The repacked pages are this process's own copy, not file
-                          cache pages (on iOS: dirty memory, counted against the jetsam limit). */
+                          ARM64 dotprod). Without pack_cache_dir the repacked pages are this process's
+                          own copy, not file cache pages (on iOS: dirty memory, counted against the
+                          jetsam limit); with it they are clean pages of the cache file. */
     int gpu;           /* -1 (default): run on the GPU when one is usable, else the CPU; 0: CPU only;
                           1: GPU required (open fails with the reason, e.g. "built without CUDA").
                           On the GPU: weights uploaded once, F16 KV cache in GPU memory (kv_type f16 only). */
+    /* Packed-weights cache (docs/ARCHITECTURE.md "Packed-weights cache"): NULL (default) = none. Else a directory
+     * (created when missing, 0700) keeping one file per model path, "<model file name>-<16 hex>.pbpack", about the
+     * size of the model file: the first open repacks and writes it (atomically: temp file, fsync, rename); later
+     * opens map it read-only instead of repacking -- open in a fraction of a second, and the weights are clean
+     * file pages the OS can drop under pressure instead of this process's dirty memory. A stale (the model file's
+     * size, inode or mtime changed), truncated, foreign or corrupt file (header hash, size, and the first and last
+     * 16 rows of every matrix compared with the model) is rebuilt; a directory that cannot be written only costs
+     * the repack (pb_model_info.pack_cache_note says why). Used with use_mmap and repack on the CPU only. Read
+     * during pb_model_open only: the string may be freed after. Like the model file, the cache file must not be
+     * truncated in place while a model using it is open (SIGBUS); replacing it by rename is safe. */
+    const char *pack_cache_dir;
 } pb_model_params;
 
 pb_model_params pb_model_default_params(void);
@@ -110,7 +122,18 @@ typedef struct pb_model_info {
     bool gpu;                /* the model runs on the GPU */
     char gpu_name[64];       /* its device ("NVIDIA H200") when gpu */
     char gpu_note[192];      /* why gpu = -1 (auto) stayed on the CPU, or "" */
+    /* pb_pack_cache_state: what params.pack_cache_dir did at this open, and in words the cache file mapped or
+     * written, why an existing one was rebuilt, or why none could be written */
+    int pack_cache;
+    char pack_cache_note[320];
 } pb_model_info;
+
+typedef enum pb_pack_cache_state {
+    PB_PACK_CACHE_OFF = 0,     /* no cache: pack_cache_dir NULL, nothing to repack, use_mmap off, or the GPU */
+    PB_PACK_CACHE_HIT = 1,     /* the weight copies were mapped from the cache file: nothing repacked */
+    PB_PACK_CACHE_WRITTEN = 2, /* repacked, and the cache file written for the next open */
+    PB_PACK_CACHE_FAILED = 3   /* repacked; the cache could not be written (pack_cache_note says why) */
+} pb_pack_cache_state;
 
 pb_status pb_model_get_info(const pb_model *m, pb_model_info *out);
 

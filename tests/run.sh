@@ -17,6 +17,8 @@ done
 export PB_BUILD="$BUILD"
 export PB_BIN="$BUILD/pocketbrain"
 export PB_MODELS="$BUILD/test-library" # an empty model library: tests never see the user's pulled models
+mkdir -p "$BUILD/test-cache" # the CLI's packed-weights cache, never the user's ~/.cache (absolute: XDG ignores relative)
+export XDG_CACHE_HOME="$(cd "$BUILD/test-cache" && pwd)"
 LOGS="$BUILD/test-logs"; mkdir -p "$LOGS"
 TEST_TIMEOUT=${PB_TEST_TIMEOUT:-900}
 pass=0; fail=0; failed_names=""

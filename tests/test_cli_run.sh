@@ -92,8 +92,8 @@ check "bench --json has runs with median/min/max" '[ $rc = 0 ] && grep -q "\"run
 $BIN bench -m "$M" -t 1 -p 8 -n 4 -d 24 -r 1 >"$T/benchd" 2>&1; rc=$?
 check "bench --depth runs pp / tg after a 24-token context (rows pp8 @ d24 / tg4 @ d24)" '[ $rc = 0 ] && grep -q "| pp8 @ d24 |" "$T/benchd" && grep -q "| tg4 @ d24 |" "$T/benchd"'
 $BIN bench -m "$M" -t 1 --cold -r 2 >"$T/cold" 2>&1; rc=$?
-check "bench --cold: a cold-start row (fresh processes, page cache state said)" \
-  '[ $rc = 0 ] && grep -q "process start -> first token (24-token prompt)" "$T/cold" && grep -qE "^\| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ([0-9]+% \(evicted|unknown)" "$T/cold"'
+check "bench --cold: a cold-start row (fresh processes, how the weights were loaded, page cache state said)" \
+  '[ $rc = 0 ] && grep -q "process start -> first token (24-token prompt)" "$T/cold" && grep -qE "^\| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| (mapped from the pack cache|repacked[^|]*) \| ([0-9]+% \(evicted|unknown)" "$T/cold"'
 $BIN bench -m "$M" -t 1 --cold -r 1 --json >"$T/coldj" 2>&1; rc=$?
 check "bench --cold --json: cold_ms, open_ms, first_token_ms, resident_before" \
   '[ $rc = 0 ] && grep -q "\"cold_ms\"" "$T/coldj" && grep -q "\"first_token_ms\"" "$T/coldj" && grep -q "\"resident_before\"" "$T/coldj"'

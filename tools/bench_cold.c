@@ -6,6 +6,7 @@
 #include "cli_common.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -41,11 +42,26 @@ static double evict(const char *path) {
     return frac;
 }
 
-int bench_cold_child(const char *path, int threads, int out_fd) {
+/* Evicts every regular file of dir (the packed-weights cache) from the page cache. */
+static void evict_dir(const char *dir) {
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) return;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        (void)evict(p);
+    }
+    closedir(d);
+}
+
+int bench_cold_child(const char *path, int threads, int out_fd, const char *cache_dir) {
     double t0 = pb_time_ms();
     pb_model *m;
     pb_model_params mp = pb_model_default_params();
     mp.n_threads = threads;
+    mp.pack_cache_dir = cache_dir;
     pb_status st = pb_model_open(path, &mp, &m);
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
     pb_session_params sp = pb_session_default_params();
@@ -57,6 +73,8 @@ int bench_cold_child(const char *path, int threads, int out_fd) {
         return cli_fail("bench", st, "cannot create session");
     }
     double t_open = pb_time_ms() - t0;
+    pb_model_info mi;
+    int cache_state = pb_model_get_info(m, &mi) == PB_OK ? mi.pack_cache : 0;
     const pb_vocab *v = pb_model_vocab(m);
     int32_t ids[COLD_PROMPT], n_vocab = pb_vocab_size(v);
     uint64_t x = 1234;
@@ -76,12 +94,13 @@ int bench_cold_child(const char *path, int threads, int out_fd) {
     pb_model_close(m);
     if (st != PB_OK) return cli_fail("bench", st, "first token failed");
     char line[128];
-    int n = snprintf(line, sizeof line, "%.3f %.3f\n", t_open, t_first - t_open);
+    int n = snprintf(line, sizeof line, "%.3f %.3f %d\n", t_open, t_first - t_open, cache_state);
     return write(out_fd, line, (size_t)n) == n ? 0 : 1;
 }
 
 /* One fresh process: exec this binary as `bench --cold-child`; wall time from fork to the child's report. */
-static int one_run(const char *path, int threads, double *wall, double *open_ms, double *first_ms) {
+static int one_run(const char *path, int threads, const char *cache_dir, double *wall, double *open_ms,
+                   double *first_ms, int *cache_state) {
     int fd[2];
     if (pipe(fd) != 0) return cli_fail("bench", PB_ERR_IO, "pipe");
     double t0 = pb_time_ms();
@@ -92,7 +111,8 @@ static int one_run(const char *path, int threads, double *wall, double *open_ms,
         char tb[16], fb[16];
         snprintf(tb, sizeof tb, "%d", threads);
         snprintf(fb, sizeof fb, "%d", fd[1]);
-        execl("/proc/self/exe", "pocketbrain", "bench", "--cold-child", path, tb, fb, (char *)NULL);
+        execl("/proc/self/exe", "pocketbrain", "bench", "--cold-child", path, tb, fb, cache_dir ? cache_dir : "-",
+              (char *)NULL);
         _exit(127);
     }
     close(fd[1]);
@@ -110,7 +130,8 @@ static int one_run(const char *path, int threads, double *wall, double *open_ms,
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    if (sscanf(buf, "%lf %lf", open_ms, first_ms) != 2 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (sscanf(buf, "%lf %lf %d", open_ms, first_ms, cache_state) != 3 || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
         cli_err("bench", "--cold: the child process failed (status %d)", status);
         return 1;
     }
@@ -127,13 +148,28 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-int bench_cold(const char *path, const int *threads, int n_threads, int reps, bool json) {
+static const char *cache_word(int state) {
+    switch (state) {
+    case PB_PACK_CACHE_HIT: return "mapped from the pack cache";
+    case PB_PACK_CACHE_WRITTEN: return "repacked, cache written";
+    case PB_PACK_CACHE_FAILED: return "repacked (cache not writable)";
+    }
+    return "repacked";
+}
+
+int bench_cold(const char *path, const int *threads, int n_threads, int reps, bool json, const char *cache_dir) {
     enum { MAX_REPS = 100 };
+    if (cache_dir) { /* untimed: the cache file exists before the timed runs (the first open writes it) */
+        double w, o, f;
+        int cs;
+        int rc = one_run(path, threads[0], cache_dir, &w, &o, &f, &cs);
+        if (rc) return rc;
+    }
     if (!json) {
         printf("| threads | cold start ms: process start -> first token (%d-token prompt), median | min | max | "
-               "open ms | prefill + first token ms | model file resident before start |\n",
+               "open ms | prefill + first token ms | weights | model file resident before start |\n",
                COLD_PROMPT);
-        printf("| ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+        printf("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n");
     }
     cJSON *root = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(root, "runs");
     cJSON_AddStringToObject(root, "model", path);
@@ -142,11 +178,13 @@ int bench_cold(const char *path, const int *threads, int n_threads, int reps, bo
     for (int k = 0; k < n_threads; k++) {
         double wall[MAX_REPS], op[MAX_REPS], fi[MAX_REPS], res_max = 0;
         bool unknown = false;
+        int cs = 0;
         for (int r = 0; r < reps && r < MAX_REPS; r++) {
             double f = evict(path);
+            evict_dir(cache_dir);
             if (f < 0) unknown = true;
             if (f > res_max) res_max = f;
-            int rc = one_run(path, threads[k], &wall[r], &op[r], &fi[r]);
+            int rc = one_run(path, threads[k], cache_dir, &wall[r], &op[r], &fi[r], &cs);
             if (rc) {
                 cJSON_Delete(root);
                 return rc;
@@ -169,16 +207,19 @@ int bench_cold(const char *path, const int *threads, int n_threads, int reps, bo
         cJSON_AddNumberToObject(o_, "open_ms", o);
         cJSON_AddNumberToObject(o_, "first_token_ms", f);
         cJSON_AddNumberToObject(o_, "resident_before", unknown ? -1.0 : res_max);
+        cJSON_AddStringToObject(o_, "weights", cache_word(cs));
         cJSON_AddItemToArray(runs, o_);
-        if (!json) printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", threads[k], w, w_min, w_max, o, f, cache);
+        if (!json)
+            printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s |\n", threads[k], w, w_min, w_max, o, f,
+                   cache_word(cs), cache);
     }
     if (json) {
         cli_json_print(root, true);
         root = NULL;
     } else
-        printf("\n%d fresh processes per thread count; the model file's pages were evicted before each (a "
+        printf("\n%d fresh processes per thread count; the model file's pages%s were evicted before each (a "
                "figure above 0%% means they could not all be)\n",
-               reps);
+               reps, cache_dir ? " and the pack cache's" : "");
     cJSON_Delete(root);
     return 0;
 }

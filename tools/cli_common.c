@@ -27,6 +27,8 @@ const char *const cli_opts_help =
     "                         instead of stopping with an error\n"
     "  --warmup               run one token at start so the first answer is not cold\n"
     "  --gpu, --no-gpu        run on the GPU (fail when none is usable) / on the CPU (default: GPU when usable)\n"
+    "  --no-pack-cache        repack the weights at open, without reading or writing the packed-weights cache\n"
+    "                         ($XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; PB_PACK_CACHE=off: same)\n"
     "memory and heat:\n"
     "  --mem-limit SIZE       memory the model + KV may use (e.g. 2G; default: detected)\n"
     "  --fit                  when it does not fit, use a q8_0 KV cache and/or a shorter context\n"
@@ -50,6 +52,20 @@ const char *const cli_opts_help =
     "  --think                Gemma 4: turn thinking on (<|think|> in the system turn); the model's reasoning\n"
     "                         (its thought channel) is not printed, only the answer\n"
     "  --show-thinking        print the thought channel to stderr as it streams";
+
+const char *cli_pack_cache_dir(void) {
+    static char dir[4096];
+    const char *off = getenv("PB_PACK_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (off && strcmp(off, "off") == 0) return NULL;
+    int n;
+    if (xdg && xdg[0] == '/') /* the XDG spec: a relative value is invalid and ignored */
+        n = snprintf(dir, sizeof dir, "%s/pocketbrain", xdg);
+    else if (home && home[0])
+        n = snprintf(dir, sizeof dir, "%s/.cache/pocketbrain", home);
+    else
+        return NULL;
+    return n > 0 && (size_t)n < sizeof dir ? dir : NULL;
+}
 
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
@@ -101,6 +117,8 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
 #define BAD() return (r < 0 ? 2 : cli_usage_line(usage))
     if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
         o->gpu = a[2] == 'g';
+    } else if (strcmp(a, "--no-pack-cache") == 0) {
+        o->no_pack_cache = true;
     } else if ((r = VALUE("--model", "-m")) != 0) {
         if (r < 0) return 2;
         o->model = v;
@@ -272,6 +290,7 @@ int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, d
     mp.n_threads = o->n_threads;
     mp.mem_limit = o->mem_limit;
     mp.gpu = o->gpu;
+    mp.pack_cache_dir = o->no_pack_cache ? NULL : cli_pack_cache_dir();
     if ((st = pb_model_open(path, &mp, m)) != PB_OK) return cli_fail(cmd, st, "cannot open model");
     if ((st = pb_session_new(*m, &sp, s)) != PB_OK) {
         pb_model_close(*m);

@@ -30,6 +30,7 @@ typedef struct cli_opts {
     bool context_shift;  /* --context-shift */
     bool warmup;         /* --warmup */
     int gpu;             /* --gpu 1 / --no-gpu 0; -1 = the GPU when usable */
+    bool no_pack_cache;  /* --no-pack-cache */
     int max_tokens;      /* -n */
     const char *stop[CLI_MAX_STOP];
     int n_stop;         /* --stop (repeatable) */
@@ -46,6 +47,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
 /* Text given to the model (prompts, files, system prompt, stop strings) must be UTF-8 without NUL bytes:
  * true when text[0..len) is, else false after printing "<what> is not valid UTF-8 (byte N ...)". */
 bool cli_check_text(const char *cmd, const char *what, const char *text, size_t len);
+
+/* The packed-weights cache directory of the CLI: $XDG_CACHE_HOME/pocketbrain, else $HOME/.cache/pocketbrain
+ * (NULL when neither is set, or when $PB_PACK_CACHE is "off"). */
+const char *cli_pack_cache_dir(void);
 
 /* The help text of the common flags (for --help). */
 extern const char *const cli_opts_help;

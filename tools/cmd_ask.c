@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cli_common.h"
 #include "library.h"
+#include "cli_common.h"
 #include "cli_store.h"
 #include "gguf/gguf.h"
 #include "store/store.h"
@@ -278,6 +279,7 @@ PB_CMD(ask) {
                     pb_last_error());
     } else {
         pb_model_params mp = pb_model_default_params();
+        mp.pack_cache_dir = cli_pack_cache_dir();
         if ((s = pb_model_open(model_path, &mp, &model)))
             snprintf(reason, sizeof reason, "model '%s' failed to load: %s", model_path, pb_last_error());
         else {

@@ -13,7 +13,7 @@
 
 static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type "
                                  "T] [--gpu|--no-gpu] [--cold]\n"
-                                 "                  [--json]";
+                                 "                  [--no-pack-cache] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
@@ -31,6 +31,8 @@ static const char *const help =
     "                     repetition a fresh process with the model file evicted from the page cache\n"
     "                     (default context, as run uses)\n"
     "  --gpu, --no-gpu    run on the GPU (fail when none is usable) / on the CPU; default: the GPU when usable\n"
+    "  --no-pack-cache    repack the weights at every open instead of mapping the packed-weights cache\n"
+    "                     ($XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; written by the first open)\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
     "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"
     "tgN: N decode steps after a one-token prompt, or after the N-token context of --depth (end-of-sequence\n"
@@ -76,7 +78,7 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
 static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, int depth, int reps, pb_kv_type kv,
-                     result *res) {
+                     const char *cache_dir, result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();
@@ -91,6 +93,7 @@ static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, i
     pb_model_params mp = pb_model_default_params();
     mp.n_threads = threads;
     mp.gpu = gpu;
+    mp.pack_cache_dir = cache_dir;
     pb_status st = pb_model_open(path, &mp, &m);
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
     pb_model_info info; /* a small model: its own training context, when the tests fit in it */
@@ -188,13 +191,14 @@ PB_CMD(bench) {
     int threads[MAX_T], n_threads = 0;
     long n_p = 512, n_g = 128, depth = 0, reps = 5;
     bool json = false, cold = false;
-    if (argc == 5 && strcmp(argv[1], "--cold-child") == 0) { /* bench --cold's fresh process */
+    if (argc == 6 && strcmp(argv[1], "--cold-child") == 0) { /* bench --cold's fresh process */
         long t, fd;
         if (!cli_parse_int("bench", "threads", argv[3], 1, 256, &t) ||
             !cli_parse_int("bench", "fd", argv[4], 0, 1 << 20, &fd))
             return 2;
-        return bench_cold_child(argv[2], (int)t, (int)fd);
+        return bench_cold_child(argv[2], (int)t, (int)fd, strcmp(argv[5], "-") == 0 ? NULL : argv[5]);
     }
+    bool pack_cache = true;
     int gpu = -1;
     pb_kv_type kv = PB_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -207,6 +211,8 @@ PB_CMD(bench) {
             json = true;
         } else if (strcmp(a, "--cold") == 0) {
             cold = true;
+        } else if (strcmp(a, "--no-pack-cache") == 0) {
+            pack_cache = false;
         } else if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
             gpu = a[2] == 'g';
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -249,7 +255,8 @@ PB_CMD(bench) {
         return 1;
     }
     if (n_threads == 0) threads[n_threads++] = pb_cpu_physical_cores();
-    if (cold) return bench_cold(path, threads, n_threads, (int)reps, json);
+    const char *cache_dir = pack_cache ? cli_pack_cache_dir() : NULL;
+    if (cold) return bench_cold(path, threads, n_threads, (int)reps, json, cache_dir);
 
     pb_model_info info;
     {
@@ -264,7 +271,7 @@ PB_CMD(bench) {
     }
     result res[MAX_T];
     for (int k = 0; k < n_threads; k++) {
-        int rc = bench_one(path, threads[k], gpu, (int)n_p, (int)n_g, (int)depth, (int)reps, kv, &res[k]);
+        int rc = bench_one(path, threads[k], gpu, (int)n_p, (int)n_g, (int)depth, (int)reps, kv, cache_dir, &res[k]);
         if (rc) return rc;
     }
     char pp_name[32], tg_name[32], mname[200];

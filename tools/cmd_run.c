@@ -229,6 +229,9 @@ PB_CMD(run) {
                 gs.t_prefill_ms > 0 ? (double)gs.n_prompt * 1000.0 / gs.t_prefill_ms : 0.0, (long long)gs.n_generated,
                 gs.t_generate_ms > 0 ? (double)gs.n_generated * 1000.0 / gs.t_generate_ms : 0.0, gs.t_first_token_ms,
                 pb_stop_reason_name(gs.stop_reason));
+    pb_model_info pi;
+    if (verbose && pb_model_get_info(m, &pi) == PB_OK && pi.pack_cache_note[0])
+        fprintf(stderr, "[pack cache: %s]\n", pi.pack_cache_note);
     free(out.s);
     free(thought.s);
     free(text);

@@ -1,5 +1,6 @@
 /* cmd_serve.c -- `pocketbrain serve`: OpenAI-compatible HTTP server + web UI until SIGINT/SIGTERM. */
 #include "cli.h"
+#include "cli_common.h"
 #include "library.h"
 #include "server/server.h"
 
@@ -16,7 +17,7 @@ static const char *USAGE =
     "                  [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after SEC]\n"
     "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE] [--allow-host NAMES]\n"
     "                  [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N] [--header-timeout SEC]\n"
-    "                  [--idle-timeout SEC] [--quiet]";
+    "                  [--idle-timeout SEC] [--no-pack-cache] [--quiet]";
 
 static const char *HELP =
     "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models (OpenAI-compatible), POST /tokenize,\n"
@@ -36,6 +37,8 @@ static const char *HELP =
     "  --db KB.sqlite          knowledge base for \"use_documents\" (the UI's \"Use my documents\"; default none)\n"
     "  --faq FAQ.sqlite        FAQ answers used when the model fails or is late (default none)\n"
     "  --fallback-after SEC    use the FAQ answer when no token came within SEC seconds (default 0 = off)\n"
+    "  --no-pack-cache         repack weights at every model open (default: map the packed-weights cache in\n"
+    "                          $XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; PB_PACK_CACHE=off: no cache)\n"
     "\n"
     "Network and access:\n"
     "  --host ADDR             bind address: IPv4, IPv6 (::1) or a name such as localhost (default 127.0.0.1,\n"
@@ -87,7 +90,7 @@ int cmd_serve(int argc, char **argv) {
     pb_server_params p = pb_server_default_params();
     long v;
     double d;
-    bool ctx_given = false, quiet = false;
+    bool ctx_given = false, quiet = false, no_pack_cache = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -125,6 +128,8 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_int(cmd, a, val, 16, 1 << 20, &v)) return 2;
             p.n_ctx = (int)v;
             ctx_given = true;
+        } else if (!strcmp(a, "--no-pack-cache")) {
+            no_pack_cache = true;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED_VAL();
             if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return 2;
@@ -183,6 +188,7 @@ int cmd_serve(int argc, char **argv) {
 
     pb_model_params mp = pb_model_default_params();
     if (p.n_threads) mp.n_threads = p.n_threads;
+    mp.pack_cache_dir = p.pack_cache_dir = no_pack_cache ? NULL : cli_pack_cache_dir();
     pb_model *m = NULL;
     pb_status s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);

@@ -53,6 +53,9 @@ typedef struct pb_map {
     const uint8_t *data; /* read-only view of the whole file */
     size_t size;
     bool mapped; /* true: munmap on close; false: heap copy */
+    /* the opened file's identity (fstat of the descriptor that was mapped or read): device, inode,
+     * modification time in ns; a file replaced or rewritten since gets other values */
+    uint64_t dev, ino, mtime_ns;
 } pb_map;
 
 /* Maps a file read-only (falls back to reading it when mmap is unavailable or use_mmap is false).
@@ -61,6 +64,10 @@ typedef struct pb_map {
  * use_mmap false: a file that shrinks during the read gives PB_ERR_IO "changed while being read". */
 pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out);
 void pb_map_close(pb_map *m);
+/* Maps a non-empty file read-only at a 2 MiB-aligned address and asks for transparent huge pages on it (Linux:
+ * page faults then read 2 MiB folios and map them as huge pages where the file system has large folios). For
+ * files read whole and often (the packed-weights cache); never falls back to reading. Close with pb_map_close. */
+pb_status pb_map_open_huge(const char *path, pb_map *out);
 /* Drops the whole pages inside [p, p+n) of a mapped file from this process's memory (the next access
  * reads them from the file again). No-op for heap copies. */
 void pb_map_release(const pb_map *m, const void *p, size_t n);
@@ -77,6 +84,12 @@ void pb_big_huge(void *p, size_t n);
 void pb_big_free(void *p, size_t n);
 /* True when the OS gives pb_big_alloc transparent huge pages (Linux THP "always" or "madvise"). */
 bool pb_huge_pages_available(void);
+
+/* Creates directory dir and its missing parents (mode 0700 & ~umask for new ones). PB_ERR_IO naming the
+ * part that failed (read-only file system, permission, a file in the way). */
+pb_status pb_mkdirs(const char *dir);
+/* The absolute, symlink-free form of an existing path (free with free()), or NULL. */
+char *pb_realpath(const char *path);
 
 /* Reads a whole file into a NUL-terminated heap buffer (free with free()). */
 pb_status pb_read_file(const char *path, char **out, size_t *len);

@@ -22,6 +22,9 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
         return pb_error(PB_ERR_IO, "'%s' is not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
+    out->dev = (uint64_t)st.st_dev;
+    out->ino = (uint64_t)st.st_ino;
+    out->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     if (size == 0) {
         close(fd);
         out->data = (const uint8_t *)"";
@@ -60,6 +63,68 @@ pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
     close(fd);
     out->data = buf;
     out->size = size;
+    return PB_OK;
+}
+
+pb_status pb_mkdirs(const char *dir) {
+    if (!dir || !*dir) return pb_error(PB_ERR_INVALID_ARG, "empty directory name");
+    char *p = pb_strdup(dir);
+    if (!p) return PB_ERR_NOMEM;
+    pb_status s = PB_OK;
+    for (char *c = p + 1;; c++) { /* each prefix ending at a '/', then the whole path */
+        if (*c != '/' && *c != 0) continue;
+        char keep = *c;
+        *c = 0;
+        struct stat st;
+        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+            s = pb_error(PB_ERR_IO, "cannot create directory '%s': %s", p, strerror(errno));
+        else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+            s = pb_error(PB_ERR_IO, "'%s' is not a directory", p);
+        *c = keep;
+        if (s || keep == 0) break;
+    }
+    free(p);
+    return s;
+}
+
+char *pb_realpath(const char *path) { return path ? realpath(path, NULL) : NULL; }
+
+pb_status pb_map_open_huge(const char *path, pb_map *out) {
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return pb_error(PB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        close(fd);
+        return pb_error(PB_ERR_IO, "'%s' is not a non-empty regular file", path);
+    }
+    size_t size = (size_t)st.st_size, A = (size_t)2 << 20;
+    /* reserve size + 2 MiB, map the file at the first 2 MiB boundary inside, give the rest back */
+    uint8_t *r = mmap(NULL, size + A, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *p = MAP_FAILED;
+    if (r != MAP_FAILED) {
+        uint8_t *a = (uint8_t *)PB_PAD((uintptr_t)r, A);
+        p = mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+        if (p == MAP_FAILED) {
+            munmap(r, size + A);
+        } else {
+            if (a > r) munmap(r, (size_t)(a - r));
+            size_t tail_at = PB_PAD(size, (size_t)sysconf(_SC_PAGESIZE));
+            if (r + size + A > a + tail_at) munmap(a + tail_at, (size_t)(r + size + A - (a + tail_at)));
+        }
+    }
+    int err = errno;
+    close(fd);
+    if (p == MAP_FAILED) return pb_error(PB_ERR_IO, "cannot map '%s': %s", path, strerror(err));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, size, MADV_HUGEPAGE); /* page faults read 2 MiB folios and map them whole */
+#endif
+    out->data = p;
+    out->size = size;
+    out->mapped = true;
+    out->dev = (uint64_t)st.st_dev;
+    out->ino = (uint64_t)st.st_ino;
+    out->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     return PB_OK;
 }
 

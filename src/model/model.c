@@ -743,13 +743,17 @@ static void pack_worker(void *ctx, int ith, int nth) {
     if (lo < hi) (void)pb_pack_groups(j->t->type, j->t->data, j->dst, j->t->ne[0], j->t->ne[1], lo, hi);
 }
 
-/* Repacks every Q4_0/Q8_0 matrix the CPU has packed kernels for (kernels/matmul.h) and, where the OS has
- * transparent huge pages, copies the other matrices as they are. A mapped file: into one anonymous
- * buffer, in parallel, each tensor's file pages dropped from this process as soon as it is copied, so the
- * weights are resident once. A heap copy: packed in place, nothing else copied. */
-static pb_status pack_weights(pb_model *m) {
-    pb_wmat *all[2 + 7 * PB_MAX_LAYERS];
-    int n = 0;
+/* Repacks every Q4_0/Q8_0/Q4_K/Q6_K matrix the CPU has packed kernels for (kernels/matmul.h) and, where the OS
+ * has transparent huge pages, copies the other matrices as they are. A mapped file: with a packed-weights cache
+ * (params.pack_cache_dir) holding a valid copy, those matrices become views into that file (huge pages where the
+ * OS maps file pages so) and nothing is repacked; otherwise into one anonymous buffer, in parallel, each
+ * tensor's file pages dropped from this process as soon as it is copied, so the weights are resident once, and
+ * the copied matrices are then written to the cache for the next open. A heap copy: packed in place, nothing
+ * else copied. */
+static pb_status pack_weights(pb_model *m, const char *path) {
+    pb_wmat *all[2 + 7 * PB_MAX_LAYERS], *cm[2 + 7 * PB_MAX_LAYERS];
+    bool cpk[2 + 7 * PB_MAX_LAYERS];
+    int n = 0, n_c = 0;
     all[n++] = &m->tok_embd;
     if (m->output.t != m->tok_embd.t) all[n++] = &m->output;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -761,10 +765,15 @@ static pb_status pack_weights(pb_model *m) {
     /* With huge pages, the other matrices are copied too: decode streams every weight byte per token, and
      * 2 MiB pages spare the TLB misses of 4 KiB file pages (measured ~10% faster decode on the 2B model). */
     bool copy_all = m->map.mapped && pb_huge_pages_available() && !getenv("PB_NO_HUGE");
+    const char *cache_dir = m->params.pack_cache_dir;
     size_t total = 0;
-    for (int i = 0; i < n; i++)
-        if (copy_all || pb_pack_supported(all[i]->t->type, all[i]->t->ne[0], all[i]->t->ne[1]))
-            total += PB_PAD(all[i]->t->nbytes, 64);
+    for (int i = 0; i < n; i++) { /* the copied matrices: the anonymous buffer's, or the cache file's */
+        bool pk = pb_pack_supported(all[i]->t->type, all[i]->t->ne[0], all[i]->t->ne[1]);
+        if (!pk && !copy_all) continue;
+        total += PB_PAD(all[i]->t->nbytes, 64);
+        cpk[n_c] = pk;
+        cm[n_c++] = all[i];
+    }
     if (total == 0) return PB_OK;
     pb_status s = PB_OK;
     if (!m->map.mapped) { /* heap copy: writable, pack in place */
@@ -773,6 +782,8 @@ static pb_status pack_weights(pb_model *m) {
             if (!pb_pack_supported(t->type, t->ne[0], t->ne[1])) continue;
             if ((s = pb_pack_rows(t->type, (void *)t->data, t->ne[0], t->ne[1])) == PB_OK) all[i]->packed = true;
         }
+    } else if (cache_dir && pb_pack_cache_load(m, cache_dir, path, cm, cpk, n_c) == PB_OK) {
+        /* the copied matrices are views into the cache file */
     } else {
         uint8_t *buf = pb_big_alloc(total);
         if (!buf) return PB_OK; /* no memory for a copy: the file layout still works, only slower */
@@ -797,6 +808,7 @@ static pb_status pack_weights(pb_model *m) {
             pb_map_release(&m->map, t->data, t->nbytes);
         }
         pb_pool_free(pool);
+        if (cache_dir) pb_pack_cache_store(m, cache_dir, path, cm, cpk, n_c);
     }
     for (int i = 0; i < n; i++) m->n_packed += all[i]->packed;
     if (m->output.t == m->tok_embd.t) m->output = m->tok_embd;
@@ -855,8 +867,9 @@ pb_status pb_model_open(const char *path, const pb_model_params *params, pb_mode
      * 34.0 for 1152, +0.17% -- a difference of the checkpoint dtype, not of the model.) */
     m->embd_scale = (float)sqrt((double)m->hp.n_embd);
     if ((s = pb_model_gpu_attach(m))) goto fail; /* params.gpu: weights uploaded once (model/gpu.c) */
-    if (!m->gpu && m->params.repack && (s = pack_weights(m))) goto fail; /* the GPU reads the file's rows */
+    if (!m->gpu && m->params.repack && (s = pack_weights(m, path))) goto fail; /* the GPU reads the file's rows */
     m->info.n_repacked = m->n_packed;
+    m->params.pack_cache_dir = NULL; /* the caller's string: only used during open */
     if ((s = pb_vocab_from_gguf(m->g, &m->vocab))) goto fail;
     *out = m;
     return PB_OK;
@@ -871,6 +884,7 @@ void pb_model_close(pb_model *m) {
     pb_model_gpu_detach(m);
     pb_vocab_free(m->vocab);
     pb_big_free(m->packed_mem, m->packed_size);
+    pb_map_close(&m->cache_map);
     free(m->norm_mem);
     free(m->layers);
     pb_gguf_close(m->g);

@@ -58,6 +58,7 @@ struct pb_model {
     int n_packed;     /* matrices repacked at open */
     void *packed_mem; /* their packed copies (pb_big_alloc; NULL when packed in place) */
     size_t packed_size;
+    pb_map cache_map;   /* the packed-weights cache file when the packed matrices are views into it (pack_cache.c) */
     float *output_norm; /* [d] */
     pb_layer_w *layers; /* [n_layer] */
     float *norm_mem;    /* one block holding every norm copy */
@@ -73,5 +74,14 @@ struct pb_model {
     pb_model_info info;
     struct pb_cu_model *gpu; /* weights on the GPU (model/gpu.c), else NULL */
 };
+
+/* pack_cache.c: the packed-weights cache of the matrices mats[0..n), in this order, pk[i] telling which are
+ * repacked (the others are plain copies). load: PB_OK when a valid cache file was mapped (each mat's data points
+ * into it, packed = pk[i]); otherwise nothing changes and m->info.pack_cache_note says why. store: writes the
+ * mats (already packed / copied) atomically; m->info.pack_cache says whether it worked. */
+pb_status pb_pack_cache_load(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
+                             int n);
+void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
+                         int n);
 
 #endif

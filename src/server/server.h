@@ -66,6 +66,8 @@ typedef struct pb_server_params {
     void (*log)(void *user, const char *line);
     void *log_user;
     pb_server_hooks hooks;
+    /* models the server opens on request: pb_model_params.pack_cache_dir (NULL = none) */
+    const char *pack_cache_dir;
 } pb_server_params;
 
 pb_server_params pb_server_default_params(void);

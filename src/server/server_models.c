@@ -134,6 +134,7 @@ static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_session **se
     } else {
         pb_model_params mp = pb_model_default_params();
         if (srv->p.n_threads) mp.n_threads = srv->p.n_threads;
+        mp.pack_cache_dir = srv->p.pack_cache_dir;
         if ((s = pb_model_open(srv->lib[idx].path, &mp, &m)) != PB_OK) return s;
     }
     int n_ctx = srv->p.n_ctx;

@@ -1,0 +1,225 @@
+/* pack_cache.c -- the packed-weights cache: a model's repacked matrices written once to a file named after the
+ * model's path, checked against the model file's identity, and mapped read-only on later opens instead of
+ * repacking. No packing math (kernels/pack.c) and no choice of which matrices pack (model.c). */
+#include "model/model_impl.h"
+#include "kernels/matmul.h"
+#include "tensor/types.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* File layout (host byte order; the endian field refuses a file from another byte order):
+ *   [0, 2 MiB)                    pc_header, zero padded
+ *   [2 MiB, 2 MiB + data_bytes)   the matrices in plan order (repacked, or as in the model file), each padded
+ *                                 to 64 bytes
+ * The data starts at 2 MiB so that, mapped at a 2 MiB-aligned address, the page cache's 2 MiB folios can be
+ * mapped as huge pages (pb_map_open_huge): decode walks every weight byte per token, and on 4 KiB pages it ran
+ * 2-3x slower here (TLB misses; docs/PERFORMANCE.md). The plan (which matrices, in which order, their types,
+ * shapes and packed flags) is not stored: it follows from the model and this CPU's packed kernels, and its
+ * hash must match. Bump PC_LAYOUT when kernels/pack.c's layout or this format changes. */
+#define PC_MAGIC    "PBPACK\r\n"
+#define PC_LAYOUT   2u
+#define PC_ENDIAN   0x01020304u
+#define PC_DATA_OFF ((size_t)2 << 20)
+
+typedef struct {
+    char magic[8];
+    uint32_t layout, endian;
+    uint64_t model_size, model_dev, model_ino, model_mtime_ns;
+    uint8_t fingerprint[32];
+    uint64_t plan_hash, n_mats, data_off, data_bytes;
+    uint64_t header_hash; /* of every byte above */
+} pc_header;
+
+_Static_assert(sizeof(pc_header) <= PC_DATA_OFF, "header fits its page");
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) { /* FNV-1a 64: an identity check, not security */
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+#define FNV0 0xcbf29ce484222325ull
+
+static uint64_t plan_hash(pb_wmat *const *mats, const bool *pk, int n, size_t *bytes) {
+    uint64_t h = fnv(FNV0, &(uint32_t){PC_LAYOUT}, 4);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const pb_gguf_tensor *t = mats[i]->t;
+        int64_t v[6] = {t->type, t->ne[0], t->ne[1], t->ne[2], (int64_t)t->nbytes, pk[i]};
+        h = fnv(h, t->name, strlen(t->name) + 1);
+        h = fnv(h, v, sizeof v);
+        total += PB_PAD(t->nbytes, 64);
+    }
+    *bytes = total;
+    return h;
+}
+
+static void note(pb_model *m, int state, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void note(pb_model *m, int state, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->info.pack_cache_note, sizeof m->info.pack_cache_note, fmt, ap);
+    va_end(ap);
+    m->info.pack_cache = state;
+}
+
+/* dir/<model file name without .gguf, at most 40 bytes>-<hash of the model's real path>.pbpack */
+static char *cache_path(const pb_model *m, const char *dir, const char *model_path) {
+    char *real = pb_realpath(model_path);
+    const char *key = real ? real : model_path;
+    uint64_t h = fnv(FNV0, key, strlen(key));
+    const char *base = strrchr(key, '/');
+    base = base ? base + 1 : key;
+    size_t bl = strlen(base);
+    if (bl > 5 && strcmp(base + bl - 5, ".gguf") == 0) bl -= 5;
+    if (bl > 40) bl = 40;
+    size_t cap = strlen(dir) + bl + 40;
+    char *p = pb_malloc(cap);
+    if (p) snprintf(p, cap, "%s/%.*s-%016llx.pbpack", dir, (int)bl, base, (unsigned long long)h);
+    free(real);
+    (void)m;
+    return p;
+}
+
+static void fill_header(const pb_model *m, uint64_t plan, int n, size_t bytes, pc_header *h) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, PC_MAGIC, 8);
+    h->layout = PC_LAYOUT;
+    h->endian = PC_ENDIAN;
+    h->model_size = m->map.size;
+    h->model_dev = m->map.dev;
+    h->model_ino = m->map.ino;
+    h->model_mtime_ns = m->map.mtime_ns;
+    memcpy(h->fingerprint, m->info.fingerprint, 32);
+    h->plan_hash = plan;
+    h->n_mats = (uint64_t)n;
+    h->data_off = PC_DATA_OFF;
+    h->data_bytes = bytes;
+    h->header_hash = fnv(FNV0, h, offsetof(pc_header, header_hash));
+}
+
+/* Repacks (or copies) the first and the last 16-row group of every matrix from the model file and compares
+ * them with the cache's bytes: catches a file zeroed, cut or written by another packing without reading all of
+ * it (damage elsewhere in the data is not seen: docs/ARCHITECTURE.md). */
+static bool spot_check(pb_wmat *const *mats, const bool *pk, int n, const uint8_t *data, const char **bad) {
+    size_t cap = 0;
+    for (int i = 0; i < n; i++) cap = PB_MAX(cap, pb_row_size(mats[i]->t->type, mats[i]->t->ne[0]) * PB_PACK_ROWS);
+    uint8_t *tmp = pb_malloc(cap ? cap : 1);
+    if (!tmp) return false;
+    bool ok = true;
+    size_t off = 0;
+    for (int i = 0; i < n && ok; i++) {
+        const pb_gguf_tensor *t = mats[i]->t;
+        size_t gsz = pb_row_size(t->type, t->ne[0]) * PB_PACK_ROWS;
+        if (gsz > t->nbytes) gsz = t->nbytes;
+        size_t at[2] = {0, t->nbytes - gsz}; /* packed: N % 16 == 0, so the last group starts there too */
+        for (int k = 0; k < 2 && ok; k++) {
+            const uint8_t *src = (const uint8_t *)t->data + at[k];
+            if (pk[i])
+                ok = pb_pack_groups(t->type, src, tmp, t->ne[0], PB_PACK_ROWS, 0, 1) == PB_OK &&
+                     memcmp(tmp, data + off + at[k], gsz) == 0;
+            else
+                ok = memcmp(src, data + off + at[k], gsz) == 0;
+        }
+        if (!ok) *bad = t->name;
+        off += PB_PAD(t->nbytes, 64);
+    }
+    free(tmp);
+    return ok;
+}
+
+pb_status pb_pack_cache_load(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
+                             int n) {
+    char *path = cache_path(m, dir, model_path);
+    if (!path) return PB_ERR_NOMEM;
+    size_t bytes = 0;
+    uint64_t plan = plan_hash(mats, pk, n, &bytes);
+    pc_header want, have;
+    fill_header(m, plan, n, bytes, &want);
+    pb_map cm;
+    const char *why = NULL, *bad = NULL;
+    if (pb_map_open_huge(path, &cm) != PB_OK) {
+        note(m, PB_PACK_CACHE_OFF, "no cache file '%s' yet", path);
+        free(path);
+        return PB_ERR_NOT_FOUND;
+    }
+    if (!cm.mapped || cm.size < PC_DATA_OFF)
+        why = "truncated (shorter than its header)";
+    else {
+        memcpy(&have, cm.data, sizeof have);
+        if (memcmp(have.magic, PC_MAGIC, 8) != 0 || have.endian != PC_ENDIAN)
+            why = "not a pocketbrain cache file of this byte order";
+        else if (have.header_hash != fnv(FNV0, &have, offsetof(pc_header, header_hash)))
+            why = "corrupt header";
+        else if (have.layout != PC_LAYOUT)
+            why = "written for another packed layout version";
+        else if (have.model_size != want.model_size || have.model_dev != want.model_dev ||
+                 have.model_ino != want.model_ino || have.model_mtime_ns != want.model_mtime_ns ||
+                 memcmp(have.fingerprint, want.fingerprint, 32) != 0)
+            why = "stale (the model file changed since it was written)";
+        else if (have.plan_hash != want.plan_hash || have.n_mats != want.n_mats || have.data_bytes != want.data_bytes ||
+                 have.data_off != PC_DATA_OFF)
+            why = "written for other packed kernels (another CPU or build)";
+        else if (cm.size != PC_DATA_OFF + bytes)
+            why = "truncated or padded (its size does not match its header)";
+        else if (!spot_check(mats, pk, n, cm.data + PC_DATA_OFF, &bad))
+            why = "corrupt data";
+    }
+    if (why) {
+        if (bad)
+            note(m, PB_PACK_CACHE_OFF, "cache file '%s' is %s (tensor '%s'): rebuilt", path, why, bad);
+        else
+            note(m, PB_PACK_CACHE_OFF, "cache file '%s' is %s: rebuilt", path, why);
+        pb_map_close(&cm);
+        free(path);
+        return PB_ERR_FORMAT;
+    }
+    size_t off = PC_DATA_OFF;
+    for (int i = 0; i < n; i++) {
+        mats[i]->data = cm.data + off;
+        mats[i]->packed = pk[i];
+        off += PB_PAD(mats[i]->t->nbytes, 64);
+    }
+    m->cache_map = cm;
+    note(m, PB_PACK_CACHE_HIT, "mapped %s (%.0f MiB)", path, (double)bytes / (1024.0 * 1024.0));
+    free(path);
+    return PB_OK;
+}
+
+void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
+                         int n) {
+    char prev[sizeof m->info.pack_cache_note];
+    snprintf(prev, sizeof prev, "%s", m->info.pack_cache_note); /* why the load missed */
+    char *path = cache_path(m, dir, model_path);
+    if (!path) return;
+    size_t bytes = 0;
+    pc_header h;
+    uint64_t plan = plan_hash(mats, pk, n, &bytes); /* before fill_header reads bytes */
+    fill_header(m, plan, n, bytes, &h);
+    static const uint8_t zeros[PC_DATA_OFF]; /* never written: the zero page, not 2 MiB of memory */
+    pb_atomic_file f;
+    pb_status s = pb_mkdirs(dir);
+    if (s == PB_OK) s = pb_atomic_open(path, &f);
+    if (s == PB_OK) {
+        s = pb_atomic_write(&f, &h, sizeof h);
+        if (s == PB_OK) s = pb_atomic_write(&f, zeros, PC_DATA_OFF - sizeof h);
+        for (int i = 0; i < n && s == PB_OK; i++) {
+            size_t nb = mats[i]->t->nbytes;
+            s = pb_atomic_write(&f, mats[i]->data, nb);
+            if (s == PB_OK && PB_PAD(nb, 64) > nb) s = pb_atomic_write(&f, zeros, PB_PAD(nb, 64) - nb);
+        }
+        if (s == PB_OK)
+            s = pb_atomic_commit(&f);
+        else
+            pb_atomic_abort(&f);
+    }
+    if (s == PB_OK)
+        note(m, PB_PACK_CACHE_WRITTEN, "wrote %s (%.0f MiB)%s%s", path, (double)bytes / (1024.0 * 1024.0),
+             prev[0] ? "; before: " : "", prev);
+    else
+        note(m, PB_PACK_CACHE_FAILED, "not written (%.200s); weights repacked in memory", pb_last_error());
+    free(path);
+}

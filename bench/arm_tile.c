@@ -2,7 +2,10 @@
  * TYPE (K x N, packed), NT quantized activation rows, one call of the tile the dispatch picked for this CPU
  * (PB_CPU=dotprod narrows it to the sdot tiles). Prints the weight and activation bytes so the bytes the
  * plugin counts can be set against them. Core library only (cross-builds static). Not a test.
- * Usage: arm_tile q4_0|q8_0|q4_K|q6_K K N NT */
+ * Usage: arm_tile q4_0|q8_0|q4_K|q6_K K N NT
+ *        arm_tile att NQ NK HD: one decode attention step's fp16 tiles instead (sym=arm_att_run): NQ query rows
+ *        (a GQA group) against NK fp16 K rows of HD values (pb_kernels_dot_f16_tile), then their weights over NK
+ *        fp16 V rows into NQ states (pb_kernels_mad_f16_tile); prints kv_bytes, the K and V bytes. */
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "tensor/matmul.h"
@@ -22,7 +25,47 @@ __attribute__((noinline)) void arm_tile_run(pb_gemm_packed_fn fn, int64_t K, con
     fn(K, w, ng, g_size, a, a_row, meta, nt, y, ldy);
 }
 
+__attribute__((noinline)) void arm_att_run(const float *const *q, float *const *st, const float *const *ar, int nq,
+                                           const uint16_t *k, const uint16_t *v, int nk, int hd, float *s);
+__attribute__((noinline)) void arm_att_run(const float *const *q, float *const *st, const float *const *ar, int nq,
+                                           const uint16_t *k, const uint16_t *v, int nk, int hd, float *s) {
+    static const float c[8] = {0.5f, 0.25f, 1.0f, 0.75f, 0.5f, 0.25f, 1.0f, 0.75f};
+    pb_kernels_dot_f16_tile(q, nq, k, (size_t)hd, nk, hd, s, (size_t)nk);
+    pb_kernels_mad_f16_tile(st, c, ar, nq, v, (size_t)hd, nk, hd);
+}
+
+static int att_main(int nq, int nk, int hd) {
+    if (nq < 1 || nq > 8 || nk < 1 || nk > 4096 || hd < 1 || hd > PB_KERNELS_F16_ROW_MAX) {
+        fprintf(stderr, "arm_tile att: NQ 1..8, NK 1..4096, HD 1..%d\n", PB_KERNELS_F16_ROW_MAX);
+        return 2;
+    }
+    uint16_t *k = malloc(sizeof(uint16_t) * (size_t)nk * (size_t)hd),
+             *v = malloc(sizeof(uint16_t) * (size_t)nk * (size_t)hd);
+    float *q = malloc(sizeof(float) * (size_t)(nq * hd)), *st = malloc(sizeof(float) * (size_t)(nq * hd));
+    float *s = malloc(sizeof(float) * (size_t)nq * (size_t)nk);
+    if (!k || !v || !q || !st || !s) return 1;
+    (void)pb_type_get(0); /* the dispatch installs the kernels */
+    uint32_t r = 7;
+#define ATT_RAND() ((float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f)
+    for (int64_t i = 0; i < (int64_t)nk * hd; i++)
+        k[i] = pb_fp32_to_fp16(ATT_RAND()), v[i] = pb_fp32_to_fp16(ATT_RAND());
+    for (int i = 0; i < nq * hd; i++) q[i] = ATT_RAND(), st[i] = ATT_RAND();
+    for (int64_t i = 0; i < (int64_t)nq * nk; i++) s[i] = ATT_RAND();
+#undef ATT_RAND
+    const float *qr[8], *ar[8];
+    float *sr[8];
+    for (int i = 0; i < nq; i++) qr[i] = q + i * hd, sr[i] = st + i * hd, ar[i] = s + (size_t)i * (size_t)nk;
+    arm_att_run(qr, sr, ar, nq, k, v, nk, hd, s);
+    double sum = 0;
+    for (int i = 0; i < nq * hd; i++) sum += (double)st[i];
+    printf("arm_tile: %s att nq %d nk %d hd %d kv_bytes %zu checksum %.6g\n", pb_kernels_isa(), nq, nk, hd,
+           2 * sizeof(uint16_t) * (size_t)nk * (size_t)hd, sum);
+    free(k), free(v), free(q), free(st), free(s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "att") == 0) return att_main(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     if (argc < 5) {
         fprintf(stderr, "usage: %s q4_0|q8_0|q4_K|q6_K K N NT\n", argv[0]);
         return 2;

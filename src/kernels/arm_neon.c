@@ -468,6 +468,148 @@ void pb_mad_f32_neon(float *y, const float *x, float a, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* ---- attention over an fp16 KV cache -------------------------------------------------------------------
+ * Fused versions of dispatch.c's convert-then-float tiles: each K or V row is read once, as fp16, and
+ * converted in registers; no float copy goes through memory. Bit-identical to those tiles: per query row and
+ * key the dot keeps pb_vec_dot_f32_f32_neon's two accumulators, reduction and scalar tail; per value the mad
+ * is pb_mad_f32_neon's fma (scalar tail y += a * x), keys in order, after the rescale y *= c. */
+
+#define F16_UNROLL _Pragma("GCC unroll 8")
+
+/* QB query rows x KB keys: each 8-value step loads the QB query slices once for KB keys and each key's
+ * fp16 slice once for the QB rows (2 QB KB accumulators live) */
+INLINE void f16_dot_blk(const float *const *q, const uint16_t *k, size_t ldk, int64_t n, float *s, size_t lds,
+                        const int QB, const int KB) {
+    float32x4_t a0[4][4], a1[4][4];
+    F16_UNROLL for (int r = 0; r < QB; r++) F16_UNROLL for (int b = 0; b < KB; b++) a0[r][b] = a1[r][b] =
+        vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t kl[4], kh[4];
+        F16_UNROLL for (int b = 0; b < KB; b++) {
+            const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(k + (size_t)b * ldk + i));
+            kl[b] = vcvt_f32_f16(vget_low_f16(h));
+            kh[b] = vcvt_high_f32_f16(h);
+        }
+        F16_UNROLL for (int r = 0; r < QB; r++) {
+            const float32x4_t ql = vld1q_f32(q[r] + i), qh = vld1q_f32(q[r] + i + 4);
+            F16_UNROLL for (int b = 0; b < KB; b++) {
+                a0[r][b] = vfmaq_f32(a0[r][b], ql, kl[b]);
+                a1[r][b] = vfmaq_f32(a1[r][b], qh, kh[b]);
+            }
+        }
+    }
+    F16_UNROLL for (int r = 0; r < QB; r++) F16_UNROLL for (int b = 0; b < KB; b++) {
+        float sum = vaddvq_f32(vaddq_f32(a0[r][b], a1[r][b]));
+        for (int64_t j = i; j < n; j++) sum += q[r][j] * h2f(k[(size_t)b * ldk + j]);
+        s[(size_t)r * lds + b] = sum;
+    }
+}
+
+/* keys in blocks of 4 (2 when 3 or 4 query rows share them: 16 accumulators at most), query rows by up to 4 */
+#define F16_DOT_KEYS(QB)                                                                                               \
+    do {                                                                                                               \
+        const int kb_ = (QB) <= 2 ? 4 : 2;                                                                             \
+        int b = 0;                                                                                                     \
+        if (kb_ == 4)                                                                                                  \
+            for (; b + 4 <= nk; b += 4)                                                                                \
+                f16_dot_blk(q + r0, k + (size_t)b * ldk, ldk, n, s + r0 * lds + b, lds, QB, 4);                        \
+        for (; b + 2 <= nk; b += 2) f16_dot_blk(q + r0, k + (size_t)b * ldk, ldk, n, s + r0 * lds + b, lds, QB, 2);    \
+        for (; b < nk; b++) f16_dot_blk(q + r0, k + (size_t)b * ldk, ldk, n, s + r0 * lds + b, lds, QB, 1);            \
+    } while (0)
+
+void pb_dot_f16_tile_neon(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds) {
+    for (int r0 = 0; r0 < nq;) {
+        switch (nq - r0) {
+        case 1:
+            F16_DOT_KEYS(1);
+            r0 += 1;
+            break;
+        case 2:
+            F16_DOT_KEYS(2);
+            r0 += 2;
+            break;
+        case 3:
+            F16_DOT_KEYS(3);
+            r0 += 3;
+            break;
+        default:
+            F16_DOT_KEYS(4);
+            r0 += 4;
+            break;
+        }
+    }
+}
+#undef F16_DOT_KEYS
+
+/* JB state rows, one slice of 4 VB values each: rescaled, then every key's fp16 value slice added in order
+ * (JB VB <= 16 accumulators live; a key's weights a[j][k] are loaded once per slice) */
+INLINE void f16_mad_blk(float *const *y, const float *c, const float *const *a, const uint16_t *x, size_t ldx, int nk,
+                        int64_t i0, const int JB, const int VB) {
+    float32x4_t acc[4][8];
+    F16_UNROLL for (int j = 0; j < JB; j++) F16_UNROLL for (int v = 0; v < VB; v++) acc[j][v] =
+        vmulq_n_f32(vld1q_f32(y[j] + i0 + 4 * v), c[j]);
+    for (int kk = 0; kk < nk; kk++) {
+        float32x4_t xv[8];
+        F16_UNROLL for (int v = 0; v < VB; v += 2) {
+            if (VB - v >= 2) {
+                const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + (size_t)kk * ldx + i0 + 4 * v));
+                xv[v] = vcvt_f32_f16(vget_low_f16(h));
+                xv[v + 1] = vcvt_high_f32_f16(h);
+            } else {
+                xv[v] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x + (size_t)kk * ldx + i0 + 4 * v)));
+            }
+        }
+        F16_UNROLL for (int j = 0; j < JB; j++) {
+            const float w = a[j][kk];
+            F16_UNROLL for (int v = 0; v < VB; v++) acc[j][v] = vfmaq_n_f32(acc[j][v], xv[v], w);
+        }
+    }
+    F16_UNROLL for (int j = 0; j < JB; j++) F16_UNROLL for (int v = 0; v < VB; v++)
+        vst1q_f32(y[j] + i0 + 4 * v, acc[j][v]);
+}
+
+#define F16_MAD_ROWS(JB)                                                                                               \
+    do {                                                                                                               \
+        int64_t i = 0;                                                                                                 \
+        if ((JB) <= 2)                                                                                                 \
+            for (; i + 32 <= n; i += 32) f16_mad_blk(y + j0, c + j0, a + j0, x, ldx, nk, i, JB, 8);                    \
+        for (; i + 16 <= n; i += 16) f16_mad_blk(y + j0, c + j0, a + j0, x, ldx, nk, i, JB, 4);                        \
+        for (; i + 4 <= n; i += 4) f16_mad_blk(y + j0, c + j0, a + j0, x, ldx, nk, i, JB, 1);                          \
+        for (int j = j0; j < j0 + (JB); j++)                                                                           \
+            for (int64_t e = i; e < n; e++) {                                                                          \
+                float v = y[j][e] * c[j];                                                                              \
+                for (int kk = 0; kk < nk; kk++) v += a[j][kk] * h2f(x[(size_t)kk * ldx + e]);                          \
+                y[j][e] = v;                                                                                           \
+            }                                                                                                          \
+    } while (0)
+
+void pb_mad_f16_tile_neon(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x, size_t ldx,
+                          int nk, int64_t n) {
+    for (int j0 = 0; j0 < ny;) {
+        switch (ny - j0) {
+        case 1:
+            F16_MAD_ROWS(1);
+            j0 += 1;
+            break;
+        case 2:
+            F16_MAD_ROWS(2);
+            j0 += 2;
+            break;
+        case 3:
+            F16_MAD_ROWS(3);
+            j0 += 3;
+            break;
+        default:
+            F16_MAD_ROWS(4);
+            j0 += 4;
+            break;
+        }
+    }
+}
+#undef F16_MAD_ROWS
+
 uint64_t pb_stream_read_neon(const void *p, size_t n) {
     const uint8_t *b = p;
     uint64x2_t a0 = vdupq_n_u64(0), a1 = a0, a2 = a0, a3 = a0;

@@ -123,7 +123,7 @@ void pb_gemm_packed_q6_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
 #if defined(__x86_64__)
 PB_KERNEL_FAMILY(avx2);
 PB_KERNEL_FAMILY(avx512);
-/* x86 only (NEON uses dispatch.c's loops over pb_mad_f32_neon and convert-then-float fp16 versions) */
+/* x86 only (NEON uses dispatch.c's loops over pb_mad_f32_neon; its fused fp16 tiles are declared below) */
 #define PB_X86_ATT(sfx)                                                                                                \
     void pb_mad_f32_rows_##sfx(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);               \
     float pb_dot_f16_##sfx(const float *a, const uint16_t *h, int64_t n);                                              \
@@ -140,6 +140,11 @@ void pb_mad_f16_tile_avx512(float *const *y, const float *c, const float *const 
                             size_t ldx, int nk, int64_t n);
 #elif defined(__aarch64__)
 PB_KERNEL_FAMILY(neon);
+/* fused fp16 attention tiles (arm_neon.c): the contracts of pb_kernels_dot_f16_tile / mad_f16_tile */
+void pb_dot_f16_tile_neon(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds);
+void pb_mad_f16_tile_neon(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x, size_t ldx,
+                          int nk, int64_t n);
 #endif
 
 /* Fills vec_dot of every row of table with the ref kernels (dispatch.c uses it as the base layer,

@@ -180,17 +180,17 @@ void pb_kernels_mad_f16_tile(float *const *y, const float *c, const float *const
 float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n);
 void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n);
 
-/* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 (exp-based form of the same
- * function, a few ulps from tensor/ops.c's pb_geglu, which the scalar and NEON builds use). */
+/* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 and NEON (exp-based form of
+ * the same function, a few ulps from tensor/ops.c's pb_geglu, which the scalar build uses). */
 void pb_kernels_geglu(float *gate, const float *up, int64_t n);
 
 /* Attention weights of a chunk of n key scores, in place: when cap > 0 the Gemma 2 soft-cap
  * s = cap * tanh(s / cap) first; then *mx = max(*mx, max s) and s = exp(s - *mx); returns sum s.
- * SIMD exp on x86 (~2 ulp); plain tanhf/expf elsewhere. Deterministic for a given n. */
+ * SIMD exp on x86 and NEON (~2 ulp); plain tanhf/expf elsewhere. Deterministic for a given n. */
 float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx);
 
-/* Gemma 2 soft-cap in place, x = cap * tanh(x / cap) (final logits); SIMD tanh on x86 (~2 ulp, the same as
- * pb_kernels_att_exp's), tensor/ops.c's pb_softcap elsewhere. */
+/* Gemma 2 soft-cap in place, x = cap * tanh(x / cap) (final logits); SIMD tanh on x86 and NEON (~2 ulp, the
+ * same as pb_kernels_att_exp's), tensor/ops.c's pb_softcap elsewhere. */
 void pb_kernels_softcap(float *x, int64_t n, float cap);
 
 /* Reads n bytes as fast as this CPU's vectors allow (benches: the bandwidth roofline); returns a checksum. */

@@ -173,6 +173,14 @@ static void run_unit(const mm_group *g, const mm_rt *r, int64_t u, int64_t t0, i
  * cache across the chunks. */
 static void run_units(const mm_group *g, const mm_rt *r, int64_t u, int64_t nu, int64_t t0, int64_t t1) {
     if (!r->pk) {
+        if (t1 - t0 == 1 && r->gemm) { /* one token: one tile call over all the rows (contiguous in a plain matrix), so
+                                        * a tile can keep the token's activations in registers while they stream by */
+            const pb_mm_op *op = r->op;
+            const int64_t r0 = u * MM_UNIT, nr = PB_MIN(nu * MM_UNIT, op->N - r0);
+            r->gemm(g->K, (const uint8_t *)op->w + (size_t)r0 * r->w_row, r->w_row, nr,
+                    r->f->act + (size_t)t0 * r->f->a_row, r->f->a_row, 1, op->y + t0 * op->N + r0, op->N);
+            return;
+        }
         for (int64_t i = 0; i < nu; i++) run_unit(g, r, u + i, t0, t1);
         return;
     }

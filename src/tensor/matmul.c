@@ -230,7 +230,8 @@ static void dot_worker(void *arg, int ith, int nth) {
         int64_t tc = PB_MIN(gr->tc, ur->tc), N = gr->op->N;
         for (int64_t c0 = 0; c0 < g->n_tok; c0 += tc) {
             int64_t c1 = PB_MIN(g->n_tok, c0 + tc);
-            const int64_t step = gr->pk && ur->pk ? MM_PAIR_UNITS : 1;
+            /* one token through plain-row tiles: all the units at once (one tile call per matrix, run_units) */
+            const int64_t step = gr->pk && ur->pk ? MM_PAIR_UNITS : c1 - c0 == 1 && gr->gemm && ur->gemm ? hi - lo : 1;
             for (int64_t u = lo; u < hi; u += step) {
                 const int64_t nu = PB_MIN(step, hi - u);
                 run_units(g, gr, u, nu, c0, c1);

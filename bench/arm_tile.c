@@ -2,7 +2,12 @@
  * TYPE (K x N, packed), NT quantized activation rows, one call of the tile the dispatch picked for this CPU
  * (PB_CPU=dotprod narrows it to the sdot tiles). Prints the weight and activation bytes so the bytes the
  * plugin counts can be set against them. Core library only (cross-builds static). Not a test.
- * Usage: arm_tile q4_0|q8_0|q4_K|q6_K K N NT */
+ * Usage: arm_tile q4_0|q8_0|q4_K|q6_K K N NT
+ *        arm_tile att NQ NK HD: one decode attention step's fp16 tiles instead (sym=arm_att_run): NQ query rows
+ *        (a GQA group) against NK fp16 K rows of HD values (pb_kernels_dot_f16_tile), then their weights over NK
+ *        fp16 V rows into NQ states (pb_kernels_mad_f16_tile); prints kv_bytes, the K and V bytes.
+ *        arm_tile mm q5_0|q4_0|q8_0|q4_K|q6_K K N NT: pb_matmul over a plain (not packed) matrix, activation
+ *        quantization included (sym=arm_mm_run): the row tiles, for types without a packed one (Q5_0). */
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
@@ -22,7 +27,87 @@ __attribute__((noinline)) void arm_tile_run(pb_gemm_packed_fn fn, int64_t K, con
     fn(K, w, ng, g_size, a, a_row, meta, nt, y, ldy);
 }
 
+__attribute__((noinline)) void arm_att_run(const float *const *q, float *const *st, const float *const *ar, int nq,
+                                           const uint16_t *k, const uint16_t *v, int nk, int hd, float *s);
+__attribute__((noinline)) void arm_att_run(const float *const *q, float *const *st, const float *const *ar, int nq,
+                                           const uint16_t *k, const uint16_t *v, int nk, int hd, float *s) {
+    static const float c[8] = {0.5f, 0.25f, 1.0f, 0.75f, 0.5f, 0.25f, 1.0f, 0.75f};
+    pb_kernels_dot_f16_tile(q, nq, k, (size_t)hd, nk, hd, s, (size_t)nk);
+    pb_kernels_mad_f16_tile(st, c, ar, nq, v, (size_t)hd, nk, hd);
+}
+
+static int att_main(int nq, int nk, int hd) {
+    if (nq < 1 || nq > 8 || nk < 1 || nk > 4096 || hd < 1 || hd > PB_KERNELS_F16_ROW_MAX) {
+        fprintf(stderr, "arm_tile att: NQ 1..8, NK 1..4096, HD 1..%d\n", PB_KERNELS_F16_ROW_MAX);
+        return 2;
+    }
+    uint16_t *k = malloc(sizeof(uint16_t) * (size_t)nk * (size_t)hd),
+             *v = malloc(sizeof(uint16_t) * (size_t)nk * (size_t)hd);
+    float *q = malloc(sizeof(float) * (size_t)(nq * hd)), *st = malloc(sizeof(float) * (size_t)(nq * hd));
+    float *s = malloc(sizeof(float) * (size_t)nq * (size_t)nk);
+    if (!k || !v || !q || !st || !s) return 1;
+    (void)pb_type_get(0); /* the dispatch installs the kernels */
+    uint32_t r = 7;
+#define ATT_RAND() ((float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f)
+    for (int64_t i = 0; i < (int64_t)nk * hd; i++)
+        k[i] = pb_fp32_to_fp16(ATT_RAND()), v[i] = pb_fp32_to_fp16(ATT_RAND());
+    for (int i = 0; i < nq * hd; i++) q[i] = ATT_RAND(), st[i] = ATT_RAND();
+    for (int64_t i = 0; i < (int64_t)nq * nk; i++) s[i] = ATT_RAND();
+#undef ATT_RAND
+    const float *qr[8], *ar[8];
+    float *sr[8];
+    for (int i = 0; i < nq; i++) qr[i] = q + i * hd, sr[i] = st + i * hd, ar[i] = s + (size_t)i * (size_t)nk;
+    arm_att_run(qr, sr, ar, nq, k, v, nk, hd, s);
+    double sum = 0;
+    for (int i = 0; i < nq * hd; i++) sum += (double)st[i];
+    printf("arm_tile: %s att nq %d nk %d hd %d kv_bytes %zu checksum %.6g\n", pb_kernels_isa(), nq, nk, hd,
+           2 * sizeof(uint16_t) * (size_t)nk * (size_t)hd, sum);
+    free(k), free(v), free(q), free(st), free(s);
+    return 0;
+}
+
+__attribute__((noinline)) pb_status arm_mm_run(const void *w, int type, int64_t K, int64_t N, const float *x, int nt,
+                                               float *y, void *scratch);
+__attribute__((noinline)) pb_status arm_mm_run(const void *w, int type, int64_t K, int64_t N, const float *x, int nt,
+                                               float *y, void *scratch) {
+    return pb_matmul(w, type, K, N, x, nt, y, scratch, NULL);
+}
+
+static int mm_main(const char *name, int64_t K, int64_t N, int nt) {
+    const int type = strcmp(name, "q5_0") == 0   ? PB_TYPE_Q5_0
+                     : strcmp(name, "q4_0") == 0 ? PB_TYPE_Q4_0
+                     : strcmp(name, "q8_0") == 0 ? PB_TYPE_Q8_0
+                     : strcmp(name, "q4_K") == 0 ? PB_TYPE_Q4_K
+                     : strcmp(name, "q6_K") == 0 ? PB_TYPE_Q6_K
+                                                 : -1;
+    if (type < 0 || K <= 0 || N <= 0 || K % pb_type_get(type)->blck || nt < 1 || nt > 64) {
+        fprintf(stderr, "arm_tile mm: q5_0|q4_0|q8_0|q4_K|q6_K, K a multiple of the block size, NT 1..64\n");
+        return 2;
+    }
+    const size_t row = pb_row_size(type, K), ss = pb_matmul_scratch_size(type, K, nt);
+    float *wf = malloc(sizeof(float) * (size_t)K), *x = malloc(sizeof(float) * (size_t)(K * nt));
+    float *y = malloc(sizeof(float) * (size_t)(N * nt));
+    uint8_t *w = malloc(row * (size_t)N);
+    void *scratch = malloc(ss);
+    if (!wf || !x || !y || !w || !scratch) return 1;
+    uint32_t s = 3;
+    for (int64_t r = 0; r < N; r++) {
+        for (int64_t k = 0; k < K; k++) wf[k] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+        pb_type_get(type)->from_float(wf, w + (size_t)r * row, K);
+    }
+    for (int64_t i = 0; i < K * nt; i++) x[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    if (arm_mm_run(w, type, K, N, x, nt, y, scratch) != PB_OK) return 1;
+    double sum = 0;
+    for (int64_t i = 0; i < N * nt; i++) sum += (double)y[i];
+    printf("arm_tile: %s mm %s K %lld N %lld nt %d weight_bytes %zu checksum %.6g\n", pb_kernels_isa(), name,
+           (long long)K, (long long)N, nt, row * (size_t)N, sum);
+    free(wf), free(x), free(y), free(w), free(scratch);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "att") == 0) return att_main(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+    if (argc == 6 && strcmp(argv[1], "mm") == 0) return mm_main(argv[2], atoll(argv[3]), atoll(argv[4]), atoi(argv[5]));
     if (argc < 5) {
         fprintf(stderr, "usage: %s q4_0|q8_0|q4_K|q6_K K N NT\n", argv[0]);
         return 2;

@@ -122,13 +122,14 @@ static void test_pair(pb_pool *p2, pb_pool *p3) {
     int types[][2] = {{PB_TYPE_Q4_K, PB_TYPE_Q4_K},
                       {PB_TYPE_Q4_0, PB_TYPE_Q4_0},
                       {PB_TYPE_Q6_K, PB_TYPE_Q4_K},
-                      {PB_TYPE_Q8_0, PB_TYPE_F32}};
+                      {PB_TYPE_Q8_0, PB_TYPE_F32},
+                      {PB_TYPE_Q5_0, PB_TYPE_Q5_0}}; /* plain-row tiles: one token takes all the units at once */
     int64_t Ns[] = {96, 40};
     int toks[] = {1, 5, 17};
     int same = 0, total = 0, close = 0, ctotal = 0, runs_ok = 1;
     float *x = malloc(sizeof(float) * K * 17);
     for (int64_t i = 0; i < K * 17; i++) x[i] = urand() * 2.0f;
-    for (int ty = 0; ty < 4; ty++)
+    for (int ty = 0; ty < 5; ty++)
         for (int ni = 0; ni < 2; ni++) {
             int64_t N = Ns[ni];
             pb_mm_op ops[2];

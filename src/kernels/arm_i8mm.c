@@ -23,9 +23,24 @@
 
 typedef struct ai_pair {
     int8x16_t x[4];
-    int32x4_t bias;
+    int32x4_t bias[2]; /* twice: the two accumulators of a pair start from it, loaded with d in one ld1 */
     float32x4_t d;
 } ai_pair;
+
+/* A pair's 7 vectors in 4 instructions (ldp q with immediate offsets; GCC emits single loads plus address
+ * arithmetic, and copies of the bias): the two accumulators start as the bias copies themselves. */
+AI_INLINE void ai_load_pair(const ai_pair *p, int8x16_t x[4], int32x4_t *b0, int32x4_t *b1, float32x4_t *d) {
+    int8x16_t x0, x1, x2, x3;
+    int32x4_t c0, c1;
+    float32x4_t dd;
+    __asm__("ldp %q0, %q1, [%7]\n\t"
+            "ldp %q2, %q3, [%7, #32]\n\t"
+            "ldp %q4, %q5, [%7, #64]\n\t"
+            "ldr %q6, [%7, #96]"
+            : "=w"(x0), "=w"(x1), "=w"(x2), "=w"(x3), "=w"(c0), "=w"(c1), "=w"(dd)
+            : "r"(p), "m"(*p));
+    x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3, *b0 = c0, *b1 = c1, *d = dd;
+}
 
 /* y rows of tokens t0, t1 (4 lanes each, rows 4qv..4qv+3) <-> the two pair-layout vectors */
 AI_INLINE void ai_load_y(const float *y0, const float *y1, float32x4_t *p0, float32x4_t *p1) {
@@ -56,7 +71,7 @@ AI_INLINE void ai_prep_q8_0(ai_pair *xp, const uint8_t *a, size_t a_row, const p
             const int32x2_t m0 = vld1_s32((const int32_t *)(const void *)&meta[(2 * p) * nb + b0 + b]);
             const int32x2_t m1 = vld1_s32((const int32_t *)(const void *)&meta[(2 * p + 1) * nb + b0 + b]);
             const int32x2_t bb = vzip1_s32(m0, m1), dd = vzip2_s32(m0, m1);
-            o->bias = vcombine_s32(bb, bb);
+            o->bias[0] = o->bias[1] = vcombine_s32(bb, bb);
             o->d = vreinterpretq_f32_s32(vcombine_s32(dd, dd));
         }
 }
@@ -113,13 +128,16 @@ AI_INLINE void ai_tile(int64_t K, const uint8_t *w, int64_t ng, size_t g_size, c
                     const float32x4_t dw0 = vzip1q_f32(dw, dw), dw1 = vzip2q_f32(dw, dw); /* [dw0 dw0 dw1 dw1] .. */
                     const ai_pair *xb = &xp[b * 4];
                     AI_UNROLL for (int p = 0; p < NP; p++) {
-                        int32x4_t i0 = xb[p].bias, i1 = xb[p].bias;
+                        int8x16_t xx[4];
+                        int32x4_t i0, i1;
+                        float32x4_t d;
+                        ai_load_pair(&xb[p], xx, &i0, &i1, &d);
                         AI_UNROLL for (int kg = 0; kg < 4; kg++) {
-                            i0 = vusmmlaq_s32(i0, wv[2 * kg], xb[p].x[kg]);
-                            i1 = vusmmlaq_s32(i1, wv[2 * kg + 1], xb[p].x[kg]);
+                            i0 = vusmmlaq_s32(i0, wv[2 * kg], xx[kg]);
+                            i1 = vusmmlaq_s32(i1, wv[2 * kg + 1], xx[kg]);
                         }
-                        acc[p][0] = vfmaq_f32(acc[p][0], vcvtq_f32_s32(i0), vmulq_f32(dw0, xb[p].d));
-                        acc[p][1] = vfmaq_f32(acc[p][1], vcvtq_f32_s32(i1), vmulq_f32(dw1, xb[p].d));
+                        acc[p][0] = vfmaq_f32(acc[p][0], vcvtq_f32_s32(i0), vmulq_f32(dw0, d));
+                        acc[p][1] = vfmaq_f32(acc[p][1], vcvtq_f32_s32(i1), vmulq_f32(dw1, d));
                     }
                 }
                 AI_UNROLL for (int p = 0; p < NP; p++) {

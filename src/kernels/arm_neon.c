@@ -12,7 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-#define INLINE static inline __attribute__((always_inline))
+#define INLINE  static inline __attribute__((always_inline))
+#define UNROLL8 _Pragma("GCC unroll 8")
 
 #define Q8K(a, a_row, t, b) ((const pb_block_q8_K *)((const uint8_t *)(a) + (size_t)(t) * (a_row)) + (b))
 #define Q80(a, a_row, t, b) ((const pb_block_q8_0 *)((const uint8_t *)(a) + (size_t)(t) * (a_row)) + (b))
@@ -224,9 +225,14 @@ void pb_vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y
 enum { Q1_Q41, Q1_Q50, Q1_Q51 };
 
 /* 0x10 in byte e of lo (e < 16) / hi (e - 16) where bit e of qh is set: the 5th bit of Q5_0 / Q5_1 */
+static const uint8_t hbits_tab[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+INLINE void hbits32b(const uint8_t *qhp, uint8x16_t bit, uint8x16_t *lo, uint8x16_t *hi) {
+    const uint8x16_t b4 = vdupq_n_u8(0x10);
+    *lo = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qhp[0]), vdup_n_u8(qhp[1])), bit), b4);
+    *hi = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qhp[2]), vdup_n_u8(qhp[3])), bit), b4);
+}
 INLINE void hbits32(const uint8_t *qhp, uint8x16_t *lo, uint8x16_t *hi) {
-    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    const uint8x16_t bit = vld1q_u8(bits), b4 = vdupq_n_u8(0x10);
+    const uint8x16_t bit = vld1q_u8(hbits_tab), b4 = vdupq_n_u8(0x10);
     *lo = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qhp[0]), vdup_n_u8(qhp[1])), bit), b4);
     *hi = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(qhp[2]), vdup_n_u8(qhp[3])), bit), b4);
 }
@@ -293,9 +299,48 @@ void pb_gemm_q4_1_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, 
     TILE_SWITCH(ROWS_BODY, q41_row, pb_block_q4_1, w, a, y)
 }
 void pb_vec_dot_q4_1_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q41_row(n / 32, x, y, 0, s, 0, 1); }
+/* Q5_0, one token (decode): a chunk of CB activation blocks (2 CB vectors, their scales in D) stays in registers
+ * while the rows' blocks stream by, so each weight byte is loaded once and the activations once per chunk, not
+ * once per row (Q5_0 has no packed tile: gemma-3's 1152-column matrices). A row's running sum waits in y between
+ * chunks (4 bytes per row and chunk). Per row the float sequence is q1_row's. */
+INLINE void q50_t1_chunk(const uint8_t *w, size_t w_row, int64_t nr, const pb_block_q8_0 *x, int64_t b0, float *y,
+                         const int CB) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t s16 = vdupq_n_s8(16);
+    const uint8x16_t bit = vld1q_u8(hbits_tab);
+    int8x16_t A[16];
+    float32x4_t D[2];
+    UNROLL8 for (int i = 0; i < CB; i++) A[2 * i] = vld1q_s8(x[b0 + i].qs), A[2 * i + 1] = vld1q_s8(x[b0 + i].qs + 16);
+    UNROLL8 for (int i = 0; i < CB; i++) D[i / 4] =
+        vsetq_lane_f32(h2f(x[b0 + i].d), i % 4 ? D[i / 4] : vdupq_n_f32(0), i % 4);
+    for (int64_t r = 0; r < nr; r++) {
+        const pb_block_q5_0 *wb = (const pb_block_q5_0 *)(const void *)(w + (size_t)r * w_row) + b0;
+        float sum = b0 ? y[r] : 0.0f;
+        UNROLL8 for (int i = 0; i < CB; i++) {
+            const uint8x16_t v = vld1q_u8(wb[i].qs);
+            uint8x16_t hlo, hhi;
+            hbits32b(wb[i].qh, bit, &hlo, &hhi);
+            const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), hlo)), s16);
+            const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(v, 4), hhi)), s16);
+            const int isum = vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, A[2 * i]), hi, A[2 * i + 1]));
+            const float dw = h2f(wb[i].d), da = vgetq_lane_f32(D[i / 4], i % 4);
+            sum += (float)isum * (dw * da);
+        }
+        y[r] = sum;
+    }
+}
+
 void pb_gemm_q5_0_q8_0_neon(int64_t n, const void *w, size_t w_row, int64_t nr, const void *a, size_t a_row, int nt,
                             float *y, int64_t ldy) {
     const int64_t nb = n / 32;
+    if (nt == 1) {
+        const uint8_t *w8 = w;
+        int64_t b = 0;
+        for (; b + 8 <= nb; b += 8) q50_t1_chunk(w8, w_row, nr, a, b, y, 8);
+        for (; b + 4 <= nb; b += 4) q50_t1_chunk(w8, w_row, nr, a, b, y, 4);
+        for (; b < nb; b++) q50_t1_chunk(w8, w_row, nr, a, b, y, 1);
+        return;
+    }
     TILE_SWITCH(ROWS_BODY, q50_row, pb_block_q5_0, w, a, y)
 }
 void pb_vec_dot_q5_0_q8_0_neon(int64_t n, float *s, const void *x, const void *y) { q50_row(n / 32, x, y, 0, s, 0, 1); }
@@ -466,6 +511,222 @@ void pb_mad_f32_neon(float *y, const float *x, float a, int64_t n) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* ---- attention over an fp16 KV cache -------------------------------------------------------------------
+ * Fused versions of dispatch.c's convert-then-float tiles: each K or V row is read once, as fp16, and
+ * converted in registers; no float copy goes through memory. Bit-identical to those tiles: per query row and
+ * key the dot keeps pb_vec_dot_f32_f32_neon's two accumulators, reduction and scalar tail; per value the mad
+ * is pb_mad_f32_neon's fma (scalar tail y += a * x), keys in order, after the rescale y *= c. */
+
+#define F16_UNROLL _Pragma("GCC unroll 8")
+
+/* QB query rows x KB keys: each 8-value step loads the QB query slices once for KB keys and each key's
+ * fp16 slice once for the QB rows (2 QB KB accumulators live) */
+INLINE void f16_dot_blk(const float *const *q, const uint16_t *k, size_t ldk, int64_t n, float *s, size_t lds,
+                        const int QB, const int KB) {
+    float32x4_t a0[4][4], a1[4][4];
+    F16_UNROLL for (int r = 0; r < QB; r++) F16_UNROLL for (int b = 0; b < KB; b++) a0[r][b] = a1[r][b] =
+        vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t kl[4], kh[4];
+        F16_UNROLL for (int b = 0; b < KB; b++) {
+            const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(k + (size_t)b * ldk + i));
+            kl[b] = vcvt_f32_f16(vget_low_f16(h));
+            kh[b] = vcvt_high_f32_f16(h);
+        }
+        F16_UNROLL for (int r = 0; r < QB; r++) {
+            const float32x4_t ql = vld1q_f32(q[r] + i), qh = vld1q_f32(q[r] + i + 4);
+            F16_UNROLL for (int b = 0; b < KB; b++) {
+                a0[r][b] = vfmaq_f32(a0[r][b], ql, kl[b]);
+                a1[r][b] = vfmaq_f32(a1[r][b], qh, kh[b]);
+            }
+        }
+    }
+    F16_UNROLL for (int r = 0; r < QB; r++) F16_UNROLL for (int b = 0; b < KB; b++) {
+        float sum = vaddvq_f32(vaddq_f32(a0[r][b], a1[r][b]));
+        for (int64_t j = i; j < n; j++) sum += q[r][j] * h2f(k[(size_t)b * ldk + j]);
+        s[(size_t)r * lds + b] = sum;
+    }
+}
+
+/* keys in blocks of 4 (2 when 3 or 4 query rows share them: 16 accumulators at most), query rows by up to 4 */
+#define F16_DOT_KEYS(QB)                                                                                               \
+    do {                                                                                                               \
+        const int kb_ = (QB) <= 2 ? 4 : 2;                                                                             \
+        int b = 0;                                                                                                     \
+        if (kb_ == 4)                                                                                                  \
+            for (; b + 4 <= nk; b += 4)                                                                                \
+                f16_dot_blk(q + r0, k + (size_t)b * ldk, ldk, n, s + r0 * lds + b, lds, QB, 4);                        \
+        for (; b + 2 <= nk; b += 2) f16_dot_blk(q + r0, k + (size_t)b * ldk, ldk, n, s + r0 * lds + b, lds, QB, 2);    \
+        for (; b < nk; b++) f16_dot_blk(q + r0, k + (size_t)b * ldk, ldk, n, s + r0 * lds + b, lds, QB, 1);            \
+    } while (0)
+
+void pb_dot_f16_tile_neon(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds) {
+    for (int r0 = 0; r0 < nq;) {
+        switch (nq - r0) {
+        case 1:
+            F16_DOT_KEYS(1);
+            r0 += 1;
+            break;
+        case 2:
+            F16_DOT_KEYS(2);
+            r0 += 2;
+            break;
+        case 3:
+            F16_DOT_KEYS(3);
+            r0 += 3;
+            break;
+        default:
+            F16_DOT_KEYS(4);
+            r0 += 4;
+            break;
+        }
+    }
+}
+#undef F16_DOT_KEYS
+
+/* JB state rows, one slice of 4 VB values each: rescaled, then every key's fp16 value slice added in order
+ * (JB VB <= 16 accumulators live; a key's weights a[j][k] are loaded once per slice) */
+INLINE void f16_mad_blk(float *const *y, const float *c, const float *const *a, const uint16_t *x, size_t ldx, int nk,
+                        int64_t i0, const int JB, const int VB) {
+    float32x4_t acc[4][8];
+    F16_UNROLL for (int j = 0; j < JB; j++) F16_UNROLL for (int v = 0; v < VB; v++) acc[j][v] =
+        vmulq_n_f32(vld1q_f32(y[j] + i0 + 4 * v), c[j]);
+    for (int kk = 0; kk < nk; kk++) {
+        float32x4_t xv[8];
+        F16_UNROLL for (int v = 0; v < VB; v += 2) {
+            if (VB - v >= 2) {
+                const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + (size_t)kk * ldx + i0 + 4 * v));
+                xv[v] = vcvt_f32_f16(vget_low_f16(h));
+                xv[v + 1] = vcvt_high_f32_f16(h);
+            } else {
+                xv[v] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x + (size_t)kk * ldx + i0 + 4 * v)));
+            }
+        }
+        F16_UNROLL for (int j = 0; j < JB; j++) {
+            const float w = a[j][kk];
+            F16_UNROLL for (int v = 0; v < VB; v++) acc[j][v] = vfmaq_n_f32(acc[j][v], xv[v], w);
+        }
+    }
+    F16_UNROLL for (int j = 0; j < JB; j++) F16_UNROLL for (int v = 0; v < VB; v++)
+        vst1q_f32(y[j] + i0 + 4 * v, acc[j][v]);
+}
+
+#define F16_MAD_ROWS(JB)                                                                                               \
+    do {                                                                                                               \
+        int64_t i = 0;                                                                                                 \
+        if ((JB) <= 2)                                                                                                 \
+            for (; i + 32 <= n; i += 32) f16_mad_blk(y + j0, c + j0, a + j0, x, ldx, nk, i, JB, 8);                    \
+        for (; i + 16 <= n; i += 16) f16_mad_blk(y + j0, c + j0, a + j0, x, ldx, nk, i, JB, 4);                        \
+        for (; i + 4 <= n; i += 4) f16_mad_blk(y + j0, c + j0, a + j0, x, ldx, nk, i, JB, 1);                          \
+        for (int j = j0; j < j0 + (JB); j++)                                                                           \
+            for (int64_t e = i; e < n; e++) {                                                                          \
+                float v = y[j][e] * c[j];                                                                              \
+                for (int kk = 0; kk < nk; kk++) v += a[j][kk] * h2f(x[(size_t)kk * ldx + e]);                          \
+                y[j][e] = v;                                                                                           \
+            }                                                                                                          \
+    } while (0)
+
+void pb_mad_f16_tile_neon(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x, size_t ldx,
+                          int nk, int64_t n) {
+    for (int j0 = 0; j0 < ny;) {
+        switch (ny - j0) {
+        case 1:
+            F16_MAD_ROWS(1);
+            j0 += 1;
+            break;
+        case 2:
+            F16_MAD_ROWS(2);
+            j0 += 2;
+            break;
+        case 3:
+            F16_MAD_ROWS(3);
+            j0 += 3;
+            break;
+        default:
+            F16_MAD_ROWS(4);
+            j0 += 4;
+            break;
+        }
+    }
+}
+#undef F16_MAD_ROWS
+
+/* ---- GeGLU, soft-cap, attention weights: x86_kern.h's exp-based forms on 4 lanes ---------------------------
+ * exp(z) = 2^n * p(r), n = round(z log2 e), r = z - n ln 2 (ln 2 in two parts), p Taylor to r^6; clamped to
+ * [-87, 88]. Agrees with expf to ~2 ulp; deterministic for a given n (the lanes do not mix). */
+INLINE float32x4_t exp4(float32x4_t z) {
+    z = vminq_f32(vmaxq_f32(z, vdupq_n_f32(-87.0f)), vdupq_n_f32(88.0f));
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(z, 1.44269504088896341f));
+    float32x4_t r = vfmsq_f32(z, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.0f / 720.0f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
+/* gate = gelu_tanh(gate) * up with 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+ * a few float ulps from tensor/ops.c's tanhf form (glibc's tanhf is one call per value) */
+void pb_geglu_neon(float *gate, const float *up, int64_t n) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t x = vld1q_f32(gate + i), x3 = vmulq_f32(vmulq_f32(x, x), x);
+        const float32x4_t z = vmulq_n_f32(vfmaq_n_f32(x, x3, 0.044715f), -2.0f * 0.7978845608028654f);
+        vst1q_f32(gate + i, vmulq_f32(vdivq_f32(x, vaddq_f32(one, exp4(z))), vld1q_f32(up + i)));
+    }
+    for (; i < n; i++)
+        gate[i] = gate[i] /
+                  (1.0f + expf(-2.0f * 0.7978845608028654f * (gate[i] + 0.044715f * gate[i] * gate[i] * gate[i]))) *
+                  up[i];
+}
+
+/* tanh(u) = 1 - 2 / (1 + exp(2u)); for |u| < 1/8 (where that cancels) the odd Taylor series to u^9 */
+INLINE float32x4_t tanh4(float32x4_t u) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    const float32x4_t big = vsubq_f32(one, vdivq_f32(vdupq_n_f32(2.0f), vaddq_f32(one, exp4(vaddq_f32(u, u)))));
+    const float32x4_t u2 = vmulq_f32(u, u);
+    float32x4_t p = vdupq_n_f32(62.0f / 2835.0f);
+    p = vfmaq_f32(vdupq_n_f32(-17.0f / 315.0f), p, u2);
+    p = vfmaq_f32(vdupq_n_f32(2.0f / 15.0f), p, u2);
+    p = vfmaq_f32(vdupq_n_f32(-1.0f / 3.0f), p, u2);
+    p = vmulq_f32(u, vfmaq_f32(one, p, u2));
+    return vbslq_f32(vcaltq_f32(u, vdupq_n_f32(0.125f)), p, big);
+}
+
+/* Gemma 2 soft-cap in place: s = cap * tanh(s / cap) (attention scores, final logits) */
+void pb_softcap_neon(float *s, int64_t n, float cap) {
+    const float32x4_t cv = vdupq_n_f32(cap);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(s + i, vmulq_f32(cv, tanh4(vdivq_f32(vld1q_f32(s + i), cv))));
+    for (; i < n; i++) s[i] = tanhf(s[i] / cap) * cap;
+}
+
+float pb_att_exp_neon(float *s, int64_t n, float cap, float *mx) {
+    if (cap > 0.0f) pb_softcap_neon(s, n, cap);
+    float m = *mx;
+    for (int64_t i = 0; i < n; i++) m = s[i] > m ? s[i] : m;
+    *mx = m;
+    const float32x4_t mv = vdupq_n_f32(m);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(s + i), mv));
+        vst1q_f32(s + i, e);
+        acc = vaddq_f32(acc, e);
+    }
+    float sum = vaddvq_f32(acc);
+    for (; i < n; i++) sum += (s[i] = expf(s[i] - m));
+    return sum;
 }
 
 uint64_t pb_stream_read_neon(const void *p, size_t n) {

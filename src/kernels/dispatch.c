@@ -218,6 +218,8 @@ static void kernels_init(void) {
             }
         }
         dot_f32 = pb_dot_f32_neon, mad_f32 = pb_mad_f32_neon, stream_read = pb_stream_read_neon;
+        dot_f16_tile = pb_dot_f16_tile_neon, mad_f16_tile = pb_mad_f16_tile_neon;
+        geglu = pb_geglu_neon, att_exp = pb_att_exp_neon, softcap = pb_softcap_neon;
     }
 #endif
     for (int i = 0; i < PB_TYPE_COUNT; i++) pb_matmul_set_gemm(i, gemm[i]);

@@ -123,7 +123,7 @@ void pb_gemm_packed_q6_K_avx512(int64_t K, const void *w, int64_t ng, size_t g_s
 #if defined(__x86_64__)
 PB_KERNEL_FAMILY(avx2);
 PB_KERNEL_FAMILY(avx512);
-/* x86 only (NEON uses dispatch.c's loops over pb_mad_f32_neon and convert-then-float fp16 versions) */
+/* x86 only (NEON uses dispatch.c's loops over pb_mad_f32_neon; its fused fp16 tiles are declared below) */
 #define PB_X86_ATT(sfx)                                                                                                \
     void pb_mad_f32_rows_##sfx(float *y, const float *x, size_t ldx, const float *a, int nk, int64_t n);               \
     float pb_dot_f16_##sfx(const float *a, const uint16_t *h, int64_t n);                                              \
@@ -140,6 +140,11 @@ void pb_mad_f16_tile_avx512(float *const *y, const float *c, const float *const 
                             size_t ldx, int nk, int64_t n);
 #elif defined(__aarch64__)
 PB_KERNEL_FAMILY(neon);
+/* fused fp16 attention tiles (arm_neon.c): the contracts of pb_kernels_dot_f16_tile / mad_f16_tile */
+void pb_dot_f16_tile_neon(const float *const *q, int nq, const uint16_t *k, size_t ldk, int nk, int64_t n, float *s,
+                          size_t lds);
+void pb_mad_f16_tile_neon(float *const *y, const float *c, const float *const *a, int ny, const uint16_t *x, size_t ldx,
+                          int nk, int64_t n);
 #endif
 
 /* Chooses the kernels for pb_cpu_features() once (thread-safe; every pb_kernels_* / pb_matmul* entry calls it). */
@@ -182,17 +187,17 @@ void pb_kernels_mad_f16_tile(float *const *y, const float *c, const float *const
 float pb_kernels_dot_f16(const float *a, const uint16_t *h, int64_t n);
 void pb_kernels_mad_f16(float *y, const uint16_t *h, float a, int64_t n);
 
-/* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 (exp-based form of the same
- * function, a few ulps from tensor/ops.c's pb_geglu, which the scalar and NEON builds use). */
+/* Gemma's GeGLU in place: gate[i] = gelu_tanh(gate[i]) * up[i]; SIMD on x86 and NEON (exp-based form of
+ * the same function, a few ulps from tensor/ops.c's pb_geglu, which the scalar build uses). */
 void pb_kernels_geglu(float *gate, const float *up, int64_t n);
 
 /* Attention weights of a chunk of n key scores, in place: when cap > 0 the Gemma 2 soft-cap
  * s = cap * tanh(s / cap) first; then *mx = max(*mx, max s) and s = exp(s - *mx); returns sum s.
- * SIMD exp on x86 (~2 ulp); plain tanhf/expf elsewhere. Deterministic for a given n. */
+ * SIMD exp on x86 and NEON (~2 ulp); plain tanhf/expf elsewhere. Deterministic for a given n. */
 float pb_kernels_att_exp(float *s, int64_t n, float cap, float *mx);
 
-/* Gemma 2 soft-cap in place, x = cap * tanh(x / cap) (final logits); SIMD tanh on x86 (~2 ulp, the same as
- * pb_kernels_att_exp's), tensor/ops.c's pb_softcap elsewhere. */
+/* Gemma 2 soft-cap in place, x = cap * tanh(x / cap) (final logits); SIMD tanh on x86 and NEON (~2 ulp, the
+ * same as pb_kernels_att_exp's), tensor/ops.c's pb_softcap elsewhere. */
 void pb_kernels_softcap(float *x, int64_t n, float cap);
 
 /* Reads n bytes as fast as this CPU's vectors allow (benches: the bandwidth roofline); returns a checksum. */

@@ -174,6 +174,14 @@ static void run_unit(const mm_group *g, const mm_rt *r, int64_t u, int64_t t0, i
  * cache across the chunks. */
 static void run_units(const mm_group *g, const mm_rt *r, int64_t u, int64_t nu, int64_t t0, int64_t t1) {
     if (!r->pk) {
+        if (t1 - t0 == 1 && r->gemm) { /* one token: one tile call over all the rows (contiguous in a plain matrix), so
+                                        * a tile can keep the token's activations in registers while they stream by */
+            const pb_mm_op *op = r->op;
+            const int64_t r0 = u * MM_UNIT, nr = PB_MIN(nu * MM_UNIT, op->N - r0);
+            r->gemm(g->K, (const uint8_t *)op->w + (size_t)r0 * r->w_row, r->w_row, nr,
+                    r->f->act + (size_t)t0 * r->f->a_row, r->f->a_row, 1, op->y + t0 * op->N + r0, op->N);
+            return;
+        }
         for (int64_t i = 0; i < nu; i++) run_unit(g, r, u + i, t0, t1);
         return;
     }
@@ -223,7 +231,8 @@ static void dot_worker(void *arg, int ith, int nth) {
         int64_t tc = PB_MIN(gr->tc, ur->tc), N = gr->op->N;
         for (int64_t c0 = 0; c0 < g->n_tok; c0 += tc) {
             int64_t c1 = PB_MIN(g->n_tok, c0 + tc);
-            const int64_t step = gr->pk && ur->pk ? MM_PAIR_UNITS : 1;
+            /* one token through plain-row tiles: all the units at once (one tile call per matrix, run_units) */
+            const int64_t step = gr->pk && ur->pk ? MM_PAIR_UNITS : c1 - c0 == 1 && gr->gemm && ur->gemm ? hi - lo : 1;
             for (int64_t u = lo; u < hi; u += step) {
                 const int64_t nu = PB_MIN(step, hi - u);
                 run_units(g, gr, u, nu, c0, c1);

@@ -135,6 +135,11 @@ typedef enum pb_pack_cache_state {
     PB_PACK_CACHE_FAILED = 3   /* repacked; the cache could not be written (pack_cache_note says why) */
 } pb_pack_cache_state;
 
+/* The file that pb_model_open would use as the packed-weights cache of the model at model_path under dir
+ * (params.pack_cache_dir), so a tool that deletes a model can delete its cache too. Written into buf (cap bytes,
+ * NUL-terminated); the file may not exist. PB_ERR_INVALID_ARG for NULL arguments or a buf too small. */
+pb_status pb_pack_cache_file(const char *dir, const char *model_path, char *buf, size_t cap);
+
 pb_status pb_model_get_info(const pb_model *m, pb_model_info *out);
 
 /* ---- tokenizer ------------------------------------------------------------------------------- */

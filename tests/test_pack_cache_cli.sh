@@ -38,3 +38,13 @@ XDG_CACHE_HOME=$T/xdg $BIN bench -m "$T/m.gguf" -t 1 --cold -r 1 >"$T/b1" 2>&1; 
 check "bench --cold maps the cache (rc $rc)" '[ $rc = 0 ] && grep -q "mapped from the pack cache" "$T/b1"'
 XDG_CACHE_HOME=$T/xdg $BIN bench -m "$T/m.gguf" -t 1 --cold -r 1 --no-pack-cache >"$T/b2" 2>&1; rc=$?
 check "bench --cold --no-pack-cache repacks (rc $rc)" '[ $rc = 0 ] && grep -q "| repacked |" "$T/b2"'
+
+# rm of a library model takes its packed-weights cache with it (it is as large as the model)
+mkdir -p "$T/lib"
+cp "$M" "$T/lib/tiny.gguf"
+echo '{"name":"tiny","file":"tiny.gguf"}' >"$T/lib/tiny.json"
+PB_MODELS=$T/lib XDG_CACHE_HOME=$T/xdgr $BIN run -m tiny -t 1 --raw -p Harbors -n 2 --temp 0 >/dev/null 2>&1
+before=$(n_files "$T/xdgr/pocketbrain")
+PB_MODELS=$T/lib XDG_CACHE_HOME=$T/xdgr $BIN rm tiny >"$T/rm.out" 2>&1; rc=$?
+check "rm NAME removes the model's cache file too (rc $rc, cache files $before -> $(n_files "$T/xdgr/pocketbrain")): $(cat "$T/rm.out")" \
+  '[ $rc = 0 ] && [ "$before" = 1 ] && [ $(n_files "$T/xdgr/pocketbrain") = 0 ] && [ ! -e "$T/lib/tiny.gguf" ]'

@@ -101,14 +101,30 @@ PB_CMD(rm) {
             rc = 1;
             continue;
         }
+        /* the model's packed-weights cache (as large as the model) goes with it; its name needs the model's real
+         * path, so it is found before the model is unlinked */
+        char cache[PATH_MAX] = "";
+        const char *cdir = cli_pack_cache_dir();
+        if (have && cdir &&
+            !(lib_path(name, ".gguf", path, sizeof path) &&
+              pb_pack_cache_file(cdir, path, cache, sizeof cache) == PB_OK))
+            cache[0] = 0;
         static const char *const suffixes[] = {".gguf", ".json", ".gguf.part", ".gguf.part.json"};
+        bool bad = false;
         for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++)
             if (lib_path(name, suffixes[k], path, sizeof path) && unlink(path) != 0 && errno != ENOENT) {
                 cli_err("rm", "cannot remove '%s': %s", path, strerror(errno));
-                rc = 1;
+                bad = true;
             }
+        if (!bad && cache[0] && unlink(cache) != 0 && errno != ENOENT) {
+            cli_err("rm", "cannot remove the packed-weights cache '%s': %s", cache, strerror(errno));
+            bad = true;
+        }
         lib_unlock(lock);
-        if (rc == 0) printf("removed %s\n", name);
+        if (bad)
+            rc = 1;
+        else
+            printf("removed %s\n", name);
     }
     return rc;
 }

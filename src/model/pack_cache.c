@@ -84,6 +84,20 @@ static char *cache_path(const pb_model *m, const char *dir, const char *model_pa
     return p;
 }
 
+pb_status pb_pack_cache_file(const char *dir, const char *model_path, char *buf, size_t cap) {
+    if (!dir || !model_path || !buf) return pb_error(PB_ERR_INVALID_ARG, "pack cache file: NULL argument");
+    char *p = cache_path(NULL, dir, model_path);
+    if (!p) return PB_ERR_NOMEM;
+    size_t n = strlen(p);
+    pb_status st = PB_OK;
+    if (n >= cap)
+        st = pb_error(PB_ERR_INVALID_ARG, "pack cache file: %zu bytes do not fit a buffer of %zu", n + 1, cap);
+    else
+        memcpy(buf, p, n + 1);
+    free(p);
+    return st;
+}
+
 static void fill_header(const pb_model *m, uint64_t plan, int n, size_t bytes, pc_header *h) {
     memset(h, 0, sizeof *h);
     memcpy(h->magic, PC_MAGIC, 8);

@@ -8,7 +8,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 enum { NTOK = 16 };
@@ -117,6 +119,29 @@ static void *concurrent(void *arg) {
     return NULL;
 }
 
+/* fraction of the file's pages in the page cache (mincore over a read-only mapping); -1 when it cannot tell */
+static double resident(const char *path) {
+    if (!path) return -1;
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return -1;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t n = ((size_t)st.st_size + (size_t)pg - 1) / (size_t)pg, in = 0;
+    unsigned char *v = malloc(n);
+    if (v && mincore(p, (size_t)st.st_size, v) == 0)
+        for (size_t i = 0; i < n; i++) in += v[i] & 1;
+    munmap(p, (size_t)st.st_size);
+    double r = v ? (double)in / (double)n : -1;
+    free(v);
+    return r;
+}
+
 int main(void) {
     const char *fx = pbt_fixture("model/gemma2-tiny-v.q4_0.gguf"), *tp = pbt_fixture("model/tokens.bin");
     if (!fx || !tp) TEST_DONE();
@@ -144,6 +169,16 @@ int main(void) {
           in.pack_cache, in.pack_cache_note);
     CHECK(n_pack == 1 && n_other == 0, "one cache file, no temp file left (%d, %d)", n_pack, n_other);
     CHECK(ok && memcmp(lg, ref, sizeof(float) * (size_t)n_vocab) == 0, "logits identical, cache written");
+    {
+        /* the written file's pages were dropped from the page cache, so the next open reads it back in 2 MiB folios
+         * (written pages are small folios: a mapping of them got 79% huge pages; not on tmpfs, which keeps them) */
+        char pf[600];
+        struct statfs sf;
+        double res = resident(pack_file(pf, sizeof pf) ? pf : NULL);
+        if (pack_file(pf, sizeof pf) && statfs(pf, &sf) == 0 && sf.f_type != 0x01021994)
+            CHECK(res >= 0 && res < 0.5, "the written cache file is not left in the page cache (%.0f%% resident)",
+                  100 * res);
+    }
     int repacked = in.n_repacked;
 
     ok = run(cache, &in, lg);

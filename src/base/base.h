@@ -115,6 +115,10 @@ pb_status pb_atomic_write(pb_atomic_file *f, const void *data, size_t n);
 /* fsyncs the directory that holds path (after a rename into it; filesystems that cannot are not an error). */
 pb_status pb_sync_dir_of(const char *path);
 pb_status pb_atomic_commit(pb_atomic_file *f);
+/* Asks the OS to drop the (clean) page-cache pages of the file at path (posix_fadvise DONTNEED; a no-op where there
+ * is none). For a file written once and mapped later: a written file's cached pages are small folios, which a later
+ * mapping cannot map as huge pages; read back from storage they come in 2 MiB folios under MADV_HUGEPAGE. */
+void pb_file_drop_cache(const char *path);
 void pb_atomic_abort(pb_atomic_file *f);
 /* Removes every temp file still open in this process (called from SIGINT/SIGTERM handlers by tools;
  * async-signal-safe: uses only unlink()). */

@@ -480,3 +480,14 @@ size_t pb_current_rss(void) {
     fclose(f);
     return n == 2 ? (size_t)rss * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
+
+void pb_file_drop_cache(const char *path) {
+#ifdef POSIX_FADV_DONTNEED
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+#else
+    (void)path;
+#endif
+}

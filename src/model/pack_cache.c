@@ -230,6 +230,10 @@ void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, p
         else
             pb_atomic_abort(&f);
     }
+    /* the written pages sit in the page cache as small folios, which the next open's mapping could not map as huge
+     * pages (measured: 79% huge, decode ~10% slower than the anonymous copy); dropped, the next open reads the file
+     * back in 2 MiB folios (95% huge) */
+    if (s == PB_OK) pb_file_drop_cache(path);
     if (s == PB_OK)
         note(m, PB_PACK_CACHE_WRITTEN, "wrote %s (%.0f MiB)%s%s", path, (double)bytes / (1024.0 * 1024.0),
              prev[0] ? "; before: " : "", prev);

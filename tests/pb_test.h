@@ -25,7 +25,13 @@ static void pbt_report(int ok, const char *file, int line, const char *fmt, ...)
 }
 
 /* CHECK(cond, "what was checked %d", args): one counted check. */
-#define CHECK(cond, ...) pbt_report((cond) ? 1 : 0, __FILE__, __LINE__, __VA_ARGS__)
+/* The condition is evaluated before the message's arguments (a statement, not one call: the order in which a call's
+ * arguments are evaluated is unspecified, and a message naming a value the condition computes printed garbage). */
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        const int pbt_ok_ = (cond) ? 1 : 0;                                                                            \
+        pbt_report(pbt_ok_, __FILE__, __LINE__, __VA_ARGS__);                                                          \
+    } while (0)
 /* NOTE(...): a diagnostic line (not counted). */
 #define NOTE(...) (printf("# " __VA_ARGS__), printf("\n"), fflush(stdout))
 

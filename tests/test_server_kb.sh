@@ -63,3 +63,23 @@ stop
 "$BIN" serve -m "$MODEL" --port 0 --db "$OUT/typo.sqlite" >/dev/null 2>"$OUT/err"; rc=$?
 [ $rc = 1 ] && [ ! -e "$OUT/typo.sqlite" ] && grep -q "no knowledge base at '$OUT/typo.sqlite'" "$OUT/err" \
   && echo "ok - serve --db on a missing file: exit 1, clear message, nothing created" || echo "not ok - missing --db: rc=$rc $(cat "$OUT/err")"
+
+# the sources get what the slot's context leaves (not a fixed half of the training context): with -c 256 a long
+# document is cut to fit and the answer comes back; a max_tokens that leaves no room is a 400 naming the field
+mkdir -p "$OUT/long"
+i=0; : >"$OUT/long/lighthouse.md"
+while [ $i -lt 40 ]; do
+  echo "The Pharos lighthouse of Alexandria guided sailors into the harbor for centuries, line $i." >>"$OUT/long/lighthouse.md"
+  i=$((i + 1))
+done
+"$BIN" ingest --db "$OUT/long.sqlite" -q "$OUT/long" >/dev/null 2>&1
+start --db "$OUT/long.sqlite" -c 256
+code=$(curl -s -o "$OUT/r6" -w '%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"What guided sailors into the harbor of Alexandria?"}],"use_documents":true,"max_tokens":16}')
+[ "$code" = 200 ] && grep -q '"sources":\[{"num":1' "$OUT/r6" && echo "ok - -c 256: sources cut to the context, answer 200 (was a 400: half the training context for sources)" \
+  || echo "not ok - -c 256 with sources: $code $(head -c 300 "$OUT/r6")"
+code=$(curl -s -o "$OUT/r7" -w '%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"What guided sailors?"}],"use_documents":true,"max_tokens":200}')
+[ "$code" = 400 ] && grep -q 'no room for sources' "$OUT/r7" && echo "ok - max_tokens leaving no room for sources: 400 naming it" \
+  || echo "not ok - no room: $code $(head -c 300 "$OUT/r7")"
+stop

@@ -16,12 +16,11 @@ typedef struct kb_ctx {
     pthread_mutex_t mu; /* one SQLite connection per database, used by one request at a time */
     pb_store *kb, *faq;
     pb_store_counter counter;
-    int64_t budget; /* tokens for sources + question */
 } kb_ctx;
 
 static kb_ctx ctx = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static bool kb_prompt(void *user, const char *question, char **prompt_out, char **sources_out) {
+static bool kb_prompt(void *user, const char *question, int64_t budget, char **prompt_out, char **sources_out) {
     kb_ctx *c = user;
     *prompt_out = *sources_out = NULL;
     if (!c->kb) return false;
@@ -31,8 +30,7 @@ static bool kb_prompt(void *user, const char *question, char **prompt_out, char 
     bool ok = pb_store_search_bm25(c->kb, question, 5, 1, &hits, &n_hits) == PB_OK;
     pb_store_prompt pr;
     memset(&pr, 0, sizeof pr);
-    if (ok)
-        ok = pb_store_prompt_build(question, hits, n_hits, c->budget, pb_store_counter_fn, &c->counter, &pr) == PB_OK;
+    if (ok) ok = pb_store_prompt_build(question, hits, n_hits, budget, pb_store_counter_fn, &c->counter, &pr) == PB_OK;
     pb_store_hits_free(hits, n_hits);
     pthread_mutex_unlock(&c->mu);
     if (!ok) return false;
@@ -73,11 +71,6 @@ bool cli_kb_hooks(const char *db_path, const char *faq_path, const pb_model *m, 
     if (db_path) {
         if (!(ctx.kb = cli_store_open_existing("serve", db_path, "pocketbrain ingest --db FILE PATH..."))) return false;
         pb_store_counter_init(&ctx.counter, pb_model_vocab(m));
-        pb_model_info info;
-        int n_ctx = 2048;
-        if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < n_ctx)
-            n_ctx = info.n_ctx_train;
-        ctx.budget = n_ctx / 2;
         hooks->kb_prompt = kb_prompt;
         hooks->kb_user = &ctx;
     }

@@ -13,7 +13,10 @@ typedef struct pb_server_hooks {
     void *faq_user;
     /* Knowledge base: builds a grounded prompt for the question (prompt_out, malloc'd) and a JSON array
      * of sources (sources_json_out, malloc'd; cJSON text). Returns false when no KB is configured. */
-    bool (*kb_prompt)(void *user, const char *question, char **prompt_out, char **sources_json_out);
+    /* budget_tokens: what the instructions, the sources and the question may take (the slot's context less the
+     * answer's max_tokens and the rest of the conversation) */
+    bool (*kb_prompt)(void *user, const char *question, int64_t budget_tokens, char **prompt_out,
+                      char **sources_json_out);
     void *kb_user;
 } pb_server_hooks;
 

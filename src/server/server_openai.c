@@ -373,8 +373,20 @@ static bool parse_completion(pb_server *srv, cJSON *root, job *j, parse_err *e) 
 static bool build_prompt(pb_server *srv, job *j, parse_err *e) {
     if (j->kind == JOB_COMPLETION) return tokenize_into(j, srv->model, srv->vocab, NULL, 0, j->text, e);
     if (j->use_documents) {
+        /* the sources get what the context leaves: less the answer (max_tokens) and the conversation around the
+         * question (the whole chat tokenized with the question as typed, less the question's own tokens) */
+        if (!tokenize_into(j, srv->model, srv->vocab, j->msgs, j->n_msgs, NULL, e)) return false;
+        const char *q = j->texts[j->last_user];
+        int64_t n_q = 0;
+        (void)pb_tokenize(srv->vocab, q, strlen(q), PB_TOK_CHAT_TEXT, NULL, 0, &n_q);
+        int64_t around = j->n_prompt - n_q, budget = (int64_t)srv->n_ctx - j->gen.max_tokens - around - 8;
+        if (budget < 64)
+            return perr(e, "use_documents",
+                        "no room for sources: the context (%d tokens) less max_tokens (%d) and the conversation (%lld) "
+                        "leaves %lld; send a shorter conversation or a smaller max_tokens",
+                        srv->n_ctx, j->gen.max_tokens, (long long)around, (long long)PB_MAX(budget, 0));
         char *prompt = NULL, *sources = NULL;
-        if (!srv->p.hooks.kb_prompt(srv->p.hooks.kb_user, j->texts[j->last_user], &prompt, &sources)) {
+        if (!srv->p.hooks.kb_prompt(srv->p.hooks.kb_user, q, budget, &prompt, &sources)) {
             e->status = 500;
             return perr(e, "use_documents", "the knowledge base could not be searched");
         }

@@ -73,13 +73,27 @@ try {
     const body = JSON.parse(route.request().postData());
     route.continue({ postData: JSON.stringify({ ...body, max_tokens: 2048 }) });
   });
+  // The Stop button is pressed from inside the page the moment the answer's text first passes 3 characters (a
+  // mutation observer): a click sent from here after a round trip could land after a short context had filled and
+  // the answer had ended, leaving a disabled button (it happened on idle and loaded machines alike).
+  await page.evaluate(() => {
+    window.__stopClicked = false;
+    const obs = new MutationObserver(() => {
+      const a = document.querySelectorAll('.msg.assistant');
+      if (a.length !== 2 || a[1].classList.contains('thinking')) return;
+      const body = a[1].querySelector('.body'), stop = document.querySelector('#stop');
+      if (body && body.textContent.length > 3 && !stop.disabled) {
+        stop.click();
+        window.__stopClicked = true;
+        obs.disconnect();
+      }
+    });
+    obs.observe(document.querySelector('#messages'), { childList: true, subtree: true, characterData: true });
+  });
   await page.fill('#input', 'Please write a very long story about a harbor.');
   await page.press('#input', 'Enter');
-  await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length === 2 &&
-    !document.querySelectorAll('.msg.assistant')[1].classList.contains('thinking') &&
-    document.querySelectorAll('.msg.assistant')[1].querySelector('.body').textContent.length > 3, null, { timeout: 180000 });
-  await page.click('#stop');
-  await page.waitForFunction(() => document.querySelector('#status').textContent === 'stopped', null, { timeout: 30000 });
+  await page.waitForFunction(() => window.__stopClicked && document.querySelector('#status').textContent === 'stopped',
+    null, { timeout: 180000 });
   await page.unroute('**/v1/chat/completions');
   check(true, 'stop button stops the answer');
   await page.screenshot({ path: art + '/ui-stopped.png' });

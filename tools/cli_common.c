@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "server/server.h"
 #include "tensor/types.h"
 #include "tokenizer/utf8.h"
 
@@ -420,25 +421,9 @@ bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     return true;
 }
 
-static void json_repair(cJSON *node) {
-    for (cJSON *c = node ? node->child : NULL; c; c = c->next) {
-        if (cJSON_IsString(c) && c->valuestring) {
-            size_t n = strlen(c->valuestring);
-            if (pb_utf8_valid((const uint8_t *)c->valuestring, n)) continue;
-            char *fixed = malloc(PB_UTF8_REPAIR_CAP(n));
-            if (!fixed) continue;
-            pb_utf8_repair(c->valuestring, n, fixed);
-            cJSON_free(c->valuestring);
-            c->valuestring = fixed; /* cJSON frees with free(): no hooks installed */
-        } else if (cJSON_IsArray(c) || cJSON_IsObject(c)) {
-            json_repair(c);
-        }
-    }
-}
-
 bool cli_json_print(void *cjson_object, bool pretty) {
     cJSON *o = cjson_object;
-    json_repair(o);
+    pb_server_json_repair(o);
     char *t = pretty ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return false;

@@ -67,7 +67,7 @@ static void note(pb_model *m, int state, const char *fmt, ...) {
 }
 
 /* dir/<model file name without .gguf, at most 40 bytes>-<hash of the model's real path>.pbpack */
-static char *cache_path(const pb_model *m, const char *dir, const char *model_path) {
+static char *cache_path(const char *dir, const char *model_path) {
     char *real = pb_realpath(model_path);
     const char *key = real ? real : model_path;
     uint64_t h = fnv(FNV0, key, strlen(key));
@@ -80,13 +80,12 @@ static char *cache_path(const pb_model *m, const char *dir, const char *model_pa
     char *p = pb_malloc(cap);
     if (p) snprintf(p, cap, "%s/%.*s-%016llx.pbpack", dir, (int)bl, base, (unsigned long long)h);
     free(real);
-    (void)m;
     return p;
 }
 
 pb_status pb_pack_cache_file(const char *dir, const char *model_path, char *buf, size_t cap) {
     if (!dir || !model_path || !buf) return pb_error(PB_ERR_INVALID_ARG, "pack cache file: NULL argument");
-    char *p = cache_path(NULL, dir, model_path);
+    char *p = cache_path(dir, model_path);
     if (!p) return PB_ERR_NOMEM;
     size_t n = strlen(p);
     pb_status st = PB_OK;
@@ -147,7 +146,7 @@ static bool spot_check(pb_wmat *const *mats, const bool *pk, int n, const uint8_
 
 pb_status pb_pack_cache_load(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
                              int n) {
-    char *path = cache_path(m, dir, model_path);
+    char *path = cache_path(dir, model_path);
     if (!path) return PB_ERR_NOMEM;
     size_t bytes = 0;
     uint64_t plan = plan_hash(mats, pk, n, &bytes);
@@ -207,7 +206,7 @@ void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, p
                          int n) {
     char prev[sizeof m->info.pack_cache_note];
     snprintf(prev, sizeof prev, "%s", m->info.pack_cache_note); /* why the load missed */
-    char *path = cache_path(m, dir, model_path);
+    char *path = cache_path(dir, model_path);
     if (!path) return;
     size_t bytes = 0;
     pc_header h;

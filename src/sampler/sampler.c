@@ -170,10 +170,15 @@ pb_status pb_sampler_start(pb_sampler *s, const pb_sampler_params *p) {
     return PB_OK;
 }
 
+/* whether apply_penalties changes anything for this history */
+static bool penalties_on(const pb_sampler_params *p, const int32_t *recent, int64_t n_recent) {
+    return (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) &&
+           p->penalty_last_n != 0 && n_recent > 0 && recent;
+}
+
 static void apply_penalties(pb_sampler *s, const int32_t *recent, int64_t n_recent) {
     const pb_sampler_params *p = &s->p;
-    bool on = p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
-    if (!on || p->penalty_last_n == 0 || n_recent <= 0 || !recent) return;
+    if (!penalties_on(p, recent, n_recent)) return;
     int64_t lo = n_recent > p->penalty_last_n ? n_recent - p->penalty_last_n : 0;
     for (int64_t i = lo; i < n_recent; i++) {
         int32_t t = recent[i];
@@ -304,10 +309,8 @@ static int32_t argmax_lowest(const float *w, int32_t n) {
 int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *recent, int64_t n_recent) {
     const pb_sampler_params *p = &s->p;
     const int32_t n = s->n_vocab;
-    const bool penalties = (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) &&
-                           p->penalty_last_n != 0 && n_recent > 0 && recent;
     /* greedy over the logits as given: nothing to change, so no copy (a GPU step waits on this: 256k logits) */
-    if (p->temperature <= 0.0f && p->n_bias == 0 && !penalties) return argmax_lowest(logits, n);
+    if (p->temperature <= 0.0f && p->n_bias == 0 && !penalties_on(p, recent, n_recent)) return argmax_lowest(logits, n);
 
     float *w = s->work;
     for (int32_t i = 0; i < n; i++) { /* the copy maps NaN to -inf in the same pass */

@@ -4,6 +4,11 @@
 
 #include "pocketbrain.h"
 
+struct cJSON;
+/* Replaces every string value in the tree that is not valid UTF-8 by its repair (U+FFFD for bad bytes), so no JSON
+ * the server or the CLI prints carries raw bytes (a URL's %FF, a model file's name, GGUF metadata). */
+void pb_server_json_repair(struct cJSON *node);
+
 typedef struct pb_server pb_server;
 
 /* Optional answer sources the CLI wires in (the server room does not include sqlite3.h). */

@@ -201,9 +201,6 @@ void *pb_server_slot_main(void *arg);
 
 /* SSE event with a JSON payload (takes ownership of obj). Caller holds j->mu. */
 void pb_server_sse_event(job *j, cJSON *obj);
-/* Replaces every string value in the tree that is not valid UTF-8 by its repair (U+FFFD for bad bytes), so no JSON
- * the server sends carries raw bytes (a URL's %FF, a model file's name, generated text). */
-void pb_server_json_repair(cJSON *node);
 /* A chunk object: chat delta (with the role when role is set) or completion text; finish NULL = null. */
 cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *content, size_t len, bool role,
                            const char *finish);

@@ -366,7 +366,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     {
         const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_PF"),
                    *fu = getenv("PB_CUDA_FUSE"), *wi = getenv("PB_CUDA_WIDE");
-        g->pdl = pdl && atoi(pdl) == 1;
+        g->pdl = !(pdl && atoi(pdl) == 0); // on by default since run 10 (+3% once the host no longer waited)
         g->sw_force = sw ? atoi(sw) : 0;
         if (g->sw_force != 4 && g->sw_force != 8 && g->sw_force != 16 && g->sw_force != 32 && g->sw_force != 64)
             g->sw_force = 0;
@@ -380,6 +380,12 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     }
     set_ahead(g);
     g->hp.layers = NULL;
+    // the uploads' DMA has landed before any token step reads it: a synchronous cudaMemcpy from pageable memory
+    // may return first, and the steps' non-blocking streams are not ordered after the legacy stream
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        st = fail(err, cap, ST_INTERNAL, "cuda: the weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+        goto bad;
+    }
     *out = g;
     return ST_OK;
 bad:
@@ -967,22 +973,35 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
 // the splits in split order whatever the block size. The states are read through L2 (__ldcg: other blocks wrote
 // them in this kernel). With qo set (the caller checks that a head holds whole quantization blocks: hd % 32 for
 // q8_0, hd % 256 for q8_K) the block then quantizes the heads' values as k_quant would over the whole of att
-// (quant_act: the same bits), the warps shared out among the heads.
+// (quant_act: the same bits), the warps shared out among the heads, reading the values from as (n_rep x hd floats
+// of shared memory the merge fills beside att: no round trip through L2 for values the block just wrote).
 static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
-                                   float (*wt)[MAX_SPLITS], float *Ls) {
+                                   float (*wt)[MAX_SPLITS], float *Ls, float *as) {
     const size_t st = (size_t)n_rep * (hd + 2);
     const int w = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
     for (int r = w; r < n_rep; r += nw) {
         const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
+        // each lane's splits' max and sum in one round trip through L2 (S <= MAX_SPLITS = 64: 2 a lane)
+        float mv[MAX_SPLITS / 32], lv[MAX_SPLITS / 32];
+#pragma unroll
+        for (int j = 0; j < MAX_SPLITS / 32; j++) {
+            const int s = lane + 32 * j;
+            mv[j] = s < S ? __ldcg(part + base + s * st) : -INFINITY;
+            lv[j] = s < S ? __ldcg(part + base + s * st + 1) : 0.0f;
+        }
         float M = -INFINITY;
-        for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(part + base + s * st));
+#pragma unroll
+        for (int j = 0; j < MAX_SPLITS / 32; j++) M = fmaxf(M, mv[j]);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.0f;
-        for (int s = lane; s < S; s += 32) {
-            const float m = __ldcg(part + base + s * st), wgt = m == -INFINITY ? 0.0f : expf(m - M);
+#pragma unroll
+        for (int j = 0; j < MAX_SPLITS / 32; j++) {
+            const int s = lane + 32 * j;
+            if (s >= S) break;
+            const float wgt = mv[j] == -INFINITY ? 0.0f : expf(mv[j] - M);
             wt[r][s] = wgt;
-            L += __ldcg(part + base + s * st + 1) * wgt;
+            L += lv[j] * wgt;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
@@ -995,10 +1014,12 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         float acc = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
-        att[((size_t)g * n_rep + r) * hd + e] = acc / Ls[r];
+        const float v = acc / Ls[r];
+        att[((size_t)g * n_rep + r) * hd + e] = v;
+        as[idx] = v;
     }
     if (!qo.q0 && !qo.qK) return;
-    __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
+    __syncthreads(); // this block's att values (as: shared), written by its other threads, are visible after it
     const int wph = nw >= n_rep ? nw / n_rep : 1; /* warps a head */
     for (int r0 = 0; r0 < n_rep; r0 += nw / wph) {
         const int r = r0 + w / wph, h = g * n_rep + r;
@@ -1008,7 +1029,7 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
         o.d0 = qo.d0 + (size_t)h * (hd / 32);
         o.dK = qo.dK + (size_t)h * (hd / 256);
-        quant_act(att + (size_t)h * hd, hd, o, w % wph, wph);
+        quant_act(as + (size_t)r * hd, hd, o, w % wph, wph); // the values just written, from shared memory
     }
 }
 
@@ -1158,7 +1179,7 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls);
+    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]); // sm: free again (every thread is past it)
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -1658,7 +1679,9 @@ extern "C" int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *
     if (st) return st;
     float *d = NULL; // a test hook: its own buffer (allocated per call), so the logits stay as they were
     CU(cudaMalloc(&d, (size_t)n * sizeof(float)));
-    cudaError_t e = cudaMemcpy(d, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
+    // on the context's stream: a synchronous cudaMemcpy from pageable memory may return before its DMA lands, and
+    // the (non-blocking) stream is not ordered after the legacy one (the first run read stale values at 256k)
+    cudaError_t e = cudaMemcpyAsync(d, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, c->stream);
     if (e == cudaSuccess) {
         enqueue_argmax(c, d, n);
         e = cudaGetLastError();
@@ -1684,8 +1707,10 @@ extern "C" int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *
                                size_t cap) {
     if (bytes > c->kv_bytes[il])
         return fail(err, cap, ST_INVALID, "cuda: layer %d KV holds %zu bytes", il, c->kv_bytes[il]);
+    // on the context's stream, then waited for: a synchronous cudaMemcpy from pageable memory may return before its
+    // DMA lands, and the token steps' non-blocking stream is not ordered after the legacy stream it would use
+    CU(cudaMemcpyAsync(c->kc[il], k, bytes, cudaMemcpyHostToDevice, c->stream));
+    CU(cudaMemcpyAsync(c->vc[il], v, bytes, cudaMemcpyHostToDevice, c->stream));
     CU(cudaStreamSynchronize(c->stream));
-    CU(cudaMemcpy(c->kc[il], k, bytes, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(c->vc[il], v, bytes, cudaMemcpyHostToDevice));
     return ST_OK;
 }

@@ -29,11 +29,6 @@ enum {
 #define MAX_SPLITS 64 // key splits of one attention row
 #define MV_WARPS   4  // warps per mat-vec block (32 x MV_WARPS / sw rows a block)
 
-// PB_CUDA_CARVE=0..100 (tuning switch, read at model open, process-wide): every step kernel's preferred shared-memory
-// carveout in percent, the same for all, so that consecutive kernels never ask the SMs for another L1/shared split
-// (-1: the driver's choice per kernel, the default).
-static int g_carve = -1;
-
 static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
     if (err && cap) {
         va_list ap;
@@ -379,8 +374,6 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if (g->pf != 1 && g->pf != 2) g->pf = 0;
         g->fuse = fu && atoi(fu) == 1;
         g->wide = !(wi && atoi(wi) == 0);
-        const char *cv = getenv("PB_CUDA_CARVE");
-        if (cv && atoi(cv) >= 0 && atoi(cv) <= 100) g_carve = atoi(cv);
         const char *nt = getenv("PB_CUDA_NORMT");
         g->normt = nt ? atoi(nt) : 0;
         if (g->normt < 128 || g->normt > 1024 || g->normt % 32) g->normt = 0;
@@ -1438,7 +1431,6 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
 // Launches kernel k on stream s, with the programmatic-dependent-launch attribute when pdl (see pb_cu_model.pdl).
 template <typename... P, typename... A>
 static void launch_k(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args) {
-    if (g_carve >= 0) cudaFuncSetAttribute((const void *)k, cudaFuncAttributePreferredSharedMemoryCarveout, g_carve);
     if (!pdl) {
         k<<<grid, block, 0, s>>>(args...);
         return;

@@ -350,6 +350,7 @@ pb_status pb_engine_sample(pb_session *s, int32_t *tok) {
     *tok = pb_sampler_sample(s->smp, s->logits, s->tokens, s->n_past);
     return PB_OK;
 }
+
 int64_t pb_session_n_past(const pb_session *s) { return s ? s->n_past : 0; }
 int64_t pb_session_n_ctx(const pb_session *s) { return s ? s->n_ctx : 0; }
 int pb_session_n_turns(const pb_session *s) { return s ? s->n_turns : 0; }

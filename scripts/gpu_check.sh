@@ -7,7 +7,8 @@
 # Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
 # PB_CUDA_FLOAT=1), PDLCHECK=1 (parity again with PB_CUDA_PDL=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path),
 # PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
-# VARIANTS (space-separated VAR=VALUE settings, each a tg128 of this tree's CLI on the AB_TYPES files, default
+# VARIANTS (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for several at once, each a tg128 of this
+# tree's CLI on the AB_TYPES files, default
 # q4_k_m, next to the A/B lines), ALTCHECK (one VAR=VALUE: the parity tests again under it), PROFILE=1 (ncu: one
 # decode token step's kernels, this CLI and PB_BIN_BASE's), PROFILE_KERNELS (regexes of kernel names: ncu's
 # speed-of-light, memory, occupancy and warp-state sections of one launch each, this CLI).
@@ -112,7 +113,7 @@ if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CU
   for t in ${AB_TYPES:-q4_k_m}; do
     [ -f /tmp/gemma2-2b-$t.gguf ] || continue
     for v in $VARIANTS; do
-      env "$v" $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
+      env $(echo "$v" | tr , ' ') $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
       python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$v"
     done
   done

@@ -8,12 +8,19 @@
  *    itself: int8 rounding is discontinuous, so the first activation that lands one step apart (a float sum in
  *    another order) sends both sides' later quantizations apart and their distance grows to the int8 noise;
  *  - prefill at once against token by token (bit for bit), and session state saved on the GPU and loaded on the
- *    CPU (and the reverse) continuing alike (float path vs exact mode, within TOL).
+ *    CPU (and the reverse) continuing alike (float path vs exact mode, within TOL);
+ *  - greedy sampling on the GPU: the device argmax kernel against pb_sampler's greedy pick on random vocabularies
+ *    (ties, NaN, +-inf, +-0), pb_forward_top's pick and pulled logits against pb_forward's at every position, and
+ *    a greedy session (argmax on the device) against one whose zero bias makes it pull the logits.
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
 
+#include "cuda/pb_cuda.h"
+#include "engine/engine.h"
+#include "model/kv_impl.h"
 #include "model/model.h"
+#include "sampler/sampler.h"
 
 #include <math.h>
 #include <pocketbrain.h>
@@ -145,6 +152,119 @@ static void check_logits(const float *lc, const float *ld, const float *lg, cons
           gc.top1, gc.ties, n, cc.top1, cc.ties);
 }
 
+/* The sampler's greedy pick of x[0..n) (temperature 0: the fast path over the logits as given). */
+static int32_t greedy(const float *x, int n) {
+    pb_sampler *sg = NULL;
+    if (pb_sampler_new(n, &sg) != PB_OK) return -3;
+    pb_sampler_params q = pb_sampler_default_params();
+    q.temperature = 0;
+    pb_sampler_start(sg, &q);
+    int32_t t = pb_sampler_sample(sg, x, NULL, 0);
+    pb_sampler_free(sg);
+    return t;
+}
+
+/* The device argmax kernel (pb_cu_argmax_check) against the sampler on random vocabularies: sizes around the kernel's
+ * 4096-value blocks and a Gemma vocabulary, values drawn from a few (ties everywhere), NaN, +-inf and +-0. */
+static void check_argmax_kernel(pb_cu_ctx *c) {
+    const float vals[] = {-INFINITY, -3.0f, 0.0f, -0.0f, 1.5f, 2.0f, 2.0f, NAN, INFINITY};
+    float *l = malloc(sizeof(float) * (1 << 20));
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    int bad = 0, runs = 0;
+    for (int it = 0; it < 240 && l; it++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int n = it < 100   ? 1 + (int)(r % 300)
+                : it < 200 ? 4000 + (int)(r % 9000)
+                : it < 236 ? 256000 - (int)(r % 3)
+                           : (1 << 20) - (int)(r % 5000);
+        const int nval = it % 3 == 0 ? 8 : it % 3 == 1 ? 7 : 2; /* with NaN / with +-0, 2, 1.5 / only -inf and -3 */
+        for (int i = 0; i < n; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            l[i] = vals[(r >> 11) % (uint64_t)nval];
+        }
+        if (it % 5 == 0) l[(r >> 20) % (uint64_t)n] = 5.0f; /* a lone winner */
+        if (it % 11 == 0)
+            for (int i = 0; i < n; i++) l[i] = NAN; /* nothing to pick: -1 */
+        if (it % 13 == 0)
+            for (int i = 0; i < n; i++) l[i] = (float)((i * 7919) % 1013) * (i % 2 ? 1.0f : -1.0f); /* distinct-ish */
+        int32_t got = -5, want = greedy(l, n);
+        pb_cu_argmax_check(c, l, n, &got, NULL, 0);
+        if (got != want) {
+            if (bad < 3) NOTE("argmax of %d values: device %d, sampler %d", n, (int)got, (int)want);
+            bad++;
+        }
+        runs++;
+    }
+    CHECK(bad == 0 && runs == 240,
+          "device argmax = the sampler's greedy pick on %d random vocabularies (1..300, 4k-13k, 256k, 1M values; ties, "
+          "NaN, +-inf, +-0): %d differ",
+          runs, bad);
+    free(l);
+}
+
+/* pb_forward_top against pb_forward on the int8 path, position by position: the pick is the sampler's greedy pick of
+ * pb_forward's logits and the pulled logits are those logits bit for bit; then a greedy session against one whose
+ * zero bias (the same distribution) sends it through the pulled logits and the CPU sampler. */
+static void check_top(const pb_model *gm, const int32_t *toks, int n, int V) {
+    pb_kv_cache *ka = NULL, *kb = NULL;
+    pb_forward_ctx *fa = NULL, *fb = NULL;
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    pb_status st = PB_OK;
+    if ((st = pb_kv_new(gm, n, PB_KV_F16, &ka)) || (st = pb_forward_ctx_new_kv(gm, 1, ka, &fa)) ||
+        (st = pb_kv_new(gm, n, PB_KV_F16, &kb)) || (st = pb_forward_ctx_new_kv(gm, 1, kb, &fb)))
+        goto done;
+    CHECK(pb_forward_has_top(kb), "a GPU cache offers the argmax on the device");
+    static bool kernel_done;
+    if (!kernel_done) check_argmax_kernel(kb->gpu), kernel_done = true;
+    int pick_bad = 0, logit_bad = 0;
+    for (int t = 0; t < n && !st; t++) {
+        int32_t top = -5;
+        if ((st = pb_forward(gm, ka, fa, NULL, toks + t, 1, la, false, NULL)) ||
+            (st = pb_forward_top(gm, kb, fb, toks + t, 1, &top)) || (st = pb_forward_pull_logits(kb, lb)))
+            break;
+        pick_bad += top != greedy(la, V);
+        logit_bad += memcmp(la, lb, sizeof(float) * V) != 0;
+    }
+    CHECK(st == PB_OK && pick_bad == 0 && logit_bad == 0,
+          "pb_forward_top at %d positions: the sampler's greedy pick of pb_forward's logits (%d differ), pulled logits "
+          "bit for bit (%d differ) %s",
+          n, pick_bad, logit_bad, st ? pb_last_error() : "");
+done:
+    CHECK(st == PB_OK, "pb_forward_top setup: %s", st ? pb_last_error() : "ok");
+    pb_forward_ctx_free(fa), pb_forward_ctx_free(fb);
+    pb_kv_free(ka), pb_kv_free(kb);
+
+    pb_session_params sp = pb_session_default_params();
+    sp.n_ctx = 128;
+    pb_session *sa = NULL, *sb = NULL;
+    if ((st = pb_session_new((pb_model *)gm, &sp, &sa)) || (st = pb_session_new((pb_model *)gm, &sp, &sb))) {
+        CHECK(0, "GPU sessions: %s", pb_last_error());
+    } else {
+        pb_gen_params ga = pb_gen_default_params(), gb;
+        ga.sampler.temperature = 0;
+        ga.max_tokens = 24;
+        ga.stop_at_eos = false;
+        gb = ga;
+        int32_t zid[] = {0};
+        float zb[] = {0.0f};
+        gb.sampler.bias_ids = zid, gb.sampler.bias_values = zb, gb.sampler.n_bias = 1;
+        pb_status s1 = pb_session_generate(sa, toks, 8, &ga, NULL, NULL, NULL);
+        pb_status s2 = pb_session_generate(sb, toks, 8, &gb, NULL, NULL, NULL);
+        CHECK(s1 == PB_OK && s2 == PB_OK, "greedy sessions generate (%s)", s1 || s2 ? pb_last_error() : "ok");
+        CHECK(sa->logits_dev && !sb->logits_dev,
+              "the greedy session left its logits on the device, the biased one not");
+        const float *pa = pb_session_logits(sa), *pbl = pb_session_logits(sb);
+        CHECK(sa->n_past == sb->n_past && sa->pending == sb->pending &&
+                  memcmp(sa->tokens, sb->tokens, sizeof(int32_t) * (size_t)sa->n_past) == 0,
+              "greedy session with the device argmax = with the CPU sampler on pulled logits (%lld tokens)",
+              (long long)sa->n_past);
+        CHECK(pa && pbl && memcmp(pa, pbl, sizeof(float) * V) == 0,
+              "pb_session_logits after a greedy generate: the device's logits, pulled");
+    }
+    pb_session_free(sa), pb_session_free(sb);
+    free(la), free(lb);
+}
+
 static void check_model(const char *path, const char *tok_path) {
     NOTE("model %s", path);
     pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
@@ -195,6 +315,7 @@ static void check_model(const char *path, const char *tok_path) {
         CHECK(memcmp(lg, l1, sizeof(float) * nv) == 0, "GPU prefill at once = token by token (bit for bit)");
     }
     free(lc), free(ld), free(lg), free(l1), free(lf);
+    check_top(gm, toks, 32, V);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");

@@ -358,6 +358,38 @@ int main(void) {
         free(l);
     }
 
+    /* greedy_only: true exactly when sampling is a plain argmax whatever the history (the engine then takes the
+     * GPU's argmax instead of the logits) */
+    {
+        pb_sampler *sg;
+        CHECK(pb_sampler_new(50, &sg) == PB_OK, "sampler for greedy_only");
+        int32_t id0[] = {3};
+        float b0[] = {0.0f};
+        struct {
+            float temp, rep, pres, freq;
+            int last_n, n_bias;
+            bool want;
+        } cases[] = {{0, 1, 0, 0, 64, 0, true},        {0.5f, 1, 0, 0, 64, 0, false}, {0, 1, 0, 0, 64, 1, false},
+                     {0, 1.1f, 0, 0, 64, 0, false},    {0, 1, 0.5f, 0, 64, 0, false}, {0, 1, 0, 0.5f, 64, 0, false},
+                     {0, 1.1f, 0.5f, 0.5f, 0, 0, true}};
+        int wrong = 0;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            pb_sampler_params q = plain();
+            q.temperature = cases[i].temp;
+            q.repeat_penalty = cases[i].rep;
+            q.presence_penalty = cases[i].pres;
+            q.frequency_penalty = cases[i].freq;
+            q.penalty_last_n = cases[i].last_n;
+            if (cases[i].n_bias) q.bias_ids = id0, q.bias_values = b0, q.n_bias = 1;
+            if (pb_sampler_start(sg, &q) != PB_OK || pb_sampler_greedy_only(sg) != cases[i].want) {
+                fprintf(stderr, "# greedy_only case %zu: want %d\n", i, (int)cases[i].want);
+                wrong++;
+            }
+        }
+        CHECK(wrong == 0, "greedy_only: only temperature 0 without bias or an applicable penalty (%d wrong)", wrong);
+        pb_sampler_free(sg);
+    }
+
     /* a Gemma-sized vocabulary: top-p without top-k must agree with a full sort */
     {
         const int32_t V = 256000;

@@ -366,7 +366,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     {
         const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_PF"),
                    *fu = getenv("PB_CUDA_FUSE"), *wi = getenv("PB_CUDA_WIDE");
-        g->pdl = pdl && atoi(pdl) == 1;
+        g->pdl = !(pdl && atoi(pdl) == 0); // on by default since run 10 (+3% once the host no longer waited)
         g->sw_force = sw ? atoi(sw) : 0;
         if (g->sw_force != 4 && g->sw_force != 8 && g->sw_force != 16 && g->sw_force != 32 && g->sw_force != 64)
             g->sw_force = 0;
@@ -380,6 +380,12 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     }
     set_ahead(g);
     g->hp.layers = NULL;
+    // the uploads' DMA has landed before any token step reads it: a synchronous cudaMemcpy from pageable memory
+    // may return first, and the steps' non-blocking streams are not ordered after the legacy stream
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        st = fail(err, cap, ST_INTERNAL, "cuda: the weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+        goto bad;
+    }
     *out = g;
     return ST_OK;
 bad:
@@ -967,22 +973,35 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
 // the splits in split order whatever the block size. The states are read through L2 (__ldcg: other blocks wrote
 // them in this kernel). With qo set (the caller checks that a head holds whole quantization blocks: hd % 32 for
 // q8_0, hd % 256 for q8_K) the block then quantizes the heads' values as k_quant would over the whole of att
-// (quant_act: the same bits), the warps shared out among the heads.
+// (quant_act: the same bits), the warps shared out among the heads, reading the values from as (n_rep x hd floats
+// of shared memory the merge fills beside att: no round trip through L2 for values the block just wrote).
 static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
-                                   float (*wt)[MAX_SPLITS], float *Ls) {
+                                   float (*wt)[MAX_SPLITS], float *Ls, float *as) {
     const size_t st = (size_t)n_rep * (hd + 2);
     const int w = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
     for (int r = w; r < n_rep; r += nw) {
         const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
+        // each lane's splits' max and sum in one round trip through L2 (S <= MAX_SPLITS = 64: 2 a lane)
+        float mv[MAX_SPLITS / 32], lv[MAX_SPLITS / 32];
+#pragma unroll
+        for (int j = 0; j < MAX_SPLITS / 32; j++) {
+            const int s = lane + 32 * j;
+            mv[j] = s < S ? __ldcg(part + base + s * st) : -INFINITY;
+            lv[j] = s < S ? __ldcg(part + base + s * st + 1) : 0.0f;
+        }
         float M = -INFINITY;
-        for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(part + base + s * st));
+#pragma unroll
+        for (int j = 0; j < MAX_SPLITS / 32; j++) M = fmaxf(M, mv[j]);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.0f;
-        for (int s = lane; s < S; s += 32) {
-            const float m = __ldcg(part + base + s * st), wgt = m == -INFINITY ? 0.0f : expf(m - M);
+#pragma unroll
+        for (int j = 0; j < MAX_SPLITS / 32; j++) {
+            const int s = lane + 32 * j;
+            if (s >= S) break;
+            const float wgt = mv[j] == -INFINITY ? 0.0f : expf(mv[j] - M);
             wt[r][s] = wgt;
-            L += __ldcg(part + base + s * st + 1) * wgt;
+            L += lv[j] * wgt;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
@@ -995,10 +1014,12 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         float acc = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
-        att[((size_t)g * n_rep + r) * hd + e] = acc / Ls[r];
+        const float v = acc / Ls[r];
+        att[((size_t)g * n_rep + r) * hd + e] = v;
+        as[idx] = v;
     }
     if (!qo.q0 && !qo.qK) return;
-    __syncthreads(); // this block's att values, written by its other threads, are visible after the barrier
+    __syncthreads(); // this block's att values (as: shared), written by its other threads, are visible after it
     const int wph = nw >= n_rep ? nw / n_rep : 1; /* warps a head */
     for (int r0 = 0; r0 < n_rep; r0 += nw / wph) {
         const int r = r0 + w / wph, h = g * n_rep + r;
@@ -1008,7 +1029,7 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
         o.d0 = qo.d0 + (size_t)h * (hd / 32);
         o.dK = qo.dK + (size_t)h * (hd / 256);
-        quant_act(att + (size_t)h * hd, hd, o, w % wph, wph);
+        quant_act(as + (size_t)r * hd, hd, o, w % wph, wph); // the values just written, from shared memory
     }
 }
 
@@ -1158,9 +1179,73 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls);
+    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]); // sm: free again (every thread is past it)
     if (threadIdx.x == 0) cnt[g] = 0;
 }
+
+// ---- greedy argmax of the logits on the device -------------------------------------------------------------
+
+#define AM_T         256       // threads of a k_argmax block
+#define AM_PER       16        // values a thread (AM_T x AM_PER a block)
+#define AM_MAX_CHECK (1 << 20) // the most values pb_cu_argmax_check takes
+
+// The better of (v, i) and (bv, bi) in pb_sampler's greedy order: the larger value, the lower id on equal values.
+// NaN never wins (every compare with it is false); an id stays -1 only while the value is -inf (a value enters only
+// when it exceeds the current one, which starts at -inf), so two equal values are both -1 or both real ids.
+static __device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (v > bv || (v == bv && (unsigned)i < (unsigned)bi)) bv = v, bi = i;
+}
+
+static __device__ void am_block(float &bv, int &bi, float *shv, int *shi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_down_sync(0xffffffffu, bv, o);
+        const int i = __shfl_down_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, v, i);
+    }
+    const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    if ((threadIdx.x & 31) == 0) shv[w] = bv, shi[w] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int k = 1; k < nw; k++) am_take(bv, bi, shv[k], shi[k]);
+}
+
+// out[0] = the lowest id of the largest of x[0..n) (NaN never wins; -1 when none exceeds -inf): pb_sampler's greedy
+// pick. Each block reduces AM_T x AM_PER values (a thread its values in ascending order, a strict > keeping the
+// first), the last block to finish (a counter, zero between launches) reduces the blocks' picks.
+__global__ void __launch_bounds__(AM_T) k_argmax(const float *x, int n, float *pv, int *pi, int *cnt, int *out) {
+    __shared__ float shv[AM_T / 32];
+    __shared__ int shi[AM_T / 32];
+    __shared__ bool last;
+    float bv = -INFINITY;
+    int bi = -1;
+    const int base = blockIdx.x * AM_T * AM_PER + threadIdx.x;
+    float v[AM_PER];
+#pragma unroll
+    for (int j = 0; j < AM_PER; j++) v[j] = base + j * AM_T < n ? x[base + j * AM_T] : -INFINITY;
+#pragma unroll
+    for (int j = 0; j < AM_PER; j++)
+        if (v[j] > bv) bv = v[j], bi = base + j * AM_T;
+    am_block(bv, bi, shv, shi);
+    if (threadIdx.x == 0) {
+        pv[blockIdx.x] = bv;
+        pi[blockIdx.x] = bi;
+        __threadfence();
+        last = atomicAdd(cnt, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    bv = -INFINITY, bi = -1;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += AM_T) am_take(bv, bi, __ldcg(pv + b), __ldcg(pi + b));
+    __syncthreads(); // shv / shi are reused
+    am_block(bv, bi, shv, shi);
+    if (threadIdx.x == 0) {
+        out[0] = bi;
+        cnt[0] = 0;
+    }
+}
+
+static int am_blocks(int n) { return (n + AM_T * AM_PER - 1) / (AM_T * AM_PER); }
 
 // ---- a session's context -------------------------------------------------------------------------------------
 
@@ -1182,6 +1267,13 @@ struct pb_cu_ctx {
     cudaGraphExec_t graph_full, graph_body;
     void *mem;
     size_t bytes;
+    // greedy argmax on the device (pb_cu_forward_argmax): graph_full + k_argmax; its scratch (block picks, counter,
+    // result) and the pinned result, made at the first such call; no_argmax: PB_CUDA_ARGMAX=0 (A/B runs)
+    cudaGraphExec_t graph_arg;
+    void *am_mem;
+    float *am_v;
+    int *am_i, *am_cnt, *am_out, *h_am, *am_want;
+    int no_argmax;
 };
 
 extern "C" void pb_cu_ctx_free(pb_cu_ctx *c) {
@@ -1192,6 +1284,9 @@ extern "C" void pb_cu_ctx_free(pb_cu_ctx *c) {
     if (c->mem) cudaFree(c->mem);
     if (c->h_params) cudaFreeHost(c->h_params);
     if (c->h_logits) cudaFreeHost(c->h_logits);
+    if (c->graph_arg) cudaGraphExecDestroy(c->graph_arg);
+    if (c->am_mem) cudaFree(c->am_mem);
+    if (c->h_am) cudaFreeHost(c->h_am);
     free(c);
 }
 
@@ -1294,6 +1389,10 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     CT(cudaMallocHost(&c->h_params, (size_t)c->max_tok * 2 * sizeof(int)));
     CT(cudaMallocHost(&c->h_logits, (size_t)hp->n_vocab * sizeof(float)));
     CT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    {
+        const char *am = getenv("PB_CUDA_ARGMAX"); /* tuning switch (A/B runs): 0 = logits to the host sampler */
+        c->no_argmax = am && atoi(am) == 0;
+    }
     *out = c;
     return ST_OK;
 bad:
@@ -1467,10 +1566,16 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
     }
 }
 
+// The argmax of the logits into c->am_out (after the output mat-vec).
+static void enqueue_argmax(pb_cu_ctx *c, const float *x, int n) {
+    k_argmax<<<am_blocks(n), AM_T, 0, c->stream>>>(x, n, c->am_v, c->am_i, c->am_cnt, c->am_out);
+}
+
 static int capture(pb_cu_ctx *c, bool with_output, cudaGraphExec_t *out, char *err, size_t cap) {
     cudaGraph_t graph;
     CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     enqueue_step(c, with_output);
+    if (out == &c->graph_arg) enqueue_argmax(c, c->logits, c->g->hp.n_vocab);
     CU(cudaStreamEndCapture(c->stream, &graph));
     cudaError_t e = cudaGraphInstantiate(out, graph, 0);
     cudaGraphDestroy(graph);
@@ -1502,11 +1607,16 @@ extern "C" int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n
             }
             const bool out = all_logits || t == n - 1;
             CU(cudaMemcpyAsync(c->params, c->all_params + 2 * i, 2 * sizeof(int), cudaMemcpyDeviceToDevice, c->stream));
-            CU(cudaGraphLaunch(out ? c->graph_full : c->graph_body, c->stream));
+            const bool am = out && c->am_want; // pb_cu_forward_argmax: the argmax, the logits stay here
+            CU(cudaGraphLaunch(am ? c->graph_arg : out ? c->graph_full : c->graph_body, c->stream));
             if (hidden)
                 CU(cudaMemcpyAsync(c->hid + (size_t)i * hp->n_embd, c->xn, (size_t)hp->n_embd * sizeof(float),
                                    cudaMemcpyDeviceToDevice, c->stream));
-            if (out) {
+            if (am) {
+                CU(cudaMemcpyAsync(c->h_am, c->am_out, sizeof(int), cudaMemcpyDeviceToHost, c->stream));
+                CU(cudaStreamSynchronize(c->stream));
+                *c->am_want = *c->h_am;
+            } else if (out) {
                 CU(cudaMemcpyAsync(c->h_logits, c->logits, V * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
                 CU(cudaStreamSynchronize(c->stream));
                 memcpy(logits + (all_logits ? (size_t)t * V : 0), c->h_logits, V * sizeof(float));
@@ -1524,6 +1634,66 @@ extern "C" int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n
     return ST_OK;
 }
 
+// The argmax scratch and graph (once a context).
+static int argmax_ready(pb_cu_ctx *c, char *err, size_t cap) {
+    if (c->graph_arg) return ST_OK;
+    const int nv = c->g->hp.n_vocab, nb = am_blocks(nv > AM_MAX_CHECK ? nv : AM_MAX_CHECK); // the test hook's too
+    if (!c->am_mem) {
+        CU(cudaMalloc(&c->am_mem, (size_t)nb * 8 + 256));
+        CU(cudaMemset(c->am_mem, 0, (size_t)nb * 8 + 256));
+        c->am_v = (float *)c->am_mem;
+        c->am_i = (int *)(c->am_v + nb);
+        c->am_cnt = c->am_i + nb;
+        c->am_out = c->am_cnt + 32;
+    }
+    if (!c->h_am) CU(cudaMallocHost(&c->h_am, sizeof(int)));
+    int st = capture(c, true, &c->graph_arg, err, cap);
+    if (st && c->graph_arg) cudaGraphExecDestroy(c->graph_arg), c->graph_arg = NULL;
+    return st;
+}
+
+extern "C" int pb_cu_has_argmax(const pb_cu_ctx *c) { return c && !c->no_argmax; }
+
+extern "C" int pb_cu_forward_argmax(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, int32_t *top, float *hidden,
+                                    char *err, size_t cap) {
+    if (c->no_argmax) return fail(err, cap, ST_INVALID, "cuda: the argmax on the device is off (PB_CUDA_ARGMAX=0)");
+    int st = argmax_ready(c, err, cap), done = 0;
+    if (st) return st;
+    int got = -1;
+    c->am_want = &got;
+    st = pb_cu_forward(c, pos, tokens, n, NULL, hidden, 0, NULL, &done, err, cap);
+    c->am_want = NULL;
+    if (!st) *top = got;
+    return st;
+}
+
+extern "C" int pb_cu_logits_download(pb_cu_ctx *c, float *logits, char *err, size_t cap) {
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaMemcpy(logits, c->logits, (size_t)c->g->hp.n_vocab * sizeof(float), cudaMemcpyDeviceToHost));
+    return ST_OK;
+}
+
+extern "C" int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *err, size_t cap) {
+    if (n < 1 || n > AM_MAX_CHECK) return fail(err, cap, ST_INVALID, "cuda: argmax check of %d values", n);
+    int st = argmax_ready(c, err, cap);
+    if (st) return st;
+    float *d = NULL; // a test hook: its own buffer (allocated per call), so the logits stay as they were
+    CU(cudaMalloc(&d, (size_t)n * sizeof(float)));
+    // on the context's stream: a synchronous cudaMemcpy from pageable memory may return before its DMA lands, and
+    // the (non-blocking) stream is not ordered after the legacy one (the first run read stale values at 256k)
+    cudaError_t e = cudaMemcpyAsync(d, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) {
+        enqueue_argmax(c, d, n);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(c->h_am, c->am_out, sizeof(int), cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    cudaFree(d);
+    if (e != cudaSuccess) return fail(err, cap, ST_INTERNAL, "cuda: argmax check: %s", cudaGetErrorString(e));
+    *top = *c->h_am;
+    return ST_OK;
+}
+
 extern "C" int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap) {
     if (bytes > c->kv_bytes[il])
         return fail(err, cap, ST_INVALID, "cuda: layer %d KV holds %zu bytes", il, c->kv_bytes[il]);
@@ -1537,8 +1707,10 @@ extern "C" int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *
                                size_t cap) {
     if (bytes > c->kv_bytes[il])
         return fail(err, cap, ST_INVALID, "cuda: layer %d KV holds %zu bytes", il, c->kv_bytes[il]);
+    // on the context's stream, then waited for: a synchronous cudaMemcpy from pageable memory may return before its
+    // DMA lands, and the token steps' non-blocking stream is not ordered after the legacy stream it would use
+    CU(cudaMemcpyAsync(c->kc[il], k, bytes, cudaMemcpyHostToDevice, c->stream));
+    CU(cudaMemcpyAsync(c->vc[il], v, bytes, cudaMemcpyHostToDevice, c->stream));
     CU(cudaStreamSynchronize(c->stream));
-    CU(cudaMemcpy(c->kc[il], k, bytes, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(c->vc[il], v, bytes, cudaMemcpyHostToDevice));
     return ST_OK;
 }

@@ -59,6 +59,17 @@ size_t pb_cu_ctx_bytes(const pb_cu_ctx *c);
  * written into the cache (ring slots overwritten: the caller must not keep the cache as it was). */
 int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float *logits, float *hidden, int all_logits,
                   const volatile int *cancel, int *n_done, char *err, size_t cap);
+/* Greedy sampling on the device: 1 when pb_cu_forward_argmax is usable (PB_CUDA_ARGMAX=0 at ctx_new turns it off,
+ * for A/B runs). pb_cu_forward_argmax runs tokens as pb_cu_forward does, but the last token's logits stay on the
+ * device and *top gets their argmax (the lowest id of the largest logit, NaN never winning, -1 when none exceeds
+ * -inf: pb_sampler's greedy pick), 4 bytes back instead of n_vocab floats. pb_cu_logits_download copies the logits
+ * of the last output step (valid until the next one). pb_cu_argmax_check (tests): *top = the device argmax of the
+ * host values x[0..n), 1 <= n <= 2^20, through the same kernel. */
+int pb_cu_has_argmax(const pb_cu_ctx *c);
+int pb_cu_forward_argmax(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, int32_t *top, float *hidden, char *err,
+                         size_t cap);
+int pb_cu_logits_download(pb_cu_ctx *c, float *logits, char *err, size_t cap);
+int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *err, size_t cap);
 /* Copies layer il's K and V rows (bytes each) between the device cache and host buffers. */
 int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap);
 int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t bytes, char *err, size_t cap);

@@ -45,3 +45,17 @@ int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t b
     (void)c, (void)il, (void)k, (void)v, (void)bytes;
     return no_cuda(err, cap);
 }
+int pb_cu_has_argmax(const pb_cu_ctx *c) { return (void)c, 0; }
+int pb_cu_forward_argmax(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, int32_t *top, float *hidden, char *err,
+                         size_t cap) {
+    (void)c, (void)pos, (void)tokens, (void)n, (void)top, (void)hidden;
+    return no_cuda(err, cap);
+}
+int pb_cu_logits_download(pb_cu_ctx *c, float *logits, char *err, size_t cap) {
+    (void)c, (void)logits;
+    return no_cuda(err, cap);
+}
+int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *err, size_t cap) {
+    (void)c, (void)x, (void)n, (void)top;
+    return no_cuda(err, cap);
+}

@@ -120,6 +120,11 @@ struct pb_session {
 
     float *logits; /* [n_vocab] of the last position fed */
     bool has_logits;
+    /* greedy decoding on the GPU: while dev_greedy (the started sampler is a plain argmax: pb_sampler_greedy_only)
+     * and the cache can (pb_forward_has_top), a feed leaves the logits on the device (logits_dev: s->logits is
+     * stale until pulled) and keeps their argmax in dev_top */
+    bool dev_greedy, logits_dev;
+    int32_t dev_top;
     int32_t *tokens; /* [n_ctx] the context */
     int64_t n_past;
     int32_t pending; /* sampled last, not yet fed; -1 none */
@@ -149,6 +154,10 @@ void pb_engine_fix_turns(pb_session *s);
 pb_status pb_engine_add_turn(pb_session *s, int64_t start, int64_t content);
 /* Keeps the first n tokens (drops the pending token); re-feeds them when a ring layer cannot keep them. */
 pb_status pb_engine_keep(pb_session *s, int64_t n, int64_t *reprefilled);
+/* *tok = the next token from the last position's logits by the started sampler (the GPU's argmax where the logits
+ * stayed there and the sampler is a plain argmax, else the logits pulled first); -1 when every token has probability
+ * 0. Fails only when a pull from the GPU fails. */
+pb_status pb_engine_sample(pb_session *s, int32_t *tok);
 /* Makes sure logits of the last position exist (re-runs the last token after a truncation or load). */
 pb_status pb_engine_refresh_logits(pb_session *s);
 /* Resets to an empty context (tokens, turns, pending, logits, KV). */

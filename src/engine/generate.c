@@ -92,7 +92,8 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
         }
         int pause = pb_thermal_tick(&s->thermal, s->pool, true);
         if (pause > 0) pause_ms(s, pause);
-        int32_t tok = pb_sampler_sample(s->smp, s->logits, s->tokens, s->n_past);
+        int32_t tok;
+        if ((status = pb_engine_sample(s, &tok)) != PB_OK) break;
         if (tok < 0) {
             status = pb_error(PB_ERR_INVALID_ARG, "generate: every token has probability 0 (all banned by the bias?)");
             break;
@@ -158,6 +159,7 @@ pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_pr
     double t0 = pb_time_ms();
     begin(s, st);
     status = pb_sampler_start(s->smp, &params->sampler);
+    s->dev_greedy = status == PB_OK && pb_sampler_greedy_only(s->smp);
     if (status == PB_OK) status = pb_engine_make_room(s, n_prompt, s->n_past, st);
     if (status == PB_OK) status = pb_engine_feed_pending(s, NULL);
     if (status == PB_OK) status = pb_engine_feed(s, prompt, n_prompt, &st->n_prompt);
@@ -207,6 +209,7 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
     double t0 = pb_time_ms();
     begin(s, st);
     status = pb_sampler_start(s->smp, &params->sampler);
+    s->dev_greedy = status == PB_OK && pb_sampler_greedy_only(s->smp);
     if (status != PB_OK) goto fail;
 
     /* The turn's ids: [open] then [content]. A first turn opens with BOS + the user-turn opening (+ the

@@ -131,8 +131,12 @@ pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *
                             (long long)n);
         pb_thermal_tick(&s->thermal, s->pool, false);
         int chunk = (int)(n - done < s->n_batch ? n - done : s->n_batch);
-        pb_status st = pb_forward(s->model, s->kv, s->fc, s->pool, ids + done, chunk, s->logits, false, &s->cancel);
+        const bool top = s->dev_greedy && pb_forward_has_top(s->kv);
+        pb_status st =
+            top ? pb_forward_top(s->model, s->kv, s->fc, ids + done, chunk, &s->dev_top)
+                : pb_forward(s->model, s->kv, s->fc, s->pool, ids + done, chunk, s->logits, false, &s->cancel);
         if (st != PB_OK) return st;
+        s->logits_dev = top;
         /* ids may already sit at this place of the history (re-prefill after a shift) */
         if (s->tokens + s->n_past != ids + done)
             memmove(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof(int32_t));
@@ -325,7 +329,28 @@ pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n) {
 
 /* ---- accessors ------------------------------------------------------------------------------- */
 
-const float *pb_session_logits(const pb_session *s) { return s && s->has_logits ? s->logits : NULL; }
+const float *pb_session_logits(const pb_session *s) {
+    if (!s || !s->has_logits) return NULL;
+    /* logits left on the GPU by a greedy feed: copied on each ask (s is const here, so the flag stays; the device
+     * copy is valid until the next feed, which resets it) */
+    if (s->logits_dev && pb_forward_pull_logits(s->kv, s->logits) != PB_OK) return NULL;
+    return s->logits;
+}
+
+pb_status pb_engine_sample(pb_session *s, int32_t *tok) {
+    if (s->has_logits && s->logits_dev) {
+        if (pb_sampler_greedy_only(s->smp)) {
+            *tok = s->dev_top;
+            return PB_OK;
+        }
+        pb_status st = pb_forward_pull_logits(s->kv, s->logits);
+        if (st != PB_OK) return st;
+        s->logits_dev = false;
+    }
+    *tok = pb_sampler_sample(s->smp, s->logits, s->tokens, s->n_past);
+    return PB_OK;
+}
+
 int64_t pb_session_n_past(const pb_session *s) { return s ? s->n_past : 0; }
 int64_t pb_session_n_ctx(const pb_session *s) { return s ? s->n_ctx : 0; }
 int pb_session_n_turns(const pb_session *s) { return s ? s->n_turns : 0; }

@@ -129,6 +129,7 @@ pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, siz
         wr64(p + 8, (uint64_t)s->turns[i].content);
     }
     if (s->has_logits) {
+        if (s->logits_dev && (st = pb_forward_pull_logits(s->kv, s->logits)) != PB_OK) return st; /* on the GPU */
         memcpy(p, s->logits, (size_t)s->n_vocab * 4);
         p += (size_t)s->n_vocab * 4;
     }
@@ -267,6 +268,7 @@ pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
     s->n_keep = (int64_t)n_keep;
     s->pending = pending;
     s->has_logits = (flags & 1) != 0;
+    s->logits_dev = false;
     if (s->has_logits) memcpy(s->logits, logits, (size_t)n_vocab * 4);
     memset(&s->totals, 0, sizeof s->totals);
     return PB_OK;

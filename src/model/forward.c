@@ -801,9 +801,7 @@ static void commit_rings(pb_kv_cache *kv, const pb_forward_ctx *fc, int n) {
     }
 }
 
-pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
-                     int n, float *logits, bool all_logits, const volatile int *cancel) {
-    if (!m || !kv || !fc || !tokens || !logits) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");
+static pb_status check_args(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, const int32_t *tokens, int n) {
     if (fc->m != m) return pb_error(PB_ERR_INVALID_ARG, "forward: scratch was made for another model");
     const pb_hparams *hp = &m->hp;
     if (kv->n_layer != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
@@ -819,6 +817,36 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return pb_error(PB_ERR_INVALID_ARG, "forward: token %d at index %d is outside the vocabulary (0..%d)",
                             tokens[t], t, hp->n_vocab - 1);
+    return PB_OK;
+}
+
+bool pb_forward_has_top(const pb_kv_cache *kv) { return kv && kv->gpu && pb_gpu_has_top(kv); }
+
+pb_status pb_forward_top(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, const int32_t *tokens, int n,
+                         int32_t *top) {
+    if (!m || !kv || !fc || !tokens || !top) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");
+    if (!pb_forward_has_top(kv))
+        return pb_error(PB_ERR_UNSUPPORTED, "forward: the argmax alone is computed only by a GPU cache");
+    pb_status s = check_args(m, kv, fc, tokens, n);
+    if (s) return s;
+    if ((s = pb_gpu_forward_top(kv, tokens, n, top, fc->hidden))) return s;
+    kv->n_past += n;
+    fc->n_last = n;
+    return PB_OK;
+}
+
+pb_status pb_forward_pull_logits(pb_kv_cache *kv, float *logits) {
+    if (!kv || !logits) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");
+    if (!kv->gpu) return pb_error(PB_ERR_UNSUPPORTED, "forward: no logits wait on a GPU for a CPU cache");
+    return pb_gpu_pull_logits(kv, logits);
+}
+
+pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
+                     int n, float *logits, bool all_logits, const volatile int *cancel) {
+    if (!m || !kv || !fc || !tokens || !logits) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");
+    pb_status cs = check_args(m, kv, fc, tokens, n);
+    if (cs) return cs;
+    const pb_hparams *hp = &m->hp;
     if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there, token by token */
         pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
         if (s) return s;

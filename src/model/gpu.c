@@ -88,6 +88,20 @@ pb_status pb_gpu_forward(pb_kv_cache *kv, const int32_t *tokens, int n, float *l
     return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
 }
 
+bool pb_gpu_has_top(const pb_kv_cache *kv) { return kv->gpu && pb_cu_has_argmax(kv->gpu); }
+
+pb_status pb_gpu_forward_top(pb_kv_cache *kv, const int32_t *tokens, int n, int32_t *top, float *hidden) {
+    char err[320];
+    int st = pb_cu_forward_argmax(kv->gpu, kv->n_past, tokens, n, top, hidden, err, sizeof err);
+    return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
+}
+
+pb_status pb_gpu_pull_logits(pb_kv_cache *kv, float *logits) {
+    char err[320];
+    int st = pb_cu_logits_download(kv->gpu, logits, err, sizeof err);
+    return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
+}
+
 pb_status pb_kv_gpu_pull(const pb_kv_cache *kv) {
     if (!kv->gpu) return PB_OK;
     char err[320];

@@ -14,6 +14,11 @@ pb_status pb_kv_gpu_attach(const pb_model *m, pb_kv_cache *kv);
 /* pb_forward on the GPU: tokens at kv->n_past.., logits (last or all rows), hidden rows (n x n_embd). Does not
  * advance kv->n_past (the caller does on success). */
 pb_status pb_gpu_forward(pb_kv_cache *kv, const int32_t *tokens, int n, float *logits, bool all_logits, float *hidden);
+/* The greedy argmax on the device (model.h: pb_forward_top): whether this cache's backend offers it, the forward
+ * that returns it (logits left on the device), and the copy of those logits. */
+bool pb_gpu_has_top(const pb_kv_cache *kv);
+pb_status pb_gpu_forward_top(pb_kv_cache *kv, const int32_t *tokens, int n, int32_t *top, float *hidden);
+pb_status pb_gpu_pull_logits(pb_kv_cache *kv, float *logits);
 /* Copies the device cache into the host cache's rows (before serializing) / the host rows back (after). */
 pb_status pb_kv_gpu_pull(const pb_kv_cache *kv);
 pb_status pb_kv_gpu_push(pb_kv_cache *kv);

@@ -100,6 +100,17 @@ void pb_forward_set_exact(pb_forward_ctx *fc, bool exact);
 pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
                      int n, float *logits, bool all_logits, const volatile int *cancel);
 
+/* Greedy decoding with the argmax on the GPU. pb_forward_has_top: kv runs on the GPU and its backend can return
+ * the argmax of the logits (4 bytes back instead of n_vocab floats). pb_forward_top: pb_forward (without a pool or
+ * cancel: a GPU call runs to its end) whose last token's logits stay on the device while *top gets their greedy
+ * pick, pb_sampler's rule: the lowest id of the largest logit, NaN never winning, -1 when none exceeds -inf;
+ * PB_ERR_UNSUPPORTED where !pb_forward_has_top(kv). pb_forward_pull_logits copies those logits into
+ * logits[n_vocab] (the last output step's, until the next forward on kv). The CPU path is untouched by both. */
+bool pb_forward_has_top(const pb_kv_cache *kv);
+pb_status pb_forward_top(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, const int32_t *tokens, int n,
+                         int32_t *top);
+pb_status pb_forward_pull_logits(pb_kv_cache *kv, float *logits);
+
 /* Accessors the engine needs. */
 const pb_hparams *pb_model_hparams(const pb_model *m);
 const pb_gguf *pb_model_gguf(const pb_model *m);

@@ -170,10 +170,20 @@ pb_status pb_sampler_start(pb_sampler *s, const pb_sampler_params *p) {
     return PB_OK;
 }
 
+/* whether the penalties can change anything, whatever the history */
+static bool penalties_set(const pb_sampler_params *p) {
+    return (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) &&
+           p->penalty_last_n != 0;
+}
+
 /* whether apply_penalties changes anything for this history */
 static bool penalties_on(const pb_sampler_params *p, const int32_t *recent, int64_t n_recent) {
-    return (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) &&
-           p->penalty_last_n != 0 && n_recent > 0 && recent;
+    return penalties_set(p) && n_recent > 0 && recent;
+}
+
+bool pb_sampler_greedy_only(const pb_sampler *s) {
+    const pb_sampler_params *p = &s->p;
+    return p->temperature <= 0.0f && p->n_bias == 0 && !penalties_set(p);
 }
 
 static void apply_penalties(pb_sampler *s, const int32_t *recent, int64_t n_recent) {

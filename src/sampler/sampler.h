@@ -21,6 +21,11 @@ pb_status pb_sampler_start(pb_sampler *s, const pb_sampler_params *p);
  * are ignored). Returns the token, or -1 when every token has probability 0 (all banned / NaN). */
 int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *recent, int64_t n_recent);
 
+/* True when the started parameters make pb_sampler_sample a plain greedy argmax of the logits as given, whatever
+ * the history (temperature 0, no bias, no penalty that can apply): the lowest id of the largest logit, NaN never
+ * winning, -1 when no logit exceeds -inf. A caller may then take that argmax from elsewhere (the GPU's). */
+bool pb_sampler_greedy_only(const pb_sampler *s);
+
 /* The PRNG alone (xoshiro256**, seeded through splitmix64), for tests and reproducible tools. */
 typedef struct pb_rng {
     uint64_t s[4];

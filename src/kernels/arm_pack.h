@@ -428,19 +428,20 @@ static void ak_q6k_t1(int64_t nb, const uint8_t *w, int64_t ng, size_t g_size, c
 #define AK_Q6K_T1COL(k)                                                                                                \
     do {                                                                                                               \
         const int kh = (k) / 4;                                                                                        \
-        const uint8x16_t H = vld1q_u8(cols + 64 * (32 + 8 * h + (k))), L0 = vld1q_u8(cols + 64 * (16 * h + (k)));     \
-        is[0 + kh] = vdotq_laneq_s32(is[0 + kh],                                                                       \
-                                     vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L0, H, 4), k3f)), k32),          \
-                                     A[8 * h + 0 + kh], (k) % 4);                                                      \
-        is[4 + kh] = vdotq_laneq_s32(is[4 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsriq_n_u8(H, L0, 4), k3f)), k32), \
-                                     A[8 * h + 4 + kh], (k) % 4);                                                      \
+        const uint8x16_t H = vld1q_u8(cols + 64 * (32 + 8 * h + (k))), L0 = vld1q_u8(cols + 64 * (16 * h + (k)));      \
+        is[0 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[0 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L0, H, 4), k3f)), k32),       \
+                            A[8 * h + 0 + kh], (k) % 4);                                                               \
+        is[4 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[4 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsriq_n_u8(H, L0, 4), k3f)), k32),       \
+                            A[8 * h + 4 + kh], (k) % 4);                                                               \
         const uint8x16_t H2 = vshrq_n_u8(H, 2), L1 = vld1q_u8(cols + 64 * (16 * h + 8 + (k)));                         \
-        is[2 + kh] = vdotq_laneq_s32(is[2 + kh],                                                                       \
-                                     vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L1, H2, 4), k3f)), k32),         \
-                                     A[8 * h + 2 + kh], (k) % 4);                                                      \
-        is[6 + kh] = vdotq_laneq_s32(is[6 + kh],                                                                       \
-                                     vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsriq_n_u8(H2, L1, 4), k3f)), k32),         \
-                                     A[8 * h + 6 + kh], (k) % 4);                                                      \
+        is[2 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[2 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L1, H2, 4), k3f)), k32),      \
+                            A[8 * h + 2 + kh], (k) % 4);                                                               \
+        is[6 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[6 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsriq_n_u8(H2, L1, 4), k3f)), k32),      \
+                            A[8 * h + 6 + kh], (k) % 4);                                                               \
     } while (0)
                     AK_Q6K_T1COL(0);
                     AK_Q6K_T1COL(1);

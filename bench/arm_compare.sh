@@ -6,13 +6,24 @@
 # Method: symbol markers. Every call of pb_forward (ours) and llama_decode (theirs) is one region; the
 # prompt is one call of NP tokens, each decode step one call of 1 token. pp = the largest region / NP;
 # tg = the mean of the last NG-1 regions (the first decode step is left out on both sides).
-# Usage: sh bench/arm_compare.sh [MODEL.gguf...]   (default: synthesizes gemma2 2b Q4_K_M and Q4_0 and
-#        gemma3 1b Q4_K_M with `pocketbrain synth` under $MODELS)
+# Usage: sh bench/arm_compare.sh [-l LLAMA_BENCH] [MODEL.gguf...]   (default models: synthesizes gemma2 2b
+#        Q4_K_M and Q4_0 and gemma3 1b Q4_K_M with `pocketbrain synth` under $MODELS)
+#        LLAMA_BENCH (-l or the environment): an ARM64 llama-bench you built yourself, static, with
+#        -march=armv8.2-a+dotprod+i8mm (docs/ARM.md gives the commands, to run under /tmp). This script
+#        neither fetches nor builds llama.cpp.
 # Env: NP (64), NG (8; tg = the mean of NG-1 steps; a 2B step takes minutes under qemu), THREADS (1),
-#      MODELS (/tmp/pb-arm-models), LLAMA_SRC (/tmp/llama.cpp),
-#      LLAMA_ARM_BUILD ($LLAMA_SRC/build-arm), PB_ARM (build-arm64/bench/arm_tokens, built here),
-#      RAW (a folder to keep the plugin's JSON in). Needs qemu-user, gcc/g++-aarch64-linux-gnu, cmake, jq.
+#      MODELS (/tmp/pb-arm-models), PB_ARM (build-arm64/bench/arm_tokens, built here),
+#      RAW (a folder to keep the plugin's JSON in). Needs qemu-user, gcc-aarch64-linux-gnu, jq.
 set -u
+LB=${LLAMA_BENCH:-}
+if [ "${1:-}" = -l ]; then
+  [ $# -ge 2 ] || { echo "arm_compare.sh: -l needs the path of an ARM64 llama-bench" >&2; exit 2; }
+  LB=$2
+  shift 2
+fi
+[ -n "$LB" ] || { echo "arm_compare.sh: no llama-bench given: -l PATH or LLAMA_BENCH=PATH (an ARM64 build; docs/ARM.md says how)" >&2; exit 2; }
+case $LB in /*) ;; *) LB=$PWD/$LB ;; esac
+[ -f "$LB" ] && [ -x "$LB" ] || { echo "arm_compare.sh: llama-bench '$LB' is not an executable file" >&2; exit 2; }
 cd "$(dirname "$0")/.." || exit 2
 NP=${NP:-64}
 NG=${NG:-8}
@@ -20,7 +31,7 @@ T=${THREADS:-1}
 MODELS=${MODELS:-/tmp/pb-arm-models}
 PB_ARM=${PB_ARM:-build-arm64/bench/arm_tokens}
 PLUG=build/armcount/libarmcount.so
-sh scripts/deps.sh bench >&2 || exit 2 # qemu, the cross compilers, cmake, ninja, jq
+sh scripts/deps.sh bench >&2 || exit 2 # qemu, the cross compilers, jq
 for c in qemu-aarch64 aarch64-linux-gnu-gcc jq; do
   command -v $c >/dev/null || { echo "arm_compare.sh: needs $c (sh scripts/deps.sh bench)" >&2; exit 2; }
 done
@@ -33,7 +44,6 @@ if [ "$PB_ARM" = build-arm64/bench/arm_tokens ]; then
   make --no-print-directory CROSS=aarch64-linux-gnu- -j2 "$PB_ARM" >"$TMP/make.log" 2>&1 ||
     { tail -20 "$TMP/make.log" >&2; echo "arm_compare.sh: ARM64 build of pocketbrain failed" >&2; exit 1; }
 fi
-LB=$(sh bench/arm_build_llama.sh) || exit 1
 
 if [ $# -eq 0 ]; then
   mkdir -p "$MODELS"
@@ -68,7 +78,7 @@ echo
 echo "| model | test | ours Minsn/tok | llama Minsn/tok | insn ratio | ours Mdot/tok | llama Mdot/tok | ours MB loaded/tok | llama MB loaded/tok | load ratio | ours load / weights | llama load / weights |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for M in "$@"; do
-  [ -f "$M" ] || { echo "arm_compare.sh: $M not found" >&2; continue; }
+  [ -f "$M" ] || { echo "arm_compare.sh: model $M not found" >&2; continue; }
   name=$(basename "$M" .gguf)
   count ours "$M" "$TMP/o.json" || { tail -5 "$TMP/o.txt" >&2; echo "arm_compare.sh: ours failed on $M" >&2; continue; }
   count llama "$M" "$TMP/l.json" || { tail -5 "$TMP/l.txt" >&2; echo "arm_compare.sh: llama.cpp failed on $M" >&2; continue; }

@@ -7,7 +7,9 @@
  *        (a GQA group) against NK fp16 K rows of HD values (pb_kernels_dot_f16_tile), then their weights over NK
  *        fp16 V rows into NQ states (pb_kernels_mad_f16_tile); prints kv_bytes, the K and V bytes.
  *        arm_tile mm q5_0|q4_0|q8_0|q4_K|q6_K K N NT: pb_matmul over a plain (not packed) matrix, activation
- *        quantization included (sym=arm_mm_run): the row tiles, for types without a packed one (Q5_0). */
+ *        quantization included (sym=arm_mm_run): the row tiles, for types without a packed one (Q5_0).
+ *        arm_tile pair q4_0|q4_K K N: one token through two packed N x K matrices combined by a pair function
+ *        (pb_matmul_group, as the FFN's gate/up; sym=arm_pair_run), activation quantization included. */
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
@@ -105,7 +107,53 @@ static int mm_main(const char *name, int64_t K, int64_t N, int nt) {
     return 0;
 }
 
+/* a pair function that reads both results, as GeGLU does (the bytes are what is counted, not its math) */
+static void pair_mul(float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) a[i] *= b[i];
+}
+
+__attribute__((noinline)) pb_status arm_pair_run(const pb_mm_op *ops, int64_t K, const float *x, void *scratch);
+__attribute__((noinline)) pb_status arm_pair_run(const pb_mm_op *ops, int64_t K, const float *x, void *scratch) {
+    return pb_matmul_group(ops, 2, K, x, 1, NULL, pair_mul, scratch, NULL);
+}
+
+/* one token through a packed gate/up pair (pb_matmul_group with a pair function), quantization included */
+static int pair_main(const char *name, int64_t K, int64_t N) {
+    const int type = strcmp(name, "q4_0") == 0 ? PB_TYPE_Q4_0 : strcmp(name, "q4_K") == 0 ? PB_TYPE_Q4_K : -1;
+    if (type < 0 || !pb_pack_supported(type, K, N)) {
+        fprintf(stderr, "arm_tile pair: q4_0|q4_K, a shape with a packed tile on this CPU (%s)\n", pb_kernels_isa());
+        return 2;
+    }
+    const size_t row = pb_row_size(type, K);
+    pb_mm_op ops[2];
+    float *wf = malloc(sizeof(float) * (size_t)K), *x = malloc(sizeof(float) * (size_t)K);
+    if (!wf || !x) return 1;
+    uint32_t s = 5;
+    for (int m = 0; m < 2; m++) {
+        uint8_t *w = malloc(row * (size_t)N);
+        float *y = malloc(sizeof(float) * (size_t)N);
+        if (!w || !y) return 1;
+        for (int64_t r = 0; r < N; r++) {
+            for (int64_t k = 0; k < K; k++) wf[k] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+            pb_type_get(type)->from_float(wf, w + (size_t)r * row, K);
+        }
+        if (pb_pack_rows(type, w, K, N) != PB_OK) return 1;
+        ops[m] = (pb_mm_op){.w = w, .type = type, .N = N, .packed = true, .y = y};
+    }
+    for (int64_t k = 0; k < K; k++) x[k] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    void *scratch = malloc(pb_matmul_group_scratch_size(ops, 2, K, 1));
+    if (!scratch || arm_pair_run(ops, K, x, scratch) != PB_OK) return 1;
+    double sum = 0;
+    for (int64_t i = 0; i < N; i++) sum += (double)ops[0].y[i];
+    printf("arm_tile: %s pair %s K %lld N %lld weight_bytes %zu checksum %.6g\n", pb_kernels_isa(), name, (long long)K,
+           (long long)N, 2 * row * (size_t)N, sum);
+    for (int m = 0; m < 2; m++) free((void *)ops[m].w), free(ops[m].y);
+    free(wf), free(x), free(scratch);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "pair") == 0) return pair_main(argv[2], atoll(argv[3]), atoll(argv[4]));
     if (argc == 5 && strcmp(argv[1], "att") == 0) return att_main(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     if (argc == 6 && strcmp(argv[1], "mm") == 0) return mm_main(argv[2], atoll(argv[3]), atoll(argv[4]), atoi(argv[5]));
     if (argc < 5) {

@@ -3,7 +3,7 @@
 #   deps.sh run    compiler and libraries: what building and running the CLI needs (make run)
 #   deps.sh test   the above + the test toolchain: clang, cross compiler, qemu, tmux, chromium, valgrind,
 #                  node/npm packages (make test; the default)
-#   deps.sh bench  the above + what bench/arm_compare.sh needs: jq, cmake, ninja, g++ for ARM64
+#   deps.sh bench  the above + bench/arm_compare.sh's jq, and cmake, ninja, g++ for ARM64 (docs/ARM.md's llama.cpp build)
 #   deps.sh --list run|test|bench   print the Debian packages of a level and install nothing
 set -e
 RUN_PKGS="gcc make pkg-config libsqlite3-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libssl-dev

@@ -167,7 +167,7 @@ int main(void) {
     for (int i = 0; i < 2; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             test_type(types[i], shapes[s][0], shapes[s][1], pool);
-    const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}, {256, 528}}; /* 33 groups: a Q6_K batch + 1 */
+    const int64_t kshapes[][2] = {{256, 16}, {512, 48}, {2304, 32}, {256, 528}}; /* 33 groups: odd, > 32 */
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++) {
         test_type(PB_TYPE_Q4_K, kshapes[s][0], kshapes[s][1], pool);
         test_type(PB_TYPE_Q6_K, kshapes[s][0], kshapes[s][1], pool);

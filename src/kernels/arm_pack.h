@@ -400,66 +400,67 @@ AP_INLINE float32x4_t ak_q6k_fsc(const uint8_t *cols, int j, float32x4_t dw) {
     return vmulq_f32(dw, vcvtq_f32_s32(v));
 }
 
-/* One token. Per half h of the super-block, the 8 activation vectors stay in registers while the weights of up
- * to AK_Q6K_BATCH groups stream by; a weight column is loaded once and gives the 4 chunks' values, so each
- * weight byte is loaded once. A lane's sub-block sums wait in sp between the halves and its total in y
- * between super-blocks (together 32 bytes per 840 bytes of weights). All 16 activation vectors plus the 8
- * sub-block accumulators of a half do not fit the 32 registers. */
-#define AK_Q6K_BATCH 32
+/* One token. The 16 activation vectors of super-block b stay in registers while every group's weights stream
+ * by; a weight column is loaded once and gives the 4 chunks' values, so each weight byte is loaded once. Per
+ * quarter the two halves run one after the other (8 sub-block accumulators each, folded into the lane's
+ * float sum s in sub-block order, s staying in a register between them); a lane's total waits in y between
+ * super-blocks (16 bytes per 840 bytes of weights). 16 activations + 8 accumulators + s, dw, 2 constants and
+ * 3 temporaries: 31 of the 32 vector registers (per half, with the sums kept in memory between halves, this
+ * tile loaded 1.051x the weight bytes; now ~1.02x). The high 2 bits of chunks 2 and 3 come from vsri on H
+ * itself and the 0x3f mask (no 0x30 constant). */
 static void ak_q6k_t1(int64_t nb, const uint8_t *w, int64_t ng, size_t g_size, const pb_block_q8_K *x, float *y) {
-    float sp[AK_Q6K_BATCH * PB_PACK_ROWS];
-    const uint8x16_t k3f = vdupq_n_u8(0x3F), k30 = vdupq_n_u8(0x30);
+    const uint8x16_t k3f = vdupq_n_u8(0x3F);
     const int8x16_t k32 = vdupq_n_s8(32);
-    for (int64_t g0 = 0; g0 < ng; g0 += AK_Q6K_BATCH) {
-        const int64_t gn = ng - g0 < AK_Q6K_BATCH ? ng - g0 : AK_Q6K_BATCH;
-        for (int64_t b = 0; b < nb; b++) {
-            const float d = x[b].d;
-            AP_UNROLL for (int h = 0; h < 2; h++) {
-                int8x16_t A[8];
-                AP_UNROLL for (int i = 0; i < 8; i++) A[i] = vld1q_s8(x[b].qs + 128 * h + 16 * i);
-                for (int64_t g = 0; g < gn; g++) {
-                    const uint8_t *bp = w + (size_t)(g0 + g) * g_size + (size_t)b * AK_Q6K_BLOCK;
-                    for (int qv = 0; qv < 4; qv++) {
-                        const uint8_t *cols = bp + 32 + 16 * qv;
-                        int32x4_t is[8]; /* is[2 gq + kh]: sub-block j = 8h + 2gq + kh */
-                        AP_UNROLL for (int i = 0; i < 8; i++) is[i] = vdupq_n_s32(0);
-/* column k: elements 4k..4k+3 of each chunk (k literal: clang wants constant lanes) */
+    for (int64_t b = 0; b < nb; b++) {
+        int8x16_t A[16];
+        AP_UNROLL for (int i = 0; i < 16; i++) A[i] = vld1q_s8(x[b].qs + 16 * i);
+        for (int64_t g = 0; g < ng; g++) {
+            const uint8_t *bp = w + (size_t)g * g_size + (size_t)b * AK_Q6K_BLOCK;
+            for (int qv = 0; qv < 4; qv++) {
+                const uint8_t *cols = bp + 32 + 16 * qv;
+                const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
+                float32x4_t s = vdupq_n_f32(0.0f);
+                AP_UNROLL for (int h = 0; h < 2; h++) {
+                    int32x4_t is[8]; /* is[2 gq + kh]: sub-block j = 8h + 2gq + kh */
+                    AP_UNROLL for (int i = 0; i < 8; i++) is[i] = vdupq_n_s32(0);
+/* column k: elements 4k..4k+3 of each chunk (k literal: clang wants constant lanes); L0 (chunks 0 and 2) is
+ * done before L1 (chunks 1 and 3) is loaded, so that 3 temporaries are live at a time */
 #define AK_Q6K_T1COL(k)                                                                                                \
     do {                                                                                                               \
-        const uint8x16_t L0 = vld1q_u8(cols + 64 * (16 * h + (k))), L1 = vld1q_u8(cols + 64 * (16 * h + 8 + (k))),     \
-                         H = vld1q_u8(cols + 64 * (32 + 8 * h + (k))), H2 = vshrq_n_u8(H, 2);                          \
         const int kh = (k) / 4;                                                                                        \
-        const int8x16_t u0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L0, H, 4), k3f)), k32),                  \
-                        u1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L1, H2, 4), k3f)), k32),                 \
-                        u2 = vsubq_s8(vreinterpretq_s8_u8(vsriq_n_u8(vandq_u8(H, k30), L0, 4)), k32),                  \
-                        u3 = vsubq_s8(vreinterpretq_s8_u8(vsriq_n_u8(vandq_u8(H2, k30), L1, 4)), k32);                 \
-        is[0 + kh] = vdotq_laneq_s32(is[0 + kh], u0, A[0 + kh], (k) % 4);                                              \
-        is[2 + kh] = vdotq_laneq_s32(is[2 + kh], u1, A[2 + kh], (k) % 4);                                              \
-        is[4 + kh] = vdotq_laneq_s32(is[4 + kh], u2, A[4 + kh], (k) % 4);                                              \
-        is[6 + kh] = vdotq_laneq_s32(is[6 + kh], u3, A[6 + kh], (k) % 4);                                              \
+        const uint8x16_t H = vld1q_u8(cols + 64 * (32 + 8 * h + (k))), L0 = vld1q_u8(cols + 64 * (16 * h + (k)));      \
+        is[0 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[0 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L0, H, 4), k3f)), k32),       \
+                            A[8 * h + 0 + kh], (k) % 4);                                                               \
+        is[4 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[4 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsriq_n_u8(H, L0, 4), k3f)), k32),       \
+                            A[8 * h + 4 + kh], (k) % 4);                                                               \
+        const uint8x16_t H2 = vshrq_n_u8(H, 2), L1 = vld1q_u8(cols + 64 * (16 * h + 8 + (k)));                         \
+        is[2 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[2 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsliq_n_u8(L1, H2, 4), k3f)), k32),      \
+                            A[8 * h + 2 + kh], (k) % 4);                                                               \
+        is[6 + kh] =                                                                                                   \
+            vdotq_laneq_s32(is[6 + kh], vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vsriq_n_u8(H2, L1, 4), k3f)), k32),      \
+                            A[8 * h + 6 + kh], (k) % 4);                                                               \
     } while (0)
-                        AK_Q6K_T1COL(0);
-                        AK_Q6K_T1COL(1);
-                        AK_Q6K_T1COL(2);
-                        AK_Q6K_T1COL(3);
-                        AK_Q6K_T1COL(4);
-                        AK_Q6K_T1COL(5);
-                        AK_Q6K_T1COL(6);
-                        AK_Q6K_T1COL(7);
+                    AK_Q6K_T1COL(0);
+                    AK_Q6K_T1COL(1);
+                    AK_Q6K_T1COL(2);
+                    AK_Q6K_T1COL(3);
+                    AK_Q6K_T1COL(4);
+                    AK_Q6K_T1COL(5);
+                    AK_Q6K_T1COL(6);
+                    AK_Q6K_T1COL(7);
 #undef AK_Q6K_T1COL
-                        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(bp + 8 * qv)));
-                        float *sq = sp + g * PB_PACK_ROWS + 4 * qv;
-                        float32x4_t s = h ? vld1q_f32(sq) : vdupq_n_f32(0.0f);
-                        AP_UNROLL for (int j = 0; j < 8; j++) s =
-                            vfmaq_f32(s, vcvtq_f32_s32(is[j]), ak_q6k_fsc(cols, 8 * h + j, dw));
-                        if (h == 0) {
-                            vst1q_f32(sq, s);
-                        } else {
-                            float *yp = y + (g0 + g) * PB_PACK_ROWS + 4 * qv;
-                            vst1q_f32(yp, vfmaq_n_f32(b ? vld1q_f32(yp) : vdupq_n_f32(0.0f), s, d));
-                        }
-                    }
+                    AP_UNROLL for (int j = 0; j < 8; j++) s =
+                        vfmaq_f32(s, vcvtq_f32_s32(is[j]), ak_q6k_fsc(cols, 8 * h + j, dw));
                 }
+                /* a.d: 4 bytes loaded here, where a register is free again (GCC kept its broadcast on the stack
+                 * across the loops: 16 bytes per quarter); the empty asm keeps the load from being hoisted */
+                const float *dp = &x[b].d;
+                __asm__("" : "+r"(dp));
+                float *yp = y + g * PB_PACK_ROWS + 4 * qv;
+                vst1q_f32(yp, vfmaq_f32(b ? vld1q_f32(yp) : vdupq_n_f32(0.0f), s, vld1q_dup_f32(dp)));
             }
         }
     }

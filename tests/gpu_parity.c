@@ -7,8 +7,11 @@
  *    range), top-1 agreeing at least as often as the CPU's, less 4 positions of 96. Not the CPU default path
  *    itself: int8 rounding is discontinuous, so the first activation that lands one step apart (a float sum in
  *    another order) sends both sides' later quantizations apart and their distance grows to the int8 noise;
- *  - prefill at once against token by token (bit for bit), and session state saved on the GPU and loaded on the
- *    CPU (and the reverse) continuing alike (float path vs exact mode, within TOL).
+ *  - prefill at once (the chunked mat-mat path, src/cuda/prefill.cuh) against token by token (the decode step's
+ *    graph), bit for bit on both paths: all 96 tokens in one call, and in calls of 37 (chunks that start with keys
+ *    already in the cache, sliding-window rings of 32 wrapped inside a chunk, token tiles cut short); and session
+ *    state saved on the GPU and loaded on the CPU (and the reverse) continuing alike (float path vs exact mode,
+ *    within TOL).
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
@@ -145,6 +148,17 @@ static void check_logits(const float *lc, const float *ld, const float *lg, cons
           gc.top1, gc.ties, n, cc.top1, cc.ties);
 }
 
+/* b (prefill at once) against a (token by token), n rows of V: the same bits; the distance and top-1 agreement are
+ * noted when not. */
+static void same_bits(const float *a, const float *b, int n, int V, const char *what) {
+    const int same = memcmp(a, b, sizeof(float) * (size_t)n * V) == 0;
+    if (!same) {
+        const cmp r = compare(a, b, n, V, 0);
+        NOTE("%s: max|d| %.3g mean|d| %.3g top-1 %d/%d", what, r.md, r.mean, r.top1, n);
+    }
+    CHECK(same, "%s = token by token (bit for bit)", what);
+}
+
 static void check_model(const char *path, const char *tok_path) {
     NOTE("model %s", path);
     pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
@@ -181,7 +195,8 @@ static void check_model(const char *path, const char *tok_path) {
     }
     const size_t nv = (size_t)n * V;
     float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),
-          *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv);
+          *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv), *lp = malloc(sizeof(float) * nv),
+          *lf1 = malloc(sizeof(float) * nv);
     st = run_all(cm, toks, n, 16, true, lc);
     pb_status sd = run_all(cm, toks, n, 16, false, ld);
     CHECK(st == PB_OK && sd == PB_OK, "CPU forward, exact and default");
@@ -190,11 +205,17 @@ static void check_model(const char *path, const char *tok_path) {
           s1 || s2 ? pb_last_error() : "ok");
     pb_status sf = gf ? run_all(gf, toks, n, n, false, lf) : PB_ERR_INTERNAL;
     CHECK(sf == PB_OK, "GPU forward, float path (%s)", sf ? pb_last_error() : "ok");
+    pb_status s3 = run_all(gm, toks, n, 37, false, lp);
+    pb_status s4 = gf ? run_all(gf, toks, n, 1, false, lf1) : PB_ERR_INTERNAL;
+    CHECK(s3 == PB_OK && s4 == PB_OK, "GPU forward, calls of 37 tokens and float path token by token (%s)",
+          s3 || s4 ? pb_last_error() : "ok");
     if (!st && !sd && !s1 && !s2 && !sf) {
         check_logits(lc, ld, lg, lf, n, V);
-        CHECK(memcmp(lg, l1, sizeof(float) * nv) == 0, "GPU prefill at once = token by token (bit for bit)");
+        same_bits(l1, lg, n, V, "GPU prefill at once (96 tokens)");
     }
-    free(lc), free(ld), free(lg), free(l1), free(lf);
+    if (!s2 && !s3) same_bits(l1, lp, n, V, "GPU prefill in calls of 37 tokens");
+    if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
+    free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");

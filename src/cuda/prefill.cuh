@@ -50,24 +50,42 @@ struct mm_args {
     int ys;
 };
 
-// One weight unit held in registers (load) and dotted with one token's activations (dot): the expressions of
-// unit_dot8 / unit_dot (weights.cuh) with the weight half done once a unit instead of once a token. The generic form
-// (types without their own split below) calls unit_dot8 / unit_dot per token (the weight bytes are loaded again).
+// One weight unit held in registers (load), one token's activations for unit u (fetch: the same for every row), and
+// their dot: the expressions of unit_dot8 / unit_dot (weights.cuh) split so that a thread dots R rows' units with
+// PF_TT tokens' activations, each loaded once (R x PF_TT dots for R + PF_TT loads). Integer sums are exact in any
+// order; the float expressions are unit_dot8's, term for term. The generic form (types without a split below: Q4_1,
+// Q5_1, Q5_K, F32, rows not a multiple of 8) calls unit_dot8 / unit_dot per token and row (R = 1).
 template <int T, bool I8> struct pf_unit {
+    static constexpr int R = 1;
+    struct act {
+        qact x;
+        const float *xf;
+    };
     const uint8_t *q, *m;
     int u;
     __device__ __forceinline__ void load(const uint8_t *q_, const uint8_t *m_, int u_) { q = q_, m = m_, u = u_; }
-    __device__ __forceinline__ float dot8(const qact &x) const { return unit_dot8<T>(q, m, u, x); }
-    __device__ __forceinline__ float dotf(const float *x) const { return unit_dot<T>(q, m, u, x); }
+    static __device__ __forceinline__ act fetch8(const qact &x, int) { return act{x, NULL}; }
+    static __device__ __forceinline__ act fetchf(const float *x, int) {
+        act a;
+        a.xf = x;
+        return a;
+    }
+    __device__ __forceinline__ float dot8(const act &a) const { return unit_dot8<T>(q, m, u, a.x); }
+    __device__ __forceinline__ float dotf(const act &a) const { return unit_dot<T>(q, m, u, a.xf); }
 };
 
 template <> struct pf_unit<T_Q4_K, true> { // unit_dot8<T_Q4_K>
+    static constexpr int R = 4;
+    struct act {
+        int4 a0, a1;
+        int s0, s1;
+        float dk;
+    };
     uint32_t lo[4], hi[4];
     float2 dd;
-    int sc0, sc1, m0, m1, off, b;
+    int sc0, sc1, m0, m1;
     __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u) {
-        b = u >> 3;
-        const int i = u & 7, j = i >> 1, hf = i & 1;
+        const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
         const uint8_t *blk = q + (size_t)b * 144;
         const uint4 hd = *(const uint4 *)blk;
         const uint4 w = *(const uint4 *)(blk + 16 + 32 * j + 16 * hf);
@@ -79,34 +97,44 @@ template <> struct pf_unit<T_Q4_K, true> { // unit_dot8<T_Q4_K>
         const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) lo[k] = ws[k] & 0x0F0F0F0Fu, hi[k] = (ws[k] >> 4) & 0x0F0F0F0Fu;
-        off = 256 * b + 64 * j + 16 * hf;
     }
-    __device__ __forceinline__ float dot8(const qact &x) const {
-        const int8_t *a = x.qK + off;
-        const int4 a0 = *(const int4 *)a, a1 = *(const int4 *)(a + 32);
-        int i0 = dp4a((int)lo[0], a0.x, 0);
-        i0 = dp4a((int)lo[1], a0.y, i0);
-        i0 = dp4a((int)lo[2], a0.z, i0);
-        i0 = dp4a((int)lo[3], a0.w, i0);
-        int i1 = dp4a((int)hi[0], a1.x, 0);
-        i1 = dp4a((int)hi[1], a1.y, i1);
-        i1 = dp4a((int)hi[2], a1.z, i1);
-        i1 = dp4a((int)hi[3], a1.w, i1);
-        const int s0 =
-            dp4a(0x01010101, a0.w, dp4a(0x01010101, a0.z, dp4a(0x01010101, a0.y, dp4a(0x01010101, a0.x, 0))));
-        const int s1 =
-            dp4a(0x01010101, a1.w, dp4a(0x01010101, a1.z, dp4a(0x01010101, a1.y, dp4a(0x01010101, a1.x, 0))));
-        return x.dK[b] * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * s0 + m1 * s1));
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) {
+        const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
+        const int8_t *p = x.qK + 256 * b + 64 * j + 16 * hf;
+        act a;
+        a.a0 = *(const int4 *)p, a.a1 = *(const int4 *)(p + 32);
+        a.s0 =
+            dp4a(0x01010101, a.a0.w, dp4a(0x01010101, a.a0.z, dp4a(0x01010101, a.a0.y, dp4a(0x01010101, a.a0.x, 0))));
+        a.s1 =
+            dp4a(0x01010101, a.a1.w, dp4a(0x01010101, a.a1.z, dp4a(0x01010101, a.a1.y, dp4a(0x01010101, a.a1.x, 0))));
+        a.dk = x.dK[b];
+        return a;
+    }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        int i0 = dp4a((int)lo[0], a.a0.x, 0);
+        i0 = dp4a((int)lo[1], a.a0.y, i0);
+        i0 = dp4a((int)lo[2], a.a0.z, i0);
+        i0 = dp4a((int)lo[3], a.a0.w, i0);
+        int i1 = dp4a((int)hi[0], a.a1.x, 0);
+        i1 = dp4a((int)hi[1], a.a1.y, i1);
+        i1 = dp4a((int)hi[2], a.a1.z, i1);
+        i1 = dp4a((int)hi[3], a.a1.w, i1);
+        return a.dk * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * a.s0 + m1 * a.s1));
     }
 };
 
 template <> struct pf_unit<T_Q6_K, true> { // unit_dot8<T_Q6_K>
-    uint32_t w0[4], w1[4], w2[4], w3[4];
+    static constexpr int R = 2;
+    struct act {
+        int x[4][4];
+        int t[4];
+        float dk;
+    };
+    uint32_t w[4][4];
     float d;
-    int sc0, sc2, sc4, sc6, off, b;
+    int sc0, sc2, sc4, sc6;
     __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
-        b = u >> 2;
-        const int i = u & 3, h = i >> 1, l = 16 * (i & 1);
+        const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
         const uint8_t *qb = q + (size_t)b * 192, *mb = m + (size_t)b * 20;
         const uint4 A = *(const uint4 *)(qb + 64 * h + l), C = *(const uint4 *)(qb + 64 * h + 32 + l);
         const uint4 Hh = *(const uint4 *)(qb + 128 + 32 * h + l);
@@ -118,174 +146,239 @@ template <> struct pf_unit<T_Q6_K, true> { // unit_dot8<T_Q6_K>
         const uint32_t aw[4] = {A.x, A.y, A.z, A.w}, cw[4] = {C.x, C.y, C.z, C.w}, hw[4] = {Hh.x, Hh.y, Hh.z, Hh.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            w0[k] = (aw[k] & 0x0F0F0F0Fu) | ((hw[k] & 0x03030303u) << 4);
-            w1[k] = (cw[k] & 0x0F0F0F0Fu) | (((hw[k] >> 2) & 0x03030303u) << 4);
-            w2[k] = ((aw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 4) & 0x03030303u) << 4);
-            w3[k] = ((cw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 6) & 0x03030303u) << 4);
+            w[0][k] = (aw[k] & 0x0F0F0F0Fu) | ((hw[k] & 0x03030303u) << 4);
+            w[1][k] = (cw[k] & 0x0F0F0F0Fu) | (((hw[k] >> 2) & 0x03030303u) << 4);
+            w[2][k] = ((aw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 4) & 0x03030303u) << 4);
+            w[3][k] = ((cw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 6) & 0x03030303u) << 4);
         }
-        off = 256 * b + 128 * h + l;
     }
-    __device__ __forceinline__ float dot8(const qact &x) const {
-        const int8_t *xa = x.qK + off;
-        const int4 X0 = *(const int4 *)xa, X1 = *(const int4 *)(xa + 32), X2 = *(const int4 *)(xa + 64),
-                   X3 = *(const int4 *)(xa + 96);
-        const int x0[4] = {X0.x, X0.y, X0.z, X0.w}, x1[4] = {X1.x, X1.y, X1.z, X1.w};
-        const int x2[4] = {X2.x, X2.y, X2.z, X2.w}, x3[4] = {X3.x, X3.y, X3.z, X3.w};
-        int i0 = 0, i1 = 0, i2 = 0, i3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) {
+        const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
+        const int8_t *xa = x.qK + 256 * b + 128 * h + l;
+        act a;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int4 X = *(const int4 *)(xa + 32 * g);
+            a.x[g][0] = X.x, a.x[g][1] = X.y, a.x[g][2] = X.z, a.x[g][3] = X.w;
+            a.t[g] = dp4a(0x01010101, X.w, dp4a(0x01010101, X.z, dp4a(0x01010101, X.y, dp4a(0x01010101, X.x, 0))));
+        }
+        a.dk = x.dK[b];
+        return a;
+    }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        int i0 = 0, i1 = 0, i2 = 0, i3 = 0;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            i0 = dp4a((int)w0[k], x0[k], i0);
-            i1 = dp4a((int)w1[k], x1[k], i1);
-            i2 = dp4a((int)w2[k], x2[k], i2);
-            i3 = dp4a((int)w3[k], x3[k], i3);
-            t0 = dp4a(0x01010101, x0[k], t0);
-            t1 = dp4a(0x01010101, x1[k], t1);
-            t2 = dp4a(0x01010101, x2[k], t2);
-            t3 = dp4a(0x01010101, x3[k], t3);
+            i0 = dp4a((int)w[0][k], a.x[0][k], i0);
+            i1 = dp4a((int)w[1][k], a.x[1][k], i1);
+            i2 = dp4a((int)w[2][k], a.x[2][k], i2);
+            i3 = dp4a((int)w[3][k], a.x[3][k], i3);
         }
-        return x.dK[b] * d *
-               (float)(sc0 * (i0 - 32 * t0) + sc2 * (i1 - 32 * t1) + sc4 * (i2 - 32 * t2) + sc6 * (i3 - 32 * t3));
+        return a.dk * d *
+               (float)(sc0 * (i0 - 32 * a.t[0]) + sc2 * (i1 - 32 * a.t[1]) + sc4 * (i2 - 32 * a.t[2]) +
+                       sc6 * (i3 - 32 * a.t[3]));
     }
 };
 
+// legacy blocks: the 8 ints of the token's q8_0 block u, their sum and scale
+struct pf_act32 {
+    int a[8];
+    int s;
+    float d0;
+};
+static __device__ __forceinline__ pf_act32 fetch32(const qact &x, int u) {
+    pf_act32 a;
+    load_q8_32(x.q0, u, a.a);
+    a.s = sum_q8_32(a.a);
+    a.d0 = x.d0[u];
+    return a;
+}
+
 template <> struct pf_unit<T_Q4_0, true> { // unit_dot8<T_Q4_0>
+    static constexpr int R = 4;
+    typedef pf_act32 act;
     uint4 w;
     float dw;
-    int u;
-    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u_) {
-        u = u_;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
         w = ((const uint4 *)q)[u];
         dw = ((const float *)m)[u];
     }
-    __device__ __forceinline__ float dot8(const qact &x) const {
-        int a[8];
-        load_q8_32(x.q0, u, a);
-        return dw * x.d0[u] * (float)(nib_dot32(w, a) - 8 * sum_q8_32(a));
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) { return fetch32(x, u); }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        return dw * a.d0 * (float)(nib_dot32(w, a.a) - 8 * a.s);
     }
 };
 
 template <> struct pf_unit<T_Q5_0, true> { // unit_dot8<T_Q5_0>
+    static constexpr int R = 4;
+    typedef pf_act32 act;
     uint4 w;
     uint32_t qh;
     float d;
-    int u;
-    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u_) {
-        u = u_;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
         w = ((const uint4 *)q)[u];
         d = ((const float *)m)[2 * u];
         qh = ((const uint32_t *)m)[2 * u + 1];
     }
-    __device__ __forceinline__ float dot8(const qact &x) const {
-        int a[8];
-        load_q8_32(x.q0, u, a);
-        return d * x.d0[u] * (float)(nib5_dot32(w, qh, a) - 16 * sum_q8_32(a));
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) { return fetch32(x, u); }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        return d * a.d0 * (float)(nib5_dot32(w, qh, a.a) - 16 * a.s);
     }
 };
 
 template <> struct pf_unit<T_Q8_0, true> { // unit_dot8<T_Q8_0>
+    static constexpr int R = 4;
+    typedef pf_act32 act;
     int4 w0, w1;
     float dw;
-    int u;
-    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u_) {
-        u = u_;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
         w0 = ((const int4 *)q)[2 * u], w1 = ((const int4 *)q)[2 * u + 1];
         dw = ((const float *)m)[u];
     }
-    __device__ __forceinline__ float dot8(const qact &x) const {
-        int a[8];
-        load_q8_32(x.q0, u, a);
-        int s = dp4a(w0.x, a[0], 0);
-        s = dp4a(w0.y, a[1], s), s = dp4a(w0.z, a[2], s), s = dp4a(w0.w, a[3], s);
-        s = dp4a(w1.x, a[4], s), s = dp4a(w1.y, a[5], s), s = dp4a(w1.z, a[6], s), s = dp4a(w1.w, a[7], s);
-        return dw * x.d0[u] * (float)s;
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) { return fetch32(x, u); }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        int s = dp4a(w0.x, a.a[0], 0);
+        s = dp4a(w0.y, a.a[1], s), s = dp4a(w0.z, a.a[2], s), s = dp4a(w0.w, a.a[3], s);
+        s = dp4a(w1.x, a.a[4], s), s = dp4a(w1.y, a.a[5], s), s = dp4a(w1.z, a.a[6], s), s = dp4a(w1.w, a.a[7], s);
+        return dw * a.d0 * (float)s;
     }
 };
 
+// 16-bit float rows: the token's 8 values of unit u
+struct pf_act8f {
+    float4 a, b;
+};
+
 template <> struct pf_unit<T_F16, false> { // unit_dot<T_F16>
+    static constexpr int R = 4;
+    typedef pf_act8f act;
     float2 p0, p1, p2, p3;
-    int u;
-    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u_) {
-        u = u_;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u) {
         const uint4 w = ((const uint4 *)q)[u];
         p0 = __half22float2(*(const __half2 *)&w.x), p1 = __half22float2(*(const __half2 *)&w.y);
         p2 = __half22float2(*(const __half2 *)&w.z), p3 = __half22float2(*(const __half2 *)&w.w);
     }
-    __device__ __forceinline__ float dotf(const float *x) const {
-        const float4 a = ((const float4 *)x)[2 * u], b = ((const float4 *)x)[2 * u + 1];
+    static __device__ __forceinline__ act fetchf(const float *x, int u) {
+        return act{((const float4 *)x)[2 * u], ((const float4 *)x)[2 * u + 1]};
+    }
+    __device__ __forceinline__ float dotf(const act &x) const {
+        const float4 a = x.a, b = x.b;
         return p0.x * a.x + p0.y * a.y + p1.x * a.z + p1.y * a.w + p2.x * b.x + p2.y * b.y + p3.x * b.z + p3.y * b.w;
     }
 };
 
 template <> struct pf_unit<T_BF16, false> { // unit_dot<T_BF16>
+    static constexpr int R = 4;
+    typedef pf_act8f act;
     float f[8];
-    int u;
-    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u_) {
-        u = u_;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u) {
         const uint4 w = ((const uint4 *)q)[u];
         f[0] = __uint_as_float(w.x << 16), f[1] = __uint_as_float(w.x & 0xFFFF0000u);
         f[2] = __uint_as_float(w.y << 16), f[3] = __uint_as_float(w.y & 0xFFFF0000u);
         f[4] = __uint_as_float(w.z << 16), f[5] = __uint_as_float(w.z & 0xFFFF0000u);
         f[6] = __uint_as_float(w.w << 16), f[7] = __uint_as_float(w.w & 0xFFFF0000u);
     }
-    __device__ __forceinline__ float dotf(const float *x) const {
-        const float4 a = ((const float4 *)x)[2 * u], b = ((const float4 *)x)[2 * u + 1];
+    static __device__ __forceinline__ act fetchf(const float *x, int u) {
+        return act{((const float4 *)x)[2 * u], ((const float4 *)x)[2 * u + 1]};
+    }
+    __device__ __forceinline__ float dotf(const act &x) const {
+        const float4 a = x.a, b = x.b;
         return f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x + f[5] * b.y + f[6] * b.z + f[7] * b.w;
     }
 };
 
-// The unit loop of one row (and of B's row where G) over the tile's tokens.
-template <int T, bool I8, bool G>
-static __device__ __forceinline__ void pf_rows(const mm_args &a, int row, int sl, int sw, int t0, float *acc,
-                                               float *acc2) {
-    const uint8_t *q = a.A.q + (size_t)row * a.A.qrow, *m = a.A.m + (size_t)row * a.A.mrow;
-    const uint8_t *q1 = a.B.q + (size_t)row * a.B.qrow, *m1 = a.B.m + (size_t)row * a.B.mrow;
+// Rows a thread takes: U::R for a plain mat-mat, half of it (at least 1) for a GeGLU's two matrices.
+template <int T, bool I8, bool G> struct pf_rows_of {
+    static constexpr int R = G ? (pf_unit<T, I8>::R > 1 ? pf_unit<T, I8>::R / 2 : 1) : pf_unit<T, I8>::R;
+};
+
+// Rows row0 + k rb (k < R, clamped to the matrix for the loads) over the tile's tokens: lane sl's units in order,
+// each unit of each row loaded once, each token's activations of the unit fetched once for the R rows.
+template <int T, bool I8, bool G, int R>
+static __device__ __forceinline__ void pf_rows(const mm_args &a, int row0, int rb, int sl, int sw, int t0,
+                                               float (*acc)[PF_TT], float (*acc2)[PF_TT]) {
+    typedef pf_unit<T, I8> U;
+    const uint8_t *q[R], *m[R], *q1[R], *m1[R];
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        const int r = min(row0 + k * rb, a.A.N - 1);
+        q[k] = a.A.q + (size_t)r * a.A.qrow, m[k] = a.A.m + (size_t)r * a.A.mrow;
+        q1[k] = a.B.q + (size_t)r * a.B.qrow, m1[k] = a.B.m + (size_t)r * a.B.mrow;
+    }
     const int nu = I8 ? a.A.nunits8 : a.A.nunits;
     for (int u = sl; u < nu; u += sw) {
-        pf_unit<T, I8> w, w2;
-        w.load(q, m, u);
-        if (G) w2.load(q1, m1, u);
+        U w[R], w2[R];
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            w[k].load(q[k], m[k], u);
+            if (G) w2[k].load(q1[k], m1[k], u);
+        }
 #pragma unroll
         for (int t = 0; t < PF_TT; t++) {
             const int tt = min(t0 + t, a.n - 1);
+            typename U::act x;
             if constexpr (I8) {
                 const qout o = pf_qout(a.xa, a.as, tt);
-                const qact xt = {o.q0, o.d0, o.qK, o.dK};
-                acc[t] += w.dot8(xt);
-                if (G) acc2[t] += w2.dot8(xt);
-            } else {
-                const float *xt = a.x + (size_t)tt * a.xs;
-                acc[t] += w.dotf(xt);
-                if (G) acc2[t] += w2.dotf(xt);
+                x = U::fetch8(qact{o.q0, o.d0, o.qK, o.dK}, u);
+            } else
+                x = U::fetchf(a.x + (size_t)tt * a.xs, u);
+#pragma unroll
+            for (int k = 0; k < R; k++) {
+                if constexpr (I8) {
+                    acc[k][t] += w[k].dot8(x);
+                    if (G) acc2[k][t] += w2[k].dot8(x);
+                } else {
+                    acc[k][t] += w[k].dotf(x);
+                    if (G) acc2[k][t] += w2[k].dotf(x);
+                }
             }
+        }
+    }
+}
+
+// The R rows' sums (row_total per row and token, as k_mv / k_mv_geglu) written out.
+template <int T, bool I8, bool G, int R> static __device__ __forceinline__ void pf_tile(const mm_args &a, float *wsum) {
+    const int sw = a.sw, sl = threadIdx.x % sw, rb = 32 * MV_WARPS / sw;
+    const int row0 = blockIdx.y * (R * rb) + threadIdx.x / sw, t0 = blockIdx.x * PF_TT;
+    float acc[R][PF_TT], acc2[R][PF_TT];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+#pragma unroll
+        for (int t = 0; t < PF_TT; t++) acc[k][t] = 0.0f, acc2[k][t] = 0.0f;
+    if (row0 < a.A.N) pf_rows<T, I8, G, R>(a, row0, rb, sl, sw, t0, acc, acc2);
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        const int row = row0 + k * rb;
+#pragma unroll
+        for (int t = 0; t < PF_TT; t++) {
+            const float s = row_total(acc[k][t], sw, wsum);
+            float v;
+            if (G) {
+                const float u = row_total(acc2[k][t], sw, wsum);
+                v = gelu_tanh(s) * u;
+            } else
+                v = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
+            if (row < a.A.N && sl == 0 && t0 + t < a.n) a.y[(size_t)(t0 + t) * a.ys + row] = v;
         }
     }
 }
 
 template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_pf_mm(const mm_args a) {
     __shared__ float wsum[MV_WARPS];
-    const int sw = a.sw, sl = threadIdx.x % sw;
-    const int row = blockIdx.y * (32 * MV_WARPS / sw) + threadIdx.x / sw, t0 = blockIdx.x * PF_TT;
-    const bool in = row < a.A.N;
-    float acc[PF_TT], acc2[PF_TT];
-#pragma unroll
-    for (int t = 0; t < PF_TT; t++) acc[t] = 0.0f, acc2[t] = 0.0f;
-    if (in) {
-        if (a.geglu)
-            pf_rows<T, I8, true>(a, row, sl, sw, t0, acc, acc2);
-        else
-            pf_rows<T, I8, false>(a, row, sl, sw, t0, acc, acc2);
-    }
-#pragma unroll
-    for (int t = 0; t < PF_TT; t++) {
-        const float s = row_total(acc[t], sw, wsum);
-        float v;
-        if (a.geglu) {
-            const float u = row_total(acc2[t], sw, wsum);
-            v = gelu_tanh(s) * u;
-        } else
-            v = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
-        if (in && sl == 0 && t0 + t < a.n) a.y[(size_t)(t0 + t) * a.ys + row] = v;
-    }
+    if (a.geglu)
+        pf_tile<T, I8, true, pf_rows_of<T, I8, true>::R>(a, wsum);
+    else
+        pf_tile<T, I8, false, pf_rows_of<T, I8, false>::R>(a, wsum);
+}
+
+// Rows a block of k_pf_mm takes (the grid's y).
+static int pf_block_rows(int t, bool i8, bool geglu, int sw) {
+    int R = 1;
+    if (i8 && (t == T_Q4_K || t == T_Q4_0 || t == T_Q5_0 || t == T_Q8_0)) R = 4;
+    if (i8 && t == T_Q6_K) R = 2;
+    if (!i8 && (t == T_F16 || t == T_BF16)) R = 4;
+    if (geglu) R = R > 1 ? R / 2 : 1;
+    return R * (32 * MV_WARPS / sw);
 }
 
 typedef void (*mm_kernel)(mm_args);
@@ -342,7 +435,7 @@ static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, co
     a.y = y;
     a.ys = ys;
     const bool i8 = c->g->int8 && !is_float_type(A.type);
-    const int rb = 32 * MV_WARPS / a.sw;
+    const int rb = pf_block_rows(A.type, i8, B != NULL, a.sw);
     mm_pick(A.type, i8)<<<dim3((n + PF_TT - 1) / PF_TT, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);
 }
 

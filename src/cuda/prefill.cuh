@@ -363,12 +363,11 @@ template <int T, bool I8, bool G, int R> static __device__ __forceinline__ void 
     }
 }
 
-template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_pf_mm(const mm_args a) {
+// One kernel per weight type, path and GeGLU or not (the GeGLU's two matrices need more registers: one kernel for
+// both forms would hold the plain form to the GeGLU's occupancy).
+template <int T, bool I8, bool G> __global__ void __launch_bounds__(32 * MV_WARPS) k_pf_mm(const mm_args a) {
     __shared__ float wsum[MV_WARPS];
-    if (a.geglu)
-        pf_tile<T, I8, true, pf_rows_of<T, I8, true>::R>(a, wsum);
-    else
-        pf_tile<T, I8, false, pf_rows_of<T, I8, false>::R>(a, wsum);
+    pf_tile<T, I8, G, pf_rows_of<T, I8, G>::R>(a, wsum);
 }
 
 // Rows a block of k_pf_mm takes (the grid's y).
@@ -383,12 +382,13 @@ static int pf_block_rows(int t, bool i8, bool geglu, int sw) {
 
 typedef void (*mm_kernel)(mm_args);
 
-static mm_kernel mm_pick(int t, bool i8) {
+static mm_kernel mm_pick(int t, bool i8, bool g) {
     // clang-format off
 #define MM_Q(T)                                                                                                        \
-    case T: return i8 ? (mm_kernel)k_pf_mm<T, true> : (mm_kernel)k_pf_mm<T, false>;
+    case T: return i8 ? (g ? (mm_kernel)k_pf_mm<T, true, true> : (mm_kernel)k_pf_mm<T, true, false>)                   \
+                      : (g ? (mm_kernel)k_pf_mm<T, false, true> : (mm_kernel)k_pf_mm<T, false, false>);
 #define MM_F(T)                                                                                                        \
-    case T: return (mm_kernel)k_pf_mm<T, false>;
+    case T: return g ? (mm_kernel)k_pf_mm<T, false, true> : (mm_kernel)k_pf_mm<T, false, false>;
     // clang-format on
     switch (t) {
         MM_F(T_F32)
@@ -436,7 +436,7 @@ static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, co
     a.ys = ys;
     const bool i8 = c->g->int8 && !is_float_type(A.type);
     const int rb = pf_block_rows(A.type, i8, B != NULL, a.sw);
-    mm_pick(A.type, i8)<<<dim3((n + PF_TT - 1) / PF_TT, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);
+    mm_pick(A.type, i8, B != NULL)<<<dim3((n + PF_TT - 1) / PF_TT, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);
 }
 
 // ---- per-token kernels: k_embed, k_add_norm, k_quant, k_geglu of the decode step, blockIdx.x = token --------------

@@ -364,8 +364,9 @@ template <int T, bool I8, bool G, int R> static __device__ __forceinline__ void 
 }
 
 // One kernel per weight type, path and GeGLU or not (the GeGLU's two matrices need more registers: one kernel for
-// both forms would hold the plain form to the GeGLU's occupancy).
-template <int T, bool I8, bool G> __global__ void __launch_bounds__(32 * MV_WARPS) k_pf_mm(const mm_args a) {
+// both forms would hold the plain form to the GeGLU's occupancy). At most 128 registers (4 blocks an SM): measured
+// +6% (Q4_K_M) and +8% (Q4_0) pp512 over ptxas's own choice of up to 168 (2026-12-02, bench/gpu/NOTES.md).
+template <int T, bool I8, bool G> __global__ void __launch_bounds__(32 * MV_WARPS, 4) k_pf_mm(const mm_args a) {
     __shared__ float wsum[MV_WARPS];
     pf_tile<T, I8, G, pf_rows_of<T, I8, G>::R>(a, wsum);
 }

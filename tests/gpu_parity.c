@@ -34,7 +34,8 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batch, bool exact, float *out) {
+/* Runs toks in calls of batch tokens, all logits into out; hid (may be NULL): the last token's final hidden row. */
+static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batch, bool exact, float *out, float *hid) {
     const pb_hparams *hp = pb_model_hparams(m);
     pb_kv_cache *kv = NULL;
     pb_forward_ctx *fc = NULL;
@@ -44,6 +45,8 @@ static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batc
     for (int i = 0; i < n && !s; i += batch) {
         int c = n - i < batch ? n - i : batch;
         s = pb_forward(m, kv, fc, NULL, toks + i, c, out + (size_t)i * hp->n_vocab, true, NULL);
+        if (!s && hid && i + c == n)
+            memcpy(hid, pb_forward_hidden(fc) + (size_t)(c - 1) * hp->n_embd, sizeof(float) * (size_t)hp->n_embd);
     }
 done:
     pb_forward_ctx_free(fc);
@@ -196,26 +199,29 @@ static void check_model(const char *path, const char *tok_path) {
     const size_t nv = (size_t)n * V;
     float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),
           *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv), *lp = malloc(sizeof(float) * nv),
-          *lf1 = malloc(sizeof(float) * nv);
-    st = run_all(cm, toks, n, 16, true, lc);
-    pb_status sd = run_all(cm, toks, n, 16, false, ld);
+          *lf1 = malloc(sizeof(float) * nv), *hg = malloc(sizeof(float) * (size_t)hp->n_embd),
+          *h1 = malloc(sizeof(float) * (size_t)hp->n_embd);
+    st = run_all(cm, toks, n, 16, true, lc, NULL);
+    pb_status sd = run_all(cm, toks, n, 16, false, ld, NULL);
     CHECK(st == PB_OK && sd == PB_OK, "CPU forward, exact and default");
-    pb_status s1 = run_all(gm, toks, n, n, false, lg), s2 = run_all(gm, toks, n, 1, false, l1);
+    pb_status s1 = run_all(gm, toks, n, n, false, lg, hg), s2 = run_all(gm, toks, n, 1, false, l1, h1);
     CHECK(s1 == PB_OK && s2 == PB_OK, "GPU forward, prefill at once and token by token (%s)",
           s1 || s2 ? pb_last_error() : "ok");
-    pb_status sf = gf ? run_all(gf, toks, n, n, false, lf) : PB_ERR_INTERNAL;
+    pb_status sf = gf ? run_all(gf, toks, n, n, false, lf, NULL) : PB_ERR_INTERNAL;
     CHECK(sf == PB_OK, "GPU forward, float path (%s)", sf ? pb_last_error() : "ok");
-    pb_status s3 = run_all(gm, toks, n, 37, false, lp);
-    pb_status s4 = gf ? run_all(gf, toks, n, 1, false, lf1) : PB_ERR_INTERNAL;
+    pb_status s3 = run_all(gm, toks, n, 37, false, lp, NULL);
+    pb_status s4 = gf ? run_all(gf, toks, n, 1, false, lf1, NULL) : PB_ERR_INTERNAL;
     CHECK(s3 == PB_OK && s4 == PB_OK, "GPU forward, calls of 37 tokens and float path token by token (%s)",
           s3 || s4 ? pb_last_error() : "ok");
     if (!st && !sd && !s1 && !s2 && !sf) {
         check_logits(lc, ld, lg, lf, n, V);
         same_bits(l1, lg, n, V, "GPU prefill at once (96 tokens)");
+        CHECK(memcmp(hg, h1, sizeof(float) * (size_t)hp->n_embd) == 0,
+              "GPU prefill at once: the last token's final hidden row = token by token (bit for bit)");
     }
     if (!s2 && !s3) same_bits(l1, lp, n, V, "GPU prefill in calls of 37 tokens");
     if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
-    free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1);
+    free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");

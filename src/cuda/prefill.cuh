@@ -710,9 +710,9 @@ static void pf_free(struct pf_bufs *p) {
     free(p);
 }
 
-// Whether a prompt takes this path: PB_CUDA_PREFILL=0 at open keeps the token-by-token steps (A/B runs); the
-// norms must take k_add_norm's one-block form (d <= NORM_NPT x 1024) and the add + norm must not be fused into the
-// mat-vec's last block (PB_CUDA_FUSE=1: another order of sums).
+// Whether a prompt takes this path: PB_CUDA_PREFILL=0 in the environment (read at each call) keeps the token-by-token
+// steps (A/B runs); the norms must take k_add_norm's one-block form (d <= NORM_NPT x 1024) and the add + norm must
+// not be fused into the mat-vec's last block (PB_CUDA_FUSE=1: another order of sums).
 static bool pf_usable(const pb_cu_ctx *c) {
     const char *e = getenv("PB_CUDA_PREFILL");
     if (e && atoi(e) == 0) return false;

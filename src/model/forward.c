@@ -819,7 +819,7 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return pb_error(PB_ERR_INVALID_ARG, "forward: token %d at index %d is outside the vocabulary (0..%d)",
                             tokens[t], t, hp->n_vocab - 1);
-    if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there, token by token */
+    if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there (a prompt in chunks at once) */
         pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
         if (s) return s;
         kv->n_past += n;

@@ -7,8 +7,11 @@
  *    range), top-1 agreeing at least as often as the CPU's, less 4 positions of 96. Not the CPU default path
  *    itself: int8 rounding is discontinuous, so the first activation that lands one step apart (a float sum in
  *    another order) sends both sides' later quantizations apart and their distance grows to the int8 noise;
- *  - prefill at once against token by token (bit for bit), and session state saved on the GPU and loaded on the
- *    CPU (and the reverse) continuing alike (float path vs exact mode, within TOL);
+ *  - prefill at once (the chunked mat-mat path, src/cuda/prefill.cuh) against token by token (the decode step's
+ *    graph), bit for bit on both paths: all 96 tokens in one call, and in calls of 37 (chunks that start with keys
+ *    already in the cache, sliding-window rings of 32 wrapped inside a chunk, token tiles cut short); and session
+ *    state saved on the GPU and loaded on the CPU (and the reverse) continuing alike (float path vs exact mode,
+ *    within TOL).
  *  - greedy sampling on the GPU: the device argmax kernel against pb_sampler's greedy pick on random vocabularies
  *    (ties, NaN, +-inf, +-0), pb_forward_top's pick and pulled logits against pb_forward's at every position, and
  *    a greedy session (argmax on the device) against one whose zero bias makes it pull the logits.
@@ -38,7 +41,8 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batch, bool exact, float *out) {
+/* Runs toks in calls of batch tokens, all logits into out; hid (may be NULL): the last token's final hidden row. */
+static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batch, bool exact, float *out, float *hid) {
     const pb_hparams *hp = pb_model_hparams(m);
     pb_kv_cache *kv = NULL;
     pb_forward_ctx *fc = NULL;
@@ -48,6 +52,8 @@ static pb_status run_all(const pb_model *m, const int32_t *toks, int n, int batc
     for (int i = 0; i < n && !s; i += batch) {
         int c = n - i < batch ? n - i : batch;
         s = pb_forward(m, kv, fc, NULL, toks + i, c, out + (size_t)i * hp->n_vocab, true, NULL);
+        if (!s && hid && i + c == n)
+            memcpy(hid, pb_forward_hidden(fc) + (size_t)(c - 1) * hp->n_embd, sizeof(float) * (size_t)hp->n_embd);
     }
 done:
     pb_forward_ctx_free(fc);
@@ -265,6 +271,17 @@ done:
     free(la), free(lb);
 }
 
+/* b (prefill at once) against a (token by token), n rows of V: the same bits; the distance and top-1 agreement are
+ * noted when not. */
+static void same_bits(const float *a, const float *b, int n, int V, const char *what) {
+    const int same = memcmp(a, b, sizeof(float) * (size_t)n * V) == 0;
+    if (!same) {
+        const cmp r = compare(a, b, n, V, 0);
+        NOTE("%s: max|d| %.3g mean|d| %.3g top-1 %d/%d", what, r.md, r.mean, r.top1, n);
+    }
+    CHECK(same, "%s = token by token (bit for bit)", what);
+}
+
 static void check_model(const char *path, const char *tok_path) {
     NOTE("model %s", path);
     pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
@@ -301,20 +318,30 @@ static void check_model(const char *path, const char *tok_path) {
     }
     const size_t nv = (size_t)n * V;
     float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),
-          *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv);
-    st = run_all(cm, toks, n, 16, true, lc);
-    pb_status sd = run_all(cm, toks, n, 16, false, ld);
+          *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv), *lp = malloc(sizeof(float) * nv),
+          *lf1 = malloc(sizeof(float) * nv), *hg = malloc(sizeof(float) * (size_t)hp->n_embd),
+          *h1 = malloc(sizeof(float) * (size_t)hp->n_embd);
+    st = run_all(cm, toks, n, 16, true, lc, NULL);
+    pb_status sd = run_all(cm, toks, n, 16, false, ld, NULL);
     CHECK(st == PB_OK && sd == PB_OK, "CPU forward, exact and default");
-    pb_status s1 = run_all(gm, toks, n, n, false, lg), s2 = run_all(gm, toks, n, 1, false, l1);
+    pb_status s1 = run_all(gm, toks, n, n, false, lg, hg), s2 = run_all(gm, toks, n, 1, false, l1, h1);
     CHECK(s1 == PB_OK && s2 == PB_OK, "GPU forward, prefill at once and token by token (%s)",
           s1 || s2 ? pb_last_error() : "ok");
-    pb_status sf = gf ? run_all(gf, toks, n, n, false, lf) : PB_ERR_INTERNAL;
+    pb_status sf = gf ? run_all(gf, toks, n, n, false, lf, NULL) : PB_ERR_INTERNAL;
     CHECK(sf == PB_OK, "GPU forward, float path (%s)", sf ? pb_last_error() : "ok");
+    pb_status s3 = run_all(gm, toks, n, 37, false, lp, NULL);
+    pb_status s4 = gf ? run_all(gf, toks, n, 1, false, lf1, NULL) : PB_ERR_INTERNAL;
+    CHECK(s3 == PB_OK && s4 == PB_OK, "GPU forward, calls of 37 tokens and float path token by token (%s)",
+          s3 || s4 ? pb_last_error() : "ok");
     if (!st && !sd && !s1 && !s2 && !sf) {
         check_logits(lc, ld, lg, lf, n, V);
-        CHECK(memcmp(lg, l1, sizeof(float) * nv) == 0, "GPU prefill at once = token by token (bit for bit)");
+        same_bits(l1, lg, n, V, "GPU prefill at once (96 tokens)");
+        CHECK(memcmp(hg, h1, sizeof(float) * (size_t)hp->n_embd) == 0,
+              "GPU prefill at once: the last token's final hidden row = token by token (bit for bit)");
     }
-    free(lc), free(ld), free(lg), free(l1), free(lf);
+    if (!s2 && !s3) same_bits(l1, lp, n, V, "GPU prefill in calls of 37 tokens");
+    if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
+    free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
     check_top(gm, toks, 32, V);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");

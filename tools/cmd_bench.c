@@ -13,12 +13,12 @@
 
 static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type "
                                  "T] [--gpu|--no-gpu] [--cold]\n"
-                                 "                  [--no-pack-cache] [--json]";
+                                 "                  [--ttft-prompt 32] [--no-pack-cache] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
     "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--gpu|--no-gpu]\n"
-    "                         [--json]\n\n"
+    "                         [--ttft-prompt 32] [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
     "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"
@@ -27,6 +27,7 @@ static const char *const help =
     "                     of a long conversation or document, where attention reads N more keys\n"
     "  -r, --reps N       repetitions; median, min and max are reported (default 5)\n"
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
+    "  --ttft-prompt N    prompt tokens of the time-to-first-token test (default 32; e.g. 2000 for a long prompt)\n"
     "  --cold             cold start instead: process start -> first token of a 24-token prompt, each\n"
     "                     repetition a fresh process with the model file evicted from the page cache\n"
     "                     (default context, as run uses)\n"
@@ -34,7 +35,8 @@ static const char *const help =
     "  --no-pack-cache    repack the weights at every open instead of mapping the packed-weights cache\n"
     "                     ($XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; written by the first open)\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
-    "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt, prefill + first token.\n"
+    "Tests use random token ids (as llama-bench does). ttft: a 32-token prompt (--ttft-prompt), prefill + first\n"
+    "token.\n"
     "tgN: N decode steps after a one-token prompt, or after the N-token context of --depth (end-of-sequence\n"
     "tokens do not stop it). With --depth the tests are named \"ppN @ dD\" and \"tgN @ dD\" (llama-bench's -d).";
 
@@ -77,14 +79,14 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 }
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
-static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, int depth, int reps, pb_kv_type kv,
-                     const char *cache_dir, result *res) {
+static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, int depth, int reps, int n_ttft,
+                     pb_kv_type kv, const char *cache_dir, result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();
     sp.n_threads = threads;
     sp.kv_type = kv;
-    int need = depth + PB_MAX(PB_MAX(n_p, n_g + 2), 33);
+    int need = PB_MAX(depth + PB_MAX(PB_MAX(n_p, n_g + 2), 33), n_ttft + 1);
     sp.n_ctx = (need + 255) / 256 * 256;
     sp.n_batch = 0; /* the session default, as users get it (pp512 runs in chunks of it) */
     res->n_ctx = sp.n_ctx;
@@ -116,7 +118,8 @@ static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, i
 
     const pb_vocab *v = pb_model_vocab(m);
     int32_t n_vocab = pb_vocab_size(v), bos = pb_vocab_bos(v);
-    int32_t *ids = malloc((size_t)PB_MAX(n_p, 32) * sizeof *ids), *ctx = malloc((size_t)PB_MAX(depth, 1) * sizeof *ctx);
+    int32_t *ids = malloc((size_t)PB_MAX(n_p, n_ttft) * sizeof *ids),
+            *ctx = malloc((size_t)PB_MAX(depth, 1) * sizeof *ctx);
     if (!ids || !ctx) {
         free(ids), free(ctx);
         pb_session_free(s);
@@ -132,11 +135,11 @@ static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, i
     pb_gen_stats gs;
     int rc = 0;
     for (int r = 0; r < reps && !rc; r++) {
-        /* time to first token: 32-token prompt, prefill + one sampled token */
+        /* time to first token: an n_ttft-token prompt (32 by default), prefill + one sampled token */
         pb_session_truncate(s, 0);
-        random_ids(&rng, ids, 32, bos, n_vocab);
+        random_ids(&rng, ids, n_ttft, bos, n_vocab);
         gp.max_tokens = 1;
-        if ((st = pb_session_generate(s, ids, 32, &gp, NULL, NULL, &gs)) != PB_OK) rc = 1;
+        if ((st = pb_session_generate(s, ids, n_ttft, &gp, NULL, NULL, &gs)) != PB_OK) rc = 1;
         ttft[r] = gs.t_first_token_ms;
         if (n_p > 0 && !rc) {
             pb_session_truncate(s, 0);
@@ -189,7 +192,7 @@ static bool parse_threads(const char *s, int *t, int *n) {
 PB_CMD(bench) {
     const char *model = NULL;
     int threads[MAX_T], n_threads = 0;
-    long n_p = 512, n_g = 128, depth = 0, reps = 5;
+    long n_p = 512, n_g = 128, depth = 0, reps = 5, n_ttft = 32;
     bool json = false, cold = false;
     if (argc == 6 && strcmp(argv[1], "--cold-child") == 0) { /* bench --cold's fresh process */
         long t, fd;
@@ -231,6 +234,9 @@ PB_CMD(bench) {
         } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
             if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_line(usage);
             i++;
+        } else if (strcmp(a, "--ttft-prompt") == 0) {
+            if (!cli_parse_int("bench", a, v, 1, 65536, &n_ttft)) return cli_usage_line(usage);
+            i++;
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
             if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_line(usage);
             i++;
@@ -271,7 +277,8 @@ PB_CMD(bench) {
     }
     result res[MAX_T];
     for (int k = 0; k < n_threads; k++) {
-        int rc = bench_one(path, threads[k], gpu, (int)n_p, (int)n_g, (int)depth, (int)reps, kv, cache_dir, &res[k]);
+        int rc = bench_one(path, threads[k], gpu, (int)n_p, (int)n_g, (int)depth, (int)reps, (int)n_ttft, kv, cache_dir,
+                           &res[k]);
         if (rc) return rc;
     }
     char pp_name[32], tg_name[32], mname[200];
@@ -287,6 +294,7 @@ PB_CMD(bench) {
         cJSON_AddNumberToObject(root, "n_params", (double)info.n_params);
         cJSON_AddNumberToObject(root, "reps", (double)reps);
         cJSON_AddNumberToObject(root, "depth", (double)depth);
+        cJSON_AddNumberToObject(root, "ttft_prompt", (double)n_ttft);
         cJSON_AddStringToObject(root, "kv_type", cli_kv_name(kv));
         cJSON_AddStringToObject(root, "kernels", pb_kernels_isa());
         cJSON_AddNumberToObject(root, "repacked", n_threads ? res[0].n_repacked : 0);
@@ -331,7 +339,8 @@ PB_CMD(bench) {
                    t->med, t->min, t->max);
         }
     }
-    printf("\n| threads | load ms | ttft ms (32-token prompt, median) | min | max | peak RSS MiB | KV MiB (n_ctx) |\n");
+    printf("\n| threads | load ms | ttft ms (%ld-token prompt, median) | min | max | peak RSS MiB | KV MiB (n_ctx) |\n",
+           n_ttft);
     printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int k = 0; k < n_threads; k++)
         printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f (%d, %s) |\n", res[k].threads, res[k].load_ms,

@@ -1274,10 +1274,14 @@ struct pb_cu_ctx {
     float *am_v;
     int *am_i, *am_cnt, *am_out, *h_am, *am_want;
     int no_argmax;
+    struct pf_bufs *pf; // prefill scratch (prefill.cuh), made at the first prompt of several tokens
 };
+
+static void pf_free(struct pf_bufs *p);
 
 extern "C" void pb_cu_ctx_free(pb_cu_ctx *c) {
     if (!c) return;
+    pf_free(c->pf);
     if (c->graph_full) cudaGraphExecDestroy(c->graph_full);
     if (c->graph_body) cudaGraphExecDestroy(c->graph_body);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -1583,11 +1587,16 @@ static int capture(pb_cu_ctx *c, bool with_output, cudaGraphExec_t *out, char *e
     return ST_OK;
 }
 
+#include "cuda/prefill.cuh"
+
 extern "C" int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float *logits, float *hidden,
                              int all_logits, const volatile int *cancel, int *n_done, char *err, size_t cap) {
     *n_done = 0;
     const pb_cu_desc *hp = &c->g->hp;
     int st;
+    // a prompt: chunks of tokens at once (prefill.cuh), unless its scratch does not fit (then token steps)
+    if (n > 1 && pf_usable(c) && (c->pf || pf_alloc(c, &c->pf, err, cap) == ST_OK))
+        return pf_forward(c, pos, tokens, n, logits, hidden, all_logits, cancel, n_done, err, cap);
     if (!c->graph_full && (st = capture(c, true, &c->graph_full, err, cap))) return st;
     if (!c->graph_body && (st = capture(c, false, &c->graph_body, err, cap))) return st;
     const size_t V = (size_t)hp->n_vocab;

@@ -847,7 +847,7 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     pb_status cs = check_args(m, kv, fc, tokens, n);
     if (cs) return cs;
     const pb_hparams *hp = &m->hp;
-    if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there, token by token */
+    if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there (a prompt in chunks at once) */
         pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
         if (s) return s;
         kv->n_past += n;

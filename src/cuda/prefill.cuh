@@ -1,0 +1,872 @@
+// prefill.cuh -- the CUDA backend's prompt path: a chunk of up to PF_NC prompt tokens through every layer at once
+// (mat-mat tiles that reuse each weight load over PF_TT tokens, attention of all the chunk's queries over the cache
+// and the chunk's own keys), with the decode step's numerics: every value is computed by the same per-lane unit
+// dots (weights.cuh), the same lane and warp sums, norms, quantizations and attention split order as one token step
+// of backend.cu, so a prompt run at once gives the logits of the same prompt run token by token. Included by
+// backend.cu (it uses that file's structures and device functions); no host allocation per token. See docs/CUDA.md.
+
+#define PF_NC 512 // tokens per prefill chunk (scratch sized for it once per context)
+#define PF_TT 8   // tokens per mat-mat tile: each weight unit a lane loads is dotted with PF_TT tokens' activations
+
+// A context's prefill scratch (allocated at its first prompt of more than one token).
+struct pf_bufs {
+    int nc, as;                 // chunk tokens; stride of a token's int8 forms (max K rounded up to 256)
+    float *x, *xn, *q, *k, *v;  // [nc][d], [nc][d], [nc][qd], [nc][kvd], [nc][kvd]
+    float *att, *o, *gate, *up; // [nc][qd], [nc][d], [nc][n_ff], [nc][n_ff]
+    float *part;                // [nc][n_head_kv][S][n_rep][hd + 2]: the attention's split states
+    int8_t *a0, *aK;            // int8 forms of the current mat-mat input: [nc][as]
+    float *d0, *dK;             // their scales: [nc][as / 32], [nc][as / 256]
+    __half *kn, *vn;            // the chunk's roped keys and values as F16: [nc][n_head_kv][hd]
+    int *toks;                  // [nc]
+    void *mem;
+    size_t bytes;
+};
+
+// A token's int8 forms in the chunk buffers (only the forms the model needs: qout_of's choice).
+static __host__ __device__ __forceinline__ qout pf_qout(const qout &b, int as, int t) {
+    qout o;
+    o.q0 = b.q0 ? b.q0 + (size_t)t * as : NULL;
+    o.qK = b.qK ? b.qK + (size_t)t * as : NULL;
+    o.d0 = b.d0 + (size_t)t * (as / 32);
+    o.dK = b.dK + (size_t)t * (as / 256);
+    return o;
+}
+
+// ---- mat-mat: decode's k_mv (and k_mv_geglu) over a tile of PF_TT tokens -------------------------------------------
+// Thread layout as k_mv (sw lanes a row, rows blockIdx.y * rows-a-block + threadIdx.x / sw); blockIdx.x picks the tile
+// of tokens, so consecutive blocks read the same weight rows (L2 hits). Lane sl takes units sl, sl + sw, ... in that
+// order and adds each unit's dot into one accumulator per token (the same float sums as row_part / row_part2), then
+// row_total per token: the decode step's bits. The tile's unit loop loads each weight unit once for its PF_TT tokens
+// (the unit dots of one unit read the same addresses with no store between: the compiler keeps one load).
+struct mm_args {
+    dmat A, B;        // B: the up matrix of a GeGLU of one type (geglu), dotted in the same loop
+    int geglu, sw, n; // n: tokens of the chunk
+    float softcap;    // > 0: y = cap * tanh(y / cap)
+    const float *x;   // float inputs [n][xs] (float path and F16/BF16/F32 matrices)
+    int xs;
+    qout xa; // int8 inputs: token t at pf_qout(xa, as, t)
+    int as;
+    float *y; // outputs y[t * ys + row]
+    int ys;
+};
+
+// One weight unit held in registers (load), one token's activations for unit u (fetch: the same for every row), and
+// their dot: the expressions of unit_dot8 / unit_dot (weights.cuh) split so that a thread dots R rows' units with
+// PF_TT tokens' activations, each loaded once (R x PF_TT dots for R + PF_TT loads). Integer sums are exact in any
+// order; the float expressions are unit_dot8's, term for term. The generic form (types without a split below: Q4_1,
+// Q5_1, Q5_K, F32, rows not a multiple of 8) calls unit_dot8 / unit_dot per token and row (R = 1).
+template <int T, bool I8> struct pf_unit {
+    static constexpr int R = 1;
+    struct act {
+        qact x;
+        const float *xf;
+    };
+    const uint8_t *q, *m;
+    int u;
+    __device__ __forceinline__ void load(const uint8_t *q_, const uint8_t *m_, int u_) { q = q_, m = m_, u = u_; }
+    static __device__ __forceinline__ act fetch8(const qact &x, int) { return act{x, NULL}; }
+    static __device__ __forceinline__ act fetchf(const float *x, int) {
+        act a;
+        a.xf = x;
+        return a;
+    }
+    __device__ __forceinline__ float dot8(const act &a) const { return unit_dot8<T>(q, m, u, a.x); }
+    __device__ __forceinline__ float dotf(const act &a) const { return unit_dot<T>(q, m, u, a.xf); }
+};
+
+template <> struct pf_unit<T_Q4_K, true> { // unit_dot8<T_Q4_K>
+    static constexpr int R = 4;
+    struct act {
+        int4 a0, a1;
+        int s0, s1;
+        float dk;
+    };
+    uint32_t lo[4], hi[4];
+    float2 dd;
+    int sc0, sc1, m0, m1;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u) {
+        const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
+        const uint8_t *blk = q + (size_t)b * 144;
+        const uint4 hd = *(const uint4 *)blk;
+        const uint4 w = *(const uint4 *)(blk + 16 + 32 * j + 16 * hf);
+        dd = __half22float2(*(const __half2 *)&hd.x);
+        const uint32_t S = j < 2 ? hd.y & 0x3F3F3F3Fu : (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
+        const uint32_t Mn = j < 2 ? hd.z & 0x3F3F3F3Fu : ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
+        const int k0 = 16 * (j & 1);
+        sc0 = (S >> k0) & 0xFF, sc1 = (S >> (k0 + 8)) & 0xFF, m0 = (Mn >> k0) & 0xFF, m1 = (Mn >> (k0 + 8)) & 0xFF;
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) lo[k] = ws[k] & 0x0F0F0F0Fu, hi[k] = (ws[k] >> 4) & 0x0F0F0F0Fu;
+    }
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) {
+        const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
+        const int8_t *p = x.qK + 256 * b + 64 * j + 16 * hf;
+        act a;
+        a.a0 = *(const int4 *)p, a.a1 = *(const int4 *)(p + 32);
+        a.s0 =
+            dp4a(0x01010101, a.a0.w, dp4a(0x01010101, a.a0.z, dp4a(0x01010101, a.a0.y, dp4a(0x01010101, a.a0.x, 0))));
+        a.s1 =
+            dp4a(0x01010101, a.a1.w, dp4a(0x01010101, a.a1.z, dp4a(0x01010101, a.a1.y, dp4a(0x01010101, a.a1.x, 0))));
+        a.dk = x.dK[b];
+        return a;
+    }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        int i0 = dp4a((int)lo[0], a.a0.x, 0);
+        i0 = dp4a((int)lo[1], a.a0.y, i0);
+        i0 = dp4a((int)lo[2], a.a0.z, i0);
+        i0 = dp4a((int)lo[3], a.a0.w, i0);
+        int i1 = dp4a((int)hi[0], a.a1.x, 0);
+        i1 = dp4a((int)hi[1], a.a1.y, i1);
+        i1 = dp4a((int)hi[2], a.a1.z, i1);
+        i1 = dp4a((int)hi[3], a.a1.w, i1);
+        return a.dk * (dd.x * (float)(sc0 * i0 + sc1 * i1) - dd.y * (float)(m0 * a.s0 + m1 * a.s1));
+    }
+};
+
+template <> struct pf_unit<T_Q6_K, true> { // unit_dot8<T_Q6_K>
+    static constexpr int R = 2;
+    struct act {
+        int x[4][4];
+        int t[4];
+        float dk;
+    };
+    uint32_t w[4][4];
+    float d;
+    int sc0, sc2, sc4, sc6;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
+        const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
+        const uint8_t *qb = q + (size_t)b * 192, *mb = m + (size_t)b * 20;
+        const uint4 A = *(const uint4 *)(qb + 64 * h + l), C = *(const uint4 *)(qb + 64 * h + 32 + l);
+        const uint4 Hh = *(const uint4 *)(qb + 128 + 32 * h + l);
+        const uint32_t sw0 = *(const uint32_t *)(mb + 8 * h), sw1 = *(const uint32_t *)(mb + 8 * h + 4);
+        d = *(const float *)(mb + 16);
+        const int o = 8 * (l >> 4);
+        sc0 = (int)(int8_t)(sw0 >> o), sc2 = (int)(int8_t)(sw0 >> (o + 16));
+        sc4 = (int)(int8_t)(sw1 >> o), sc6 = (int)(int8_t)(sw1 >> (o + 16));
+        const uint32_t aw[4] = {A.x, A.y, A.z, A.w}, cw[4] = {C.x, C.y, C.z, C.w}, hw[4] = {Hh.x, Hh.y, Hh.z, Hh.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[0][k] = (aw[k] & 0x0F0F0F0Fu) | ((hw[k] & 0x03030303u) << 4);
+            w[1][k] = (cw[k] & 0x0F0F0F0Fu) | (((hw[k] >> 2) & 0x03030303u) << 4);
+            w[2][k] = ((aw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 4) & 0x03030303u) << 4);
+            w[3][k] = ((cw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> 6) & 0x03030303u) << 4);
+        }
+    }
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) {
+        const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
+        const int8_t *xa = x.qK + 256 * b + 128 * h + l;
+        act a;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int4 X = *(const int4 *)(xa + 32 * g);
+            a.x[g][0] = X.x, a.x[g][1] = X.y, a.x[g][2] = X.z, a.x[g][3] = X.w;
+            a.t[g] = dp4a(0x01010101, X.w, dp4a(0x01010101, X.z, dp4a(0x01010101, X.y, dp4a(0x01010101, X.x, 0))));
+        }
+        a.dk = x.dK[b];
+        return a;
+    }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        int i0 = 0, i1 = 0, i2 = 0, i3 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            i0 = dp4a((int)w[0][k], a.x[0][k], i0);
+            i1 = dp4a((int)w[1][k], a.x[1][k], i1);
+            i2 = dp4a((int)w[2][k], a.x[2][k], i2);
+            i3 = dp4a((int)w[3][k], a.x[3][k], i3);
+        }
+        return a.dk * d *
+               (float)(sc0 * (i0 - 32 * a.t[0]) + sc2 * (i1 - 32 * a.t[1]) + sc4 * (i2 - 32 * a.t[2]) +
+                       sc6 * (i3 - 32 * a.t[3]));
+    }
+};
+
+// legacy blocks: the 8 ints of the token's q8_0 block u, their sum and scale
+struct pf_act32 {
+    int a[8];
+    int s;
+    float d0;
+};
+static __device__ __forceinline__ pf_act32 fetch32(const qact &x, int u) {
+    pf_act32 a;
+    load_q8_32(x.q0, u, a.a);
+    a.s = sum_q8_32(a.a);
+    a.d0 = x.d0[u];
+    return a;
+}
+
+template <> struct pf_unit<T_Q4_0, true> { // unit_dot8<T_Q4_0>
+    static constexpr int R = 4;
+    typedef pf_act32 act;
+    uint4 w;
+    float dw;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
+        w = ((const uint4 *)q)[u];
+        dw = ((const float *)m)[u];
+    }
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) { return fetch32(x, u); }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        return dw * a.d0 * (float)(nib_dot32(w, a.a) - 8 * a.s);
+    }
+};
+
+template <> struct pf_unit<T_Q5_0, true> { // unit_dot8<T_Q5_0>
+    static constexpr int R = 4;
+    typedef pf_act32 act;
+    uint4 w;
+    uint32_t qh;
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
+        w = ((const uint4 *)q)[u];
+        d = ((const float *)m)[2 * u];
+        qh = ((const uint32_t *)m)[2 * u + 1];
+    }
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) { return fetch32(x, u); }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        return d * a.d0 * (float)(nib5_dot32(w, qh, a.a) - 16 * a.s);
+    }
+};
+
+template <> struct pf_unit<T_Q8_0, true> { // unit_dot8<T_Q8_0>
+    static constexpr int R = 4;
+    typedef pf_act32 act;
+    int4 w0, w1;
+    float dw;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *m, int u) {
+        w0 = ((const int4 *)q)[2 * u], w1 = ((const int4 *)q)[2 * u + 1];
+        dw = ((const float *)m)[u];
+    }
+    static __device__ __forceinline__ act fetch8(const qact &x, int u) { return fetch32(x, u); }
+    __device__ __forceinline__ float dot8(const act &a) const {
+        int s = dp4a(w0.x, a.a[0], 0);
+        s = dp4a(w0.y, a.a[1], s), s = dp4a(w0.z, a.a[2], s), s = dp4a(w0.w, a.a[3], s);
+        s = dp4a(w1.x, a.a[4], s), s = dp4a(w1.y, a.a[5], s), s = dp4a(w1.z, a.a[6], s), s = dp4a(w1.w, a.a[7], s);
+        return dw * a.d0 * (float)s;
+    }
+};
+
+// 16-bit float rows: the token's 8 values of unit u
+struct pf_act8f {
+    float4 a, b;
+};
+
+template <> struct pf_unit<T_F16, false> { // unit_dot<T_F16>
+    static constexpr int R = 4;
+    typedef pf_act8f act;
+    float2 p0, p1, p2, p3;
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u) {
+        const uint4 w = ((const uint4 *)q)[u];
+        p0 = __half22float2(*(const __half2 *)&w.x), p1 = __half22float2(*(const __half2 *)&w.y);
+        p2 = __half22float2(*(const __half2 *)&w.z), p3 = __half22float2(*(const __half2 *)&w.w);
+    }
+    static __device__ __forceinline__ act fetchf(const float *x, int u) {
+        return act{((const float4 *)x)[2 * u], ((const float4 *)x)[2 * u + 1]};
+    }
+    __device__ __forceinline__ float dotf(const act &x) const {
+        const float4 a = x.a, b = x.b;
+        return p0.x * a.x + p0.y * a.y + p1.x * a.z + p1.y * a.w + p2.x * b.x + p2.y * b.y + p3.x * b.z + p3.y * b.w;
+    }
+};
+
+template <> struct pf_unit<T_BF16, false> { // unit_dot<T_BF16>
+    static constexpr int R = 4;
+    typedef pf_act8f act;
+    float f[8];
+    __device__ __forceinline__ void load(const uint8_t *q, const uint8_t *, int u) {
+        const uint4 w = ((const uint4 *)q)[u];
+        f[0] = __uint_as_float(w.x << 16), f[1] = __uint_as_float(w.x & 0xFFFF0000u);
+        f[2] = __uint_as_float(w.y << 16), f[3] = __uint_as_float(w.y & 0xFFFF0000u);
+        f[4] = __uint_as_float(w.z << 16), f[5] = __uint_as_float(w.z & 0xFFFF0000u);
+        f[6] = __uint_as_float(w.w << 16), f[7] = __uint_as_float(w.w & 0xFFFF0000u);
+    }
+    static __device__ __forceinline__ act fetchf(const float *x, int u) {
+        return act{((const float4 *)x)[2 * u], ((const float4 *)x)[2 * u + 1]};
+    }
+    __device__ __forceinline__ float dotf(const act &x) const {
+        const float4 a = x.a, b = x.b;
+        return f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x + f[5] * b.y + f[6] * b.z + f[7] * b.w;
+    }
+};
+
+// Rows a thread takes: U::R for a plain mat-mat, half of it (at least 1) for a GeGLU's two matrices.
+template <int T, bool I8, bool G> struct pf_rows_of {
+    static constexpr int R = G ? (pf_unit<T, I8>::R > 1 ? pf_unit<T, I8>::R / 2 : 1) : pf_unit<T, I8>::R;
+};
+
+// Rows row0 + k rb (k < R, clamped to the matrix for the loads) over the tile's tokens: lane sl's units in order,
+// each unit of each row loaded once, each token's activations of the unit fetched once for the R rows.
+template <int T, bool I8, bool G, int R>
+static __device__ __forceinline__ void pf_rows(const mm_args &a, int row0, int rb, int sl, int sw, int t0,
+                                               float (*acc)[PF_TT], float (*acc2)[PF_TT]) {
+    typedef pf_unit<T, I8> U;
+    const uint8_t *q[R], *m[R], *q1[R], *m1[R];
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        const int r = min(row0 + k * rb, a.A.N - 1);
+        q[k] = a.A.q + (size_t)r * a.A.qrow, m[k] = a.A.m + (size_t)r * a.A.mrow;
+        q1[k] = a.B.q + (size_t)r * a.B.qrow, m1[k] = a.B.m + (size_t)r * a.B.mrow;
+    }
+    const int nu = I8 ? a.A.nunits8 : a.A.nunits;
+    for (int u = sl; u < nu; u += sw) {
+        U w[R], w2[R];
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            w[k].load(q[k], m[k], u);
+            if (G) w2[k].load(q1[k], m1[k], u);
+        }
+#pragma unroll
+        for (int t = 0; t < PF_TT; t++) {
+            const int tt = min(t0 + t, a.n - 1);
+            typename U::act x;
+            if constexpr (I8) {
+                const qout o = pf_qout(a.xa, a.as, tt);
+                x = U::fetch8(qact{o.q0, o.d0, o.qK, o.dK}, u);
+            } else
+                x = U::fetchf(a.x + (size_t)tt * a.xs, u);
+#pragma unroll
+            for (int k = 0; k < R; k++) {
+                if constexpr (I8) {
+                    acc[k][t] += w[k].dot8(x);
+                    if (G) acc2[k][t] += w2[k].dot8(x);
+                } else {
+                    acc[k][t] += w[k].dotf(x);
+                    if (G) acc2[k][t] += w2[k].dotf(x);
+                }
+            }
+        }
+    }
+}
+
+// The R rows' sums (row_total per row and token, as k_mv / k_mv_geglu) written out.
+template <int T, bool I8, bool G, int R> static __device__ __forceinline__ void pf_tile(const mm_args &a, float *wsum) {
+    const int sw = a.sw, sl = threadIdx.x % sw, rb = 32 * MV_WARPS / sw;
+    const int row0 = blockIdx.y * (R * rb) + threadIdx.x / sw, t0 = blockIdx.x * PF_TT;
+    float acc[R][PF_TT], acc2[R][PF_TT];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+#pragma unroll
+        for (int t = 0; t < PF_TT; t++) acc[k][t] = 0.0f, acc2[k][t] = 0.0f;
+    if (row0 < a.A.N) pf_rows<T, I8, G, R>(a, row0, rb, sl, sw, t0, acc, acc2);
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        const int row = row0 + k * rb;
+#pragma unroll
+        for (int t = 0; t < PF_TT; t++) {
+            const float s = row_total(acc[k][t], sw, wsum);
+            float v;
+            if (G) {
+                const float u = row_total(acc2[k][t], sw, wsum);
+                v = gelu_tanh(s) * u;
+            } else
+                v = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
+            if (row < a.A.N && sl == 0 && t0 + t < a.n) a.y[(size_t)(t0 + t) * a.ys + row] = v;
+        }
+    }
+}
+
+// One kernel per weight type, path and GeGLU or not (the GeGLU's two matrices need more registers: one kernel for
+// both forms would hold the plain form to the GeGLU's occupancy). At most 128 registers (4 blocks an SM): measured
+// +6% (Q4_K_M) and +8% (Q4_0) pp512 over ptxas's own choice of up to 168 (2026-12-02, bench/gpu/NOTES.md).
+template <int T, bool I8, bool G> __global__ void __launch_bounds__(32 * MV_WARPS, 4) k_pf_mm(const mm_args a) {
+    __shared__ float wsum[MV_WARPS];
+    pf_tile<T, I8, G, pf_rows_of<T, I8, G>::R>(a, wsum);
+}
+
+// Rows a block of k_pf_mm takes (the grid's y).
+static int pf_block_rows(int t, bool i8, bool geglu, int sw) {
+    int R = 1;
+    if (i8 && (t == T_Q4_K || t == T_Q4_0 || t == T_Q5_0 || t == T_Q8_0)) R = 4;
+    if (i8 && t == T_Q6_K) R = 2;
+    if (!i8 && (t == T_F16 || t == T_BF16)) R = 4;
+    if (geglu) R = R > 1 ? R / 2 : 1;
+    return R * (32 * MV_WARPS / sw);
+}
+
+typedef void (*mm_kernel)(mm_args);
+
+static mm_kernel mm_pick(int t, bool i8, bool g) {
+    // clang-format off
+#define MM_Q(T)                                                                                                        \
+    case T: return i8 ? (g ? (mm_kernel)k_pf_mm<T, true, true> : (mm_kernel)k_pf_mm<T, true, false>)                   \
+                      : (g ? (mm_kernel)k_pf_mm<T, false, true> : (mm_kernel)k_pf_mm<T, false, false>);
+#define MM_F(T)                                                                                                        \
+    case T: return g ? (mm_kernel)k_pf_mm<T, false, true> : (mm_kernel)k_pf_mm<T, false, false>;
+    // clang-format on
+    switch (t) {
+        MM_F(T_F32)
+        MM_F(T_F16)
+        MM_F(T_BF16)
+        MM_F(T_F32 + T_SCALAR)
+        MM_F(T_F16 + T_SCALAR)
+        MM_F(T_BF16 + T_SCALAR)
+        MM_Q(T_Q4_0)
+        MM_Q(T_Q4_1)
+        MM_Q(T_Q5_0)
+        MM_Q(T_Q5_1)
+        MM_Q(T_Q8_0)
+        MM_Q(T_Q4_K)
+        MM_Q(T_Q5_K)
+        MM_Q(T_Q6_K)
+    }
+    return NULL;
+#undef MM_Q
+#undef MM_F
+}
+
+static bool is_float_type(int t) { return t == T_F32 || t == T_F16 || t == T_BF16 || t >= T_SCALAR; }
+
+// y = A x for the chunk's n tokens (B: GeGLU with A's type), with lanes a row sw (the decode launch's choice).
+static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, const dmat *B, int sw, const float *x,
+                         int xs, float *y, int ys, int n, float softcap, cudaStream_t s) {
+    mm_args a;
+    memset(&a, 0, sizeof a);
+    a.A = A;
+    if (B) a.B = *B, a.geglu = 1;
+    a.sw = sw ? sw : 32;
+    a.n = n;
+    a.softcap = softcap;
+    a.x = x;
+    a.xs = xs;
+    qout b = qout_of(c);
+    b.q0 = b.q0 ? p->a0 : NULL;
+    b.qK = b.qK ? p->aK : NULL;
+    b.d0 = p->d0;
+    b.dK = p->dK;
+    a.xa = b;
+    a.as = p->as;
+    a.y = y;
+    a.ys = ys;
+    const bool i8 = c->g->int8 && !is_float_type(A.type);
+    const int rb = pf_block_rows(A.type, i8, B != NULL, a.sw);
+    mm_pick(A.type, i8, B != NULL)<<<dim3((n + PF_TT - 1) / PF_TT, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);
+}
+
+// ---- per-token kernels: k_embed, k_add_norm, k_quant, k_geglu of the decode step, blockIdx.x = token --------------
+
+__global__ void k_pf_embed(const dmat E, const int *toks, float scale, float *x, const float *w, float *xn, int d,
+                           float eps, const qout qb, int as) {
+    __shared__ double sh[32];
+    const int t = blockIdx.x, tok = toks[t];
+    x += (size_t)t * d, xn += (size_t)t * d;
+    const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] = deq_elem(E.type, q, m, i) * scale;
+    __syncthreads();
+    float r = rms_factor(x, d, eps, sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xn[i] = (x[i] * r) * w[i];
+    if (qb.q0 || qb.qK) {
+        __syncthreads();
+        quant_act(xn, d, pf_qout(qb, as, t), (int)(threadIdx.x >> 5), (int)(blockDim.x >> 5));
+    }
+}
+
+// k_add_norm for token blockIdx.x (x, o, xn rows of d; the same sums in the same order, so the same bits).
+__global__ void k_pf_add_norm(float *x, const float *o, const float *post_w, const float *next_w, float *xn, int d,
+                              float eps, const qout qb, int as) {
+    __shared__ double sh[32];
+    __shared__ float xs[NORM_NPT * 1024];
+    const int t = threadIdx.x, bd = blockDim.x, tk = blockIdx.x;
+    x += (size_t)tk * d, o += (size_t)tk * d, xn += (size_t)tk * d;
+    const qout qo = pf_qout(qb, as, tk);
+    const bool qq = qb.q0 || qb.qK;
+    if (d <= NORM_NPT * bd) {
+        float ov[NORM_NPT], xv[NORM_NPT], pw[NORM_NPT], nw[NORM_NPT];
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++) {
+            const int i = t + k * bd;
+            const bool in = i < d;
+            ov[k] = in ? o[i] : 0.0f;
+            pw[k] = in && post_w ? post_w[i] : 0.0f;
+            xv[k] = in ? x[i] : 0.0f;
+            nw[k] = in ? next_w[i] : 0.0f;
+        }
+        float r = 1.0f;
+        if (post_w) {
+            double ss = 0.0;
+#pragma unroll
+            for (int k = 0; k < NORM_NPT; k++)
+                if (t + k * bd < d) ss += (double)ov[k] * (double)ov[k];
+            ss = block_sum(ss, sh);
+            r = 1.0f / sqrtf((float)(ss / (double)d) + eps);
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++)
+            if (t + k * bd < d) {
+                xv[k] += post_w ? (ov[k] * r) * pw[k] : ov[k];
+                x[t + k * bd] = xv[k];
+            }
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++)
+            if (t + k * bd < d) ss += (double)xv[k] * (double)xv[k];
+        ss = block_sum(ss, sh);
+        const float rn = 1.0f / sqrtf((float)(ss / (double)d) + eps);
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++)
+            if (t + k * bd < d) {
+                const float v = (xv[k] * rn) * nw[k];
+                xn[t + k * bd] = v;
+                xs[t + k * bd] = v;
+            }
+        if (qq) {
+            __syncthreads();
+            quant_act(xs, d, qo, t >> 5, bd >> 5);
+        }
+        return;
+    }
+    {
+        float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
+        for (int i = t; i < d; i += bd) x[i] += post_w ? (o[i] * r) * post_w[i] : o[i];
+        __syncthreads();
+    }
+    float r = rms_factor(x, d, eps, sh);
+    for (int i = t; i < d; i += bd) xn[i] = (x[i] * r) * next_w[i];
+    if (qq) {
+        __syncthreads();
+        quant_act(xn, d, qo, t >> 5, bd >> 5);
+    }
+}
+
+// The int8 forms of rows x[t][0..K) (row stride K) for token blockIdx.x; quant_act's blocks are independent, so
+// any split of them over warps gives k_quant's bits.
+__global__ void k_pf_quant(const float *x, int K, const qout qb, int as) {
+    const int t = blockIdx.x;
+    quant_act(x + (size_t)t * K, K, pf_qout(qb, as, t), (int)(blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5)),
+              (int)(gridDim.y * (blockDim.x >> 5)));
+}
+
+static void pf_launch_quant(const pb_cu_ctx *c, const pf_bufs *p, const float *x, int K, int n, cudaStream_t s) {
+    if (!c->g->int8 || K < 32) return;
+    qout b = qout_of(c);
+    b.q0 = b.q0 ? p->a0 : NULL;
+    b.qK = b.qK ? p->aK : NULL;
+    b.d0 = p->d0;
+    b.dK = p->dK;
+    const int ny = (K / 32 + 3) / 4;
+    k_pf_quant<<<dim3(n, ny), 128, 0, s>>>(x, K, b, p->as);
+}
+
+// ---- attention over the chunk ----------------------------------------------------------------------------------
+// k_pf_rope_k: token blockIdx.y's key of kv head blockIdx.x roped (q/k norm for Gemma 3) at its position, and its
+// value, both as F16 into the chunk's kn / vn (what the decode step writes into the cache slot). The cache itself is
+// written after the layer's attention (k_pf_kv_store): in a ring, a later token of the chunk takes the slot of a key
+// an earlier token still sees.
+__global__ void __launch_bounds__(128) k_pf_rope_k(const float *k, const float *v, const float *kn_w, const float *inv,
+                                                   float eps, int p0, int hd, __half *kn, __half *vn) {
+    __shared__ float ks[1][32 * MAX_EPL], rbuf[32 * MAX_EPL];
+    __shared__ double rsh[32];
+    const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y, pos = p0 + t;
+    const size_t row = ((size_t)t * Hkv + g) * hd;
+    if (kn_w)
+        rope_head(k + row, kn_w, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
+    else
+        rope_heads(k + row, inv, hd, 1, (float)pos, ks);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        kn[row + i] = __float2half_rn(ks[0][i]);
+        vn[row + i] = __float2half_rn(v[row + i]);
+    }
+}
+
+// k_attn's split pass for token blockIdx.z at position p0 + z (grid Hkv x S x n): the same query rope, the same
+// split of its visible keys, per-warp online softmax and 4-warp merge, into that token's part rows. Keys of
+// positions >= p0 come from the chunk's kn / vn (the values the decode step would have written into their slots).
+__global__ void __launch_bounds__(128)
+    k_pf_attn(const float *q, const __half *kc, const __half *vc, const __half *kn, const __half *vn, const float *qn,
+              const float *inv, float eps, float *part, int p0, int n_rep, int hd, int cap, int ring, int window,
+              float scale, float softcap) {
+    __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
+    __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL];
+    __shared__ double rsh[32];
+    __shared__ float wM[MAX_REP], wW[MAX_REP][4];
+    const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, Hkv = gridDim.x, tk = blockIdx.z;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int pos = p0 + tk, lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
+    const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
+    q += (size_t)tk * Hkv * n_rep * hd;
+    part += (size_t)tk * Hkv * S * n_rep * (hd + 2);
+    if (qn)
+        for (int r = 0; r < n_rep; r++)
+            rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+    else
+        rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
+    float qr[MAX_REP][MAX_EPL], acc[MAX_REP][MAX_EPL], mx[MAX_REP], l[MAX_REP];
+#pragma unroll
+    for (int r = 0; r < MAX_REP; r++) {
+        mx[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MAX_EPL; i++) {
+            const int e = lane + 32 * i;
+            qr[r][i] = r < n_rep && e < hd ? qs[r][e] : 0.0f;
+            acc[r][i] = 0.0f;
+        }
+    }
+    for (int k = k0 + w; k <= k1; k += 8) {
+        const bool two = k + 4 <= k1;
+        const int ka = k, kb = two ? k + 4 : k;
+        const __half *kr0 =
+            ka >= p0 ? kn + ((size_t)(ka - p0) * Hkv + g) * hd : kc + ((size_t)g * cap + (ring ? ka % cap : ka)) * hd;
+        const __half *vr0 =
+            ka >= p0 ? vn + ((size_t)(ka - p0) * Hkv + g) * hd : vc + ((size_t)g * cap + (ring ? ka % cap : ka)) * hd;
+        const __half *kr1 =
+            kb >= p0 ? kn + ((size_t)(kb - p0) * Hkv + g) * hd : kc + ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
+        const __half *vr1 =
+            kb >= p0 ? vn + ((size_t)(kb - p0) * Hkv + g) * hd : vc + ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
+        float kv[2][MAX_EPL], vv[2][MAX_EPL];
+#pragma unroll
+        for (int i = 0; i < MAX_EPL; i++) {
+            const int e = lane + 32 * i;
+            kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
+            vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
+            kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
+            vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            if (j == 1 && !two) break;
+#pragma unroll
+            for (int r = 0; r < MAX_REP; r++) {
+                if (r >= n_rep) break;
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < MAX_EPL; i++) d += qr[r][i] * kv[j][i];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                float sc = d * scale;
+                if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
+                const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
+                mx[r] = mn;
+                l[r] = l[r] * c + p;
+#pragma unroll
+                for (int i = 0; i < MAX_EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_REP; r++) {
+        if (r >= n_rep) break;
+        if (lane == 0) {
+            sm[w][r][0] = mx[r];
+            sm[w][r][1] = l[r];
+        }
+#pragma unroll
+        for (int i = 0; i < MAX_EPL; i++)
+            if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
+    }
+    __syncthreads();
+    if (threadIdx.x < n_rep) {
+        const int r = threadIdx.x;
+        float M = -INFINITY;
+        for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
+        wM[r] = M;
+        for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_rep * (hd + 2); idx += blockDim.x) {
+        const int r = idx / (hd + 2), e = idx % (hd + 2);
+        const float M = wM[r];
+        float out;
+        if (e == 0)
+            out = M;
+        else if (M == -INFINITY)
+            out = 0.0f;
+        else {
+            out = 0.0f;
+            for (int ww = 0; ww < 4; ww++)
+                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
+        }
+        part[(((size_t)g * S + s) * n_rep + r) * (hd + 2) + e] = out;
+    }
+}
+
+// merge_heads for kv head blockIdx.x of token blockIdx.y (its int8 forms follow through k_pf_quant).
+__global__ void __launch_bounds__(128) k_pf_merge(const float *part, float *att, int n_rep, int hd, int S) {
+    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP];
+    const int g = blockIdx.x, Hkv = gridDim.x, tk = blockIdx.y;
+    const qout none = {NULL, NULL, NULL, NULL};
+    merge_heads(part + (size_t)tk * Hkv * S * n_rep * (hd + 2), att + (size_t)tk * Hkv * n_rep * hd, g, n_rep, hd, S,
+                none, wt, Ls);
+}
+
+// The chunk's keys and values into their cache slots (token blockIdx.y, kv head blockIdx.x): in a ring only the
+// last token of the chunk that lands on a slot writes it.
+__global__ void k_pf_kv_store(const __half *kn, const __half *vn, __half *kc, __half *vc, int p0, int n, int hd,
+                              int cap, int ring) {
+    const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y, pos = p0 + t;
+    if (ring && pos + cap <= p0 + n - 1) return;
+    const int slot = ring ? pos % cap : pos;
+    const size_t src = ((size_t)t * Hkv + g) * hd, dst = ((size_t)g * cap + slot) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) kc[dst + i] = kn[src + i], vc[dst + i] = vn[src + i];
+}
+
+__global__ void k_pf_geglu(float *y, const float *u, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = gelu_tanh(y[i]) * u[i];
+}
+
+// ---- the chunk's forward -----------------------------------------------------------------------------------------
+
+static void pf_free(struct pf_bufs *p) {
+    if (!p) return;
+    if (p->mem) cudaFree(p->mem);
+    free(p);
+}
+
+// Whether a prompt takes this path: PB_CUDA_PREFILL=0 in the environment (read at each call) keeps the token-by-token
+// steps (A/B runs); the norms must take k_add_norm's one-block form (d <= NORM_NPT x 1024) and the add + norm must
+// not be fused into the mat-vec's last block (PB_CUDA_FUSE=1: another order of sums).
+static bool pf_usable(const pb_cu_ctx *c) {
+    const char *e = getenv("PB_CUDA_PREFILL");
+    if (e && atoi(e) == 0) return false;
+    return !c->g->fuse && c->g->hp.n_embd <= NORM_NPT * 1024;
+}
+
+static int pf_alloc(pb_cu_ctx *c, pf_bufs **out, char *err, size_t cap) {
+    const pb_cu_desc *hp = &c->g->hp;
+    const size_t nc = PF_NC, d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+    const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd, ff = (size_t)hp->n_ff;
+    size_t kmax = d > qd ? d : qd;
+    if (ff > kmax) kmax = ff;
+    const size_t as = (kmax + 255) / 256 * 256;
+    const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
+    const size_t sz[] = {
+        nc * d * 4,   nc * d * 4, nc * qd * 4,      nc * kvd * 4,          nc * kvd * 4,
+        nc * qd * 4,  nc * d * 4, nc * ff * 4,      nc * ff * 4,           nc * kvd / hd * c->S * n_rep * (hd + 2) * 4,
+        nc * as,      nc * as,    nc * as / 32 * 4, nc * as / 256 * 4 + 4, nc * kvd * 2,
+        nc * kvd * 2, nc * 4};
+    const int nb = (int)(sizeof sz / sizeof sz[0]);
+    size_t total = 0;
+    for (int i = 0; i < nb; i++) total += (sz[i] + 255) / 256 * 256;
+    size_t fr = 0, tot = 0;
+    CU(cudaMemGetInfo(&fr, &tot));
+    if (total + ((size_t)128 << 20) > fr)
+        return fail(err, cap, ST_MEMLIMIT, "cuda: prefill scratch needs %zu MiB, %zu MiB free", total >> 20, fr >> 20);
+    pf_bufs *p = (pf_bufs *)calloc(1, sizeof *p);
+    if (!p) return fail(err, cap, ST_NOMEM, "cuda: out of host memory");
+    cudaError_t e = cudaMalloc(&p->mem, total);
+    if (e != cudaSuccess) {
+        free(p);
+        return fail(err, cap, ST_MEMLIMIT, "cuda: prefill scratch: %s", cudaGetErrorString(e));
+    }
+    p->nc = (int)nc;
+    p->as = (int)as;
+    p->bytes = total;
+    void **ptrs[] = {(void **)&p->x,   (void **)&p->xn,  (void **)&p->q,    (void **)&p->k,  (void **)&p->v,
+                     (void **)&p->att, (void **)&p->o,   (void **)&p->gate, (void **)&p->up, (void **)&p->part,
+                     (void **)&p->a0,  (void **)&p->aK,  (void **)&p->d0,   (void **)&p->dK, (void **)&p->kn,
+                     (void **)&p->vn,  (void **)&p->toks};
+    uint8_t *b = (uint8_t *)p->mem;
+    for (int i = 0; i < nb; i++) {
+        *ptrs[i] = b;
+        b += (sz[i] + 255) / 256 * 256;
+    }
+    *out = p;
+    return ST_OK;
+}
+
+// Enqueues the chunk of n tokens at positions p0.. (p->toks already on the device); leaves each token's final-normed
+// state in p->xn and its int8 forms in p->a0 / p->aK.
+static void pf_enqueue(pb_cu_ctx *c, pf_bufs *p, int p0, int n) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    cudaStream_t s = c->stream;
+    const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
+    const int qd = H * hd, kvd = Hkv * hd, ff = hp->n_ff;
+    int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* as enqueue_step */
+    if (g->normt && d <= NORM_NPT * g->normt) nt = g->normt;
+    qout qb = qout_of(c);
+    qb.q0 = qb.q0 ? p->a0 : NULL;
+    qb.qK = qb.qK ? p->aK : NULL;
+    qb.d0 = p->d0;
+    qb.dK = p->dK;
+    k_pf_embed<<<n, nt, 0, s>>>(g->tok_embd, (const int *)p->toks, hp->embd_scale, p->x,
+                                (const float *)g->layers[0].attn_norm, p->xn, d, hp->norm_eps, qb, p->as);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const pb_cu_layer_d *L = &g->layers[il];
+        // q, k, v: one decode launch (all three with wq's lanes a row) where a kernel exists for the mix (launch_mv)
+        const bool one = L->wk.type == L->wq.type && mv_pick(L->wq.type, L->wv.type, g->int8 != 0, false);
+        pf_launch_mm(c, p, L->wq, NULL, L->wq.sw, p->xn, d, p->q, qd, n, 0.0f, s);
+        pf_launch_mm(c, p, L->wk, NULL, one ? L->wq.sw : L->wk.sw, p->xn, d, p->k, kvd, n, 0.0f, s);
+        pf_launch_mm(c, p, L->wv, NULL, one ? L->wq.sw : L->wv.sw, p->xn, d, p->v, kvd, n, 0.0f, s);
+        const float *inv = L->swa ? g->rope_l : g->rope_g;
+        const int ring = L->swa ? 1 : 0;
+        k_pf_rope_k<<<dim3(Hkv, n), 128, 0, s>>>(p->k, p->v, L->k_norm, inv, hp->norm_eps, p0, hd, p->kn, p->vn);
+        k_pf_attn<<<dim3(Hkv, c->S, n), 128, 0, s>>>(
+            p->q, c->kc[il], c->vc[il], p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[il],
+            ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap);
+        k_pf_merge<<<dim3(Hkv, n), 128, 0, s>>>(p->part, p->att, n_rep, hd, c->S);
+        k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, c->kc[il], c->vc[il], p0, n, hd, c->cap[il], ring);
+        pf_launch_quant(c, p, p->att, qd, n, s);
+        pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);
+        k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_attn_norm, L->ffn_norm, p->xn, d, hp->norm_eps, qb, p->as);
+        if (L->up.type == L->gate.type) { // k_mv_geglu: gate and up in one loop with gate's lanes a row
+            pf_launch_mm(c, p, L->gate, &L->up, L->gate.sw, p->xn, d, p->gate, ff, n, 0.0f, s);
+        } else { // two mat-vecs and k_geglu
+            pf_launch_mm(c, p, L->gate, NULL, L->gate.sw, p->xn, d, p->gate, ff, n, 0.0f, s);
+            pf_launch_mm(c, p, L->up, NULL, L->up.sw, p->xn, d, p->up, ff, n, 0.0f, s);
+            const size_t tot = (size_t)n * ff;
+            k_pf_geglu<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(p->gate, p->up, tot);
+        }
+        pf_launch_quant(c, p, p->gate, ff, n, s);
+        const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
+        pf_launch_mm(c, p, L->down, NULL, L->down.sw, p->gate, ff, p->o, d, n, 0.0f, s);
+        k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_ffw_norm, next, p->xn, d, hp->norm_eps, qb, p->as);
+    }
+}
+
+// Token t's final-normed state and its int8 forms into the decode buffers (c->xn, c->aq0 ...), then the decode
+// step's output mat-vec (the same kernel and lanes: the same logits) into c->logits.
+static void pf_output(pb_cu_ctx *c, const pf_bufs *p, int t, cudaStream_t s) {
+    const pb_cu_desc *hp = &c->g->hp;
+    const size_t d = (size_t)hp->n_embd;
+    cudaMemcpyAsync(c->xn, p->xn + (size_t)t * d, d * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    const qout o = qout_of(c);
+    if (o.q0) {
+        cudaMemcpyAsync(c->aq0, p->a0 + (size_t)t * p->as, d, cudaMemcpyDeviceToDevice, s);
+        cudaMemcpyAsync(c->ad0, p->d0 + (size_t)t * (p->as / 32), d / 32 * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    }
+    if (o.qK) {
+        cudaMemcpyAsync(c->aqK, p->aK + (size_t)t * p->as, d, cudaMemcpyDeviceToDevice, s);
+        cudaMemcpyAsync(c->adK, p->dK + (size_t)t * (p->as / 256), d / 256 * sizeof(float), cudaMemcpyDeviceToDevice,
+                        s);
+    }
+    mv_args a = mv1(c, c->g->output, c->logits, c->xn);
+    a.softcap = hp->final_softcap;
+    launch_mv(a, c->up, s);
+}
+
+// pb_cu_forward for a prompt: chunks of up to PF_NC tokens through pf_enqueue; the last token's logits (every
+// token's with all_logits, one output mat-vec each) and the hidden rows come back as from the token steps.
+static int pf_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float *logits, float *hidden, int all_logits,
+                      const volatile int *cancel, int *n_done, char *err, size_t cap) {
+    const pb_cu_desc *hp = &c->g->hp;
+    const size_t V = (size_t)hp->n_vocab, d = (size_t)hp->n_embd;
+    pf_bufs *p = (pf_bufs *)c->pf;
+    cudaStream_t s = c->stream;
+    for (int t0 = 0; t0 < n; t0 += p->nc) {
+        const int m = n - t0 < p->nc ? n - t0 : p->nc;
+        if (cancel && *cancel) {
+            CU(cudaStreamSynchronize(s));
+            return fail(err, cap, ST_CANCELLED, "cuda: cancelled after %d tokens", t0);
+        }
+        CU(cudaStreamSynchronize(s)); // the staging buffer is free again
+        for (int i = 0; i < m; i++) c->h_params[i] = tokens[t0 + i];
+        CU(cudaMemcpyAsync(p->toks, c->h_params, (size_t)m * sizeof(int), cudaMemcpyHostToDevice, s));
+        pf_enqueue(c, p, pos + t0, m);
+        CU(cudaGetLastError());
+        for (int i = 0; i < m; i++) {
+            const int t = t0 + i;
+            if (!(all_logits || t == n - 1)) continue;
+            pf_output(c, p, i, s);
+            CU(cudaMemcpyAsync(c->h_logits, c->logits, V * sizeof(float), cudaMemcpyDeviceToHost, s));
+            CU(cudaStreamSynchronize(s));
+            memcpy(logits + (all_logits ? (size_t)t * V : 0), c->h_logits, V * sizeof(float));
+        }
+        if (hidden) {
+            CU(cudaMemcpyAsync(hidden + (size_t)t0 * d, p->xn, (size_t)m * d * sizeof(float), cudaMemcpyDeviceToHost,
+                               s));
+        }
+        CU(cudaStreamSynchronize(s));
+        *n_done = t0 + m;
+    }
+    CU(cudaGetLastError());
+    return ST_OK;
+}

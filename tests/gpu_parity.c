@@ -235,6 +235,21 @@ static void check_top(const pb_model *gm, const int32_t *toks, int n, int V) {
           "pb_forward_top at %d positions: the sampler's greedy pick of pb_forward's logits (%d differ), pulled logits "
           "bit for bit (%d differ) %s",
           n, pick_bad, logit_bad, st ? pb_last_error() : "");
+    if (!st) { /* the whole prompt in one call: the prefill path (prefill.cuh) ends in the device argmax too */
+        pb_kv_cache *kc = NULL;
+        pb_forward_ctx *fcn = NULL;
+        int32_t top = -5;
+        pb_status s2 = pb_kv_new(gm, n, PB_KV_F16, &kc);
+        if (!s2) s2 = pb_forward_ctx_new_kv(gm, n, kc, &fcn);
+        if (!s2) s2 = pb_forward_top(gm, kc, fcn, toks, n, &top);
+        if (!s2) s2 = pb_forward_pull_logits(kc, lb);
+        CHECK(s2 == PB_OK && top == greedy(la, V) && memcmp(la, lb, sizeof(float) * V) == 0,
+              "pb_forward_top over a %d-token prompt at once: the last position's pick (%d) and pulled logits as "
+              "token by token %s",
+              n, (int)top, s2 ? pb_last_error() : "");
+        pb_forward_ctx_free(fcn);
+        pb_kv_free(kc);
+    }
 done:
     CHECK(st == PB_OK, "pb_forward_top setup: %s", st ? pb_last_error() : "ok");
     pb_forward_ctx_free(fa), pb_forward_ctx_free(fb);

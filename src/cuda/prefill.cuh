@@ -680,10 +680,11 @@ __global__ void __launch_bounds__(128)
 // merge_heads for kv head blockIdx.x of token blockIdx.y (its int8 forms follow through k_pf_quant).
 __global__ void __launch_bounds__(128) k_pf_merge(const float *part, float *att, int n_rep, int hd, int S) {
     __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP];
+    extern __shared__ float as[]; // n_rep x hd: merge_heads keeps the merged values there for its quantization
     const int g = blockIdx.x, Hkv = gridDim.x, tk = blockIdx.y;
     const qout none = {NULL, NULL, NULL, NULL};
     merge_heads(part + (size_t)tk * Hkv * S * n_rep * (hd + 2), att + (size_t)tk * Hkv * n_rep * hd, g, n_rep, hd, S,
-                none, wt, Ls);
+                none, wt, Ls, as);
 }
 
 // The chunk's keys and values into their cache slots (token blockIdx.y, kv head blockIdx.x): in a ring only the
@@ -792,7 +793,7 @@ static void pf_enqueue(pb_cu_ctx *c, pf_bufs *p, int p0, int n) {
         k_pf_attn<<<dim3(Hkv, c->S, n), 128, 0, s>>>(
             p->q, c->kc[il], c->vc[il], p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[il],
             ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap);
-        k_pf_merge<<<dim3(Hkv, n), 128, 0, s>>>(p->part, p->att, n_rep, hd, c->S);
+        k_pf_merge<<<dim3(Hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, c->S);
         k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, c->kc[il], c->vc[il], p0, n, hd, c->cap[il], ring);
         pf_launch_quant(c, p, p->att, qd, n, s);
         pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);
@@ -856,6 +857,13 @@ static int pf_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float
             const int t = t0 + i;
             if (!(all_logits || t == n - 1)) continue;
             pf_output(c, p, i, s);
+            if (c->am_want) { // pb_cu_forward_argmax (no logits buffer): the argmax, the logits stay on the device
+                enqueue_argmax(c, c->logits, (int)V);
+                CU(cudaMemcpyAsync(c->h_am, c->am_out, sizeof(int), cudaMemcpyDeviceToHost, s));
+                CU(cudaStreamSynchronize(s));
+                *c->am_want = *c->h_am;
+                continue;
+            }
             CU(cudaMemcpyAsync(c->h_logits, c->logits, V * sizeof(float), cudaMemcpyDeviceToHost, s));
             CU(cudaStreamSynchronize(s));
             memcpy(logits + (all_logits ? (size_t)t * V : 0), c->h_logits, V * sizeof(float));

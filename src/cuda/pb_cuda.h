@@ -70,6 +70,16 @@ int pb_cu_forward_argmax(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, in
                          size_t cap);
 int pb_cu_logits_download(pb_cu_ctx *c, float *logits, char *err, size_t cap);
 int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *err, size_t cap);
+/* Batched decode (continuous batching in the server, pb_forward_batch): one step for n sequences at once, 1 <= n <=
+ * PB_CU_BATCH_MAX, token tokens[i] at position pos[i] of context cs[i] (n distinct contexts of one model). Each row's
+ * result has the bits of a one-token pb_cu_forward_argmax / pb_cu_forward of that token alone on its context: the
+ * K/V rows land in cs[i]'s cache, the logits of row i stay in cs[i]'s device logits buffer (pb_cu_logits_download
+ * (cs[i]) fetches them, as after a one-token step), top (may be NULL) gets each row's device argmax (the greedy
+ * rule above) and logits (may be NULL) gets the n rows of n_vocab floats on the host. Nothing is changed on an
+ * argument error. */
+enum { PB_CU_BATCH_MAX = 64 };
+int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, int n, float *logits,
+                        int32_t *top, char *err, size_t cap);
 /* Copies layer il's K and V rows (bytes each) between the device cache and host buffers. */
 int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap);
 int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t bytes, char *err, size_t cap);

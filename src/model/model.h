@@ -111,6 +111,19 @@ pb_status pb_forward_top(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc,
                          int32_t *top);
 pb_status pb_forward_pull_logits(pb_kv_cache *kv, float *logits);
 
+/* Batched decode: one step for n independent sequences (1..PB_FORWARD_BATCH_MAX), tokens[i] appended at position
+ * pb_kv_n_past(kvs[i]) of cache kvs[i] (n distinct caches of model m, all on the CPU or all on the GPU; fc is any
+ * scratch of m whose n_batch >= n). The weights are read once for the n tokens; each sequence attends only to its
+ * own cache. Row i's result has the bits of a one-token pb_forward of tokens[i] on kvs[i] alone (CPU: any pool;
+ * GPU: as pb_forward_top / pb_forward on that cache, its logits left on the device for pb_forward_pull_logits).
+ * logits (may be NULL on the GPU): n rows of n_vocab floats, row i for sequence i. top (GPU only, may be NULL):
+ * each row's greedy pick as pb_forward_top gives it; PB_ERR_UNSUPPORTED for CPU caches. Every check (arguments,
+ * context full, token ids, one cache twice) is made before anything changes; a failure changes no cache. No pool
+ * cancel: the step runs to its end. Allocates nothing. */
+enum { PB_FORWARD_BATCH_MAX = 64 };
+pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
+                           const int32_t *tokens, int n, float *logits, int32_t *top);
+
 /* Accessors the engine needs. */
 const pb_hparams *pb_model_hparams(const pb_model *m);
 const pb_gguf *pb_model_gguf(const pb_model *m);

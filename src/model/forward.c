@@ -889,3 +889,45 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     if (hp->final_softcap > 0.0f) pb_kernels_softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
     return PB_OK;
 }
+
+/* Batched decode (model.h). This first version checks everything up front, then runs each sequence's token as a
+ * one-token pb_forward on its own cache: row i has the bits of that call by construction. Reading the weights once
+ * for all n rows (the n tokens through the matmuls together) is the next step. fc->hidden / pb_forward_hidden is
+ * not defined after a batch on the GPU. */
+pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
+                           const int32_t *tokens, int n, float *logits, int32_t *top) {
+    if (!m || !kvs || !fc || !tokens) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: NULL argument");
+    if (n < 1 || n > PB_FORWARD_BATCH_MAX || n > fc->n_batch)
+        return pb_error(PB_ERR_INVALID_ARG, "forward_batch: %d sequences (1..%d, scratch holds %d)", n,
+                        (int)PB_FORWARD_BATCH_MAX, fc->n_batch);
+    for (int i = 0; i < n; i++)
+        if (!kvs[i]) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: cache %d is NULL", i);
+    bool gpu = kvs[0]->gpu != NULL;
+    for (int i = 0; i < n; i++) {
+        if ((kvs[i]->gpu != NULL) != gpu)
+            return pb_error(PB_ERR_INVALID_ARG, "forward_batch: cache %d is on another backend than cache 0", i);
+        for (int j = 0; j < i; j++)
+            if (kvs[j] == kvs[i])
+                return pb_error(PB_ERR_INVALID_ARG, "forward_batch: caches %d and %d are the same", j, i);
+        pb_status s = check_args(m, kvs[i], fc, tokens + i, 1);
+        if (s == PB_ERR_CONTEXT_FULL)
+            return pb_error(PB_ERR_CONTEXT_FULL, "forward_batch: cache %d is full (n_past %d, n_ctx %d)", i,
+                            kvs[i]->n_past, kvs[i]->n_ctx);
+        if (s) return s;
+    }
+    if (!gpu) {
+        if (top) return pb_error(PB_ERR_UNSUPPORTED, "forward_batch: the argmax alone is computed only by a GPU cache");
+        if (!logits) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: NULL logits");
+        for (int i = 0; i < n; i++) {
+            pb_status s =
+                pb_forward(m, kvs[i], fc, pool, tokens + i, 1, logits + (size_t)i * m->hp.n_vocab, false, NULL);
+            if (s) return s;
+        }
+        return PB_OK;
+    }
+    pb_status s = pb_gpu_forward_batch(kvs, tokens, n, logits, top);
+    if (s) return s;
+    for (int i = 0; i < n; i++) kvs[i]->n_past++;
+    fc->n_last = 1;
+    return PB_OK;
+}

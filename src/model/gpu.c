@@ -96,6 +96,20 @@ pb_status pb_gpu_forward_top(pb_kv_cache *kv, const int32_t *tokens, int n, int3
     return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
 }
 
+pb_status pb_gpu_forward_batch(pb_kv_cache *const *kvs, const int32_t *tokens, int n, float *logits, int32_t *top) {
+    char err[320];
+    pb_cu_ctx *cs[PB_CU_BATCH_MAX];
+    int pos[PB_CU_BATCH_MAX];
+    if (n < 1 || n > PB_CU_BATCH_MAX)
+        return pb_error(PB_ERR_INVALID_ARG, "gpu: batch of %d sequences (1..%d)", n, (int)PB_CU_BATCH_MAX);
+    for (int i = 0; i < n; i++) {
+        cs[i] = kvs[i]->gpu;
+        pos[i] = kvs[i]->n_past;
+    }
+    int st = pb_cu_forward_batch(cs, pos, tokens, n, logits, top, err, sizeof err);
+    return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
+}
+
 pb_status pb_gpu_pull_logits(pb_kv_cache *kv, float *logits) {
     char err[320];
     int st = pb_cu_logits_download(kv->gpu, logits, err, sizeof err);

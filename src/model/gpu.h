@@ -19,6 +19,9 @@ pb_status pb_gpu_forward(pb_kv_cache *kv, const int32_t *tokens, int n, float *l
 bool pb_gpu_has_top(const pb_kv_cache *kv);
 pb_status pb_gpu_forward_top(pb_kv_cache *kv, const int32_t *tokens, int n, int32_t *top, float *hidden);
 pb_status pb_gpu_pull_logits(pb_kv_cache *kv, float *logits);
+/* pb_forward_batch on the GPU: token tokens[i] at kvs[i]->n_past of each (GPU) cache, through pb_cu_forward_batch;
+ * logits / top may be NULL. Does not advance n_past (the caller does on success). */
+pb_status pb_gpu_forward_batch(pb_kv_cache *const *kvs, const int32_t *tokens, int n, float *logits, int32_t *top);
 /* Copies the device cache into the host cache's rows (before serializing) / the host rows back (after). */
 pb_status pb_kv_gpu_pull(const pb_kv_cache *kv);
 pb_status pb_kv_gpu_push(pb_kv_cache *kv);

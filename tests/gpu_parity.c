@@ -26,6 +26,7 @@
 #include "sampler/sampler.h"
 
 #include <math.h>
+#include <time.h>
 #include <pocketbrain.h>
 
 enum { NT = 96 };
@@ -297,6 +298,186 @@ static void same_bits(const float *a, const float *b, int n, int V, const char *
     CHECK(same, "%s = token by token (bit for bit)", what);
 }
 
+/* pb_cu_forward_batch (src/cuda/batch.cuh) against one-token steps: k sequences prefilled to different lengths
+ * (past the tiny models' sliding windows: rings wrapped), then 16 batched steps with rows leaving and joining,
+ * against twin sequences stepped alone: logits (returned and downloaded) and top bit for bit, the KV caches alike
+ * afterwards; argument errors (n = 0, n > 64, a context twice, a full context) change nothing. */
+enum { BK_MAX = 33, BSTEPS = 16, BCTX = 128 };
+static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
+    static const int ks[] = {1, 2, 3, 8, 33};
+    float *lb = malloc(sizeof(float) * (size_t)V * BK_MAX), *l1 = malloc(sizeof(float) * V),
+          *ld = malloc(sizeof(float) * V);
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int k = ks[ki];
+        pb_kv_cache *ka[BK_MAX] = {0}, *kb[BK_MAX] = {0};
+        pb_forward_ctx *fa[BK_MAX] = {0}, *fb[BK_MAX] = {0};
+        int pos[BK_MAX];
+        pb_status st = PB_OK;
+        for (int i = 0; i < k && !st; i++) {
+            const int len = 5 + (i * 29 + k * 7) % 80; /* 5..84: rings of 32 wrapped for most */
+            pos[i] = len;
+            if ((st = pb_kv_new(gm, BCTX, PB_KV_F16, &ka[i])) || (st = pb_forward_ctx_new_kv(gm, len, ka[i], &fa[i])) ||
+                (st = pb_kv_new(gm, BCTX, PB_KV_F16, &kb[i])) || (st = pb_forward_ctx_new_kv(gm, len, kb[i], &fb[i])))
+                break;
+            const int32_t *tt = toks + (i % 8);
+            if ((st = pb_forward(gm, ka[i], fa[i], NULL, tt, len, l1, false, NULL)) ||
+                (st = pb_forward(gm, kb[i], fb[i], NULL, tt, len, l1, false, NULL)))
+                break;
+        }
+        if (st) {
+            NOTE("batch of %d: setup failed (%s): skipped", k, pb_last_error());
+            goto next;
+        }
+        int bad_l = 0, bad_d = 0, bad_t = 0, rows = 0, fails = 0;
+        for (int s = 0; s < BSTEPS; s++) {
+            pb_cu_ctx *cs[BK_MAX];
+            int bp[BK_MAX], idx[BK_MAX], n = 0;
+            int32_t bt[BK_MAX], top[BK_MAX];
+            for (int i = 0; i < k; i++) /* rows leave and join: row i sits out steps where (i + s) % 4 == 3 */
+                if (k == 1 || (i + s) % 4 != 3) {
+                    idx[n] = i, cs[n] = ka[i]->gpu, bp[n] = pos[i], bt[n] = toks[(i * 7 + s * 3) % NT];
+                    n++;
+                }
+            const int want_l = s % 2 == 0, want_t = s % 3 != 2;
+            char e[256] = "";
+            if (pb_cu_forward_batch(cs, bp, bt, n, want_l ? lb : NULL, want_t ? top : NULL, e, sizeof e)) {
+                if (fails++ < 2) NOTE("batch of %d at step %d: %s", n, s, e);
+                continue;
+            }
+            for (int r = 0; r < n; r++) {
+                const int i = idx[r];
+                int32_t t1 = -5;
+                pb_cu_ctx *c1 = kb[i]->gpu;
+                if (pb_cu_forward_argmax(c1, pos[i], &bt[r], 1, &t1, NULL, e, sizeof e) ||
+                    pb_cu_logits_download(c1, l1, e, sizeof e) || pb_cu_logits_download(cs[r], ld, e, sizeof e)) {
+                    fails++;
+                    continue;
+                }
+                if (want_t) bad_t += top[r] != t1;
+                if (want_l) bad_l += memcmp(lb + (size_t)r * V, l1, sizeof(float) * V) != 0;
+                bad_d += memcmp(ld, l1, sizeof(float) * V) != 0;
+                pos[i]++, rows++;
+            }
+        }
+        CHECK(fails == 0 && bad_l == 0 && bad_d == 0 && bad_t == 0,
+              "pb_cu_forward_batch, %d sequences, %d steps (%d rows): = one-token steps bit for bit (logits %d, "
+              "downloaded %d, top %d differ; %d calls failed)",
+              k, BSTEPS, rows, bad_l, bad_d, bad_t, fails);
+        { /* the caches afterwards */
+            int kv_bad = 0;
+            for (int i = 0; i < k; i++)
+                for (int il = 0; il < ka[i]->n_layer; il++) {
+                    if (!ka[i]->kvd[il]) continue;
+                    const size_t b = (size_t)ka[i]->cap[il] * ka[i]->row_b[il];
+                    uint8_t *x = malloc(4 * b);
+                    char e[256];
+                    if (!x || pb_cu_kv_download(ka[i]->gpu, il, x, x + b, b, e, sizeof e) ||
+                        pb_cu_kv_download(kb[i]->gpu, il, x + 2 * b, x + 3 * b, b, e, sizeof e))
+                        kv_bad++;
+                    else
+                        kv_bad += memcmp(x, x + 2 * b, 2 * b) != 0;
+                    free(x);
+                }
+            CHECK(kv_bad == 0, "pb_cu_forward_batch, %d sequences: KV caches = the one-token steps' (%d layers differ)",
+                  k, kv_bad);
+        }
+        if (k >= 2) { /* argument errors change nothing */
+            pb_cu_ctx *cs[PB_CU_BATCH_MAX + 1];
+            int bp[PB_CU_BATCH_MAX + 1];
+            int32_t bt[PB_CU_BATCH_MAX + 1], top[PB_CU_BATCH_MAX + 1];
+            for (int i = 0; i <= PB_CU_BATCH_MAX; i++) cs[i] = ka[i % k]->gpu, bp[i] = pos[i % k], bt[i] = toks[i % NT];
+            const size_t b = (size_t)ka[0]->cap[0] * ka[0]->row_b[0];
+            uint8_t *x = malloc(4 * b);
+            char e[256];
+            int ok = x && !pb_cu_kv_download(ka[0]->gpu, 0, x, x + b, b, e, sizeof e) &&
+                     !pb_cu_logits_download(ka[0]->gpu, l1, e, sizeof e);
+            int refused = 0;
+            refused += pb_cu_forward_batch(cs, bp, bt, 0, lb, top, e, sizeof e) != 0;
+            refused += pb_cu_forward_batch(cs, bp, bt, PB_CU_BATCH_MAX + 1, NULL, top, e, sizeof e) != 0;
+            cs[1] = cs[0];
+            refused += pb_cu_forward_batch(cs, bp, bt, 2, lb, top, e, sizeof e) != 0;
+            cs[1] = ka[1]->gpu;
+            bp[1] = BCTX; /* full */
+            refused += pb_cu_forward_batch(cs, bp, bt, 2, lb, top, e, sizeof e) != 0;
+            ok = ok && !pb_cu_kv_download(ka[0]->gpu, 0, x + 2 * b, x + 3 * b, b, e, sizeof e) &&
+                 !pb_cu_logits_download(ka[0]->gpu, ld, e, sizeof e) && memcmp(x, x + 2 * b, 2 * b) == 0 &&
+                 memcmp(l1, ld, sizeof(float) * V) == 0;
+            CHECK(ok && refused == 4, "pb_cu_forward_batch refuses n = 0, n = 65, a context twice, a full context "
+                                      "(%d of 4) and changes nothing",
+                  refused);
+            free(x);
+        }
+    next:
+        for (int i = 0; i < k; i++) {
+            pb_forward_ctx_free(fa[i]), pb_forward_ctx_free(fb[i]);
+            pb_kv_free(ka[i]), pb_kv_free(kb[i]);
+        }
+    }
+    free(lb), free(l1), free(ld);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* gpu_parity --batch-bench MODEL: aggregate decode tok/s of pb_cu_forward_batch (top only) at n = 1, 8, 32 against
+ * the same n contexts stepped one token at a time (pb_cu_forward_argmax), 64-token prompts, 32 steps. */
+static int batch_bench(const char *path) {
+    pb_model_params gp = pb_model_default_params();
+    gp.gpu = 1;
+    pb_model *gm = NULL;
+    if (pb_model_open(path, &gp, &gm)) {
+        printf("batch bench: %s\n", pb_last_error());
+        return 1;
+    }
+    enum { BN = 32, PL = 64, ST = 32 };
+    static const int ns[] = {1, 8, 32};
+    pb_kv_cache *kv[BN] = {0};
+    pb_forward_ctx *fc[BN] = {0};
+    int32_t toks[PL];
+    for (int i = 0; i < PL; i++) toks[i] = 100 + i * 37;
+    float *l = malloc(sizeof(float) * (size_t)pb_model_hparams(gm)->n_vocab);
+    for (int i = 0; i < BN; i++)
+        if (pb_kv_new(gm, 512, PB_KV_F16, &kv[i]) || pb_forward_ctx_new_kv(gm, PL, kv[i], &fc[i]) ||
+            pb_forward(gm, kv[i], fc[i], NULL, toks, PL, l, false, NULL)) {
+            printf("batch bench setup: %s\n", pb_last_error());
+            return 1;
+        }
+    pb_cu_ctx *cs[BN];
+    int pos[BN];
+    int32_t tk[BN], top[BN];
+    char e[256];
+    for (int i = 0; i < BN; i++) cs[i] = kv[i]->gpu, tk[i] = 7;
+    int base = PL;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        const int n = ns[ni];
+        for (int i = 0; i < n; i++) pos[i] = base;
+        pb_cu_forward_batch(cs, pos, tk, n, NULL, top, e, sizeof e); /* warm: graphs */
+        for (int i = 0; i < n; i++) pos[i]++;
+        double t0 = now_s();
+        for (int s = 0; s < ST; s++) {
+            for (int i = 0; i < n; i++)
+                if (pb_cu_forward_argmax(cs[i], pos[i] + s, &tk[i], 1, &top[i], NULL, e, sizeof e)) printf("%s\n", e);
+        }
+        double t1 = now_s();
+        for (int i = 0; i < n; i++) pos[i] += ST;
+        for (int s = 0; s < ST; s++) {
+            if (pb_cu_forward_batch(cs, pos, tk, n, NULL, top, e, sizeof e)) printf("%s\n", e);
+            for (int i = 0; i < n; i++) pos[i]++;
+        }
+        double t2 = now_s();
+        printf("batch bench n=%2d: one-token steps %8.1f tok/s, pb_cu_forward_batch %8.1f tok/s (x%.2f)\n", n,
+               n * ST / (t1 - t0), n * ST / (t2 - t1), (t1 - t0) / (t2 - t1));
+        base += 1 + 2 * ST;
+    }
+    for (int i = 0; i < BN; i++) pb_forward_ctx_free(fc[i]), pb_kv_free(kv[i]);
+    free(l);
+    pb_model_close(gm);
+    return 0;
+}
+
 static void check_model(const char *path, const char *tok_path) {
     NOTE("model %s", path);
     pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
@@ -358,6 +539,7 @@ static void check_model(const char *path, const char *tok_path) {
     if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
     free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
     check_top(gm, toks, 32, V);
+    check_batch(gm, toks, V);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");
@@ -382,6 +564,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: gpu_parity MODEL.gguf [TOKENS.bin] ...\n");
         return 2;
     }
+    if (argc == 3 && strcmp(argv[1], "--batch-bench") == 0) return batch_bench(argv[2]);
     for (int i = 1; i < argc; i++) {
         const char *tok = i + 1 < argc && strstr(argv[i + 1], ".bin") ? argv[i + 1] : NULL;
         check_model(argv[i], tok);

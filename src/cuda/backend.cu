@@ -1703,6 +1703,8 @@ extern "C" int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *
     return ST_OK;
 }
 
+#include "cuda/batch.cuh"
+
 extern "C" int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap) {
     if (bytes > c->kv_bytes[il])
         return fail(err, cap, ST_INVALID, "cuda: layer %d KV holds %zu bytes", il, c->kv_bytes[il]);

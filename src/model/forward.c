@@ -711,7 +711,35 @@ static pb_status ple_block(pb_forward_ctx *fc, pb_pool *pool, const pb_layer_w *
     return PB_OK;
 }
 
-static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
+/* Batched decode (pb_forward_batch): row t of the n rows is one token of its own sequence, attending to kvs[t] alone:
+ * attention() of that row as a one-token call (the scratch rows offset to row t), then, on a ring layer that wrapped,
+ * its new K/V row moved from the stash into its slot at once (commit_rings' copy for one row; the next row reuses the
+ * stash; a batch step has no cancel to roll back). Each row thus does what a one-token pb_forward does. */
+static void attention_rows(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool, int il,
+                           int n) {
+    const pb_hparams *hp = &m->hp;
+    int64_t hd = hp->head_dim_l[il], q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv_l[il] * hd;
+    float *q = fc->q, *k = fc->k, *v = fc->v, *att = fc->att;
+    for (int t = 0; t < n; t++) {
+        pb_kv_cache *kv = kvs[t];
+        fc->q = q + t * q_dim, fc->k = k + t * kv_dim, fc->v = v + t * kv_dim, fc->att = att + t * q_dim;
+        attention(m, kv, fc, pool, il, 1);
+        if (fc->swa_slot[il] >= 0 && kv->n_past + 1 > kv->cap[il]) {
+            const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
+            const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_b[il];
+            int slot = kv->n_past % kv->cap[il];
+            for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
+                size_t o = (size_t)g * kv->head_b[il];
+                memcpy(pb_kv_head_row(kv, kv->k[il], il, g, slot), sk + o, kv->head_b[il]);
+                memcpy(pb_kv_head_row(kv, kv->v[il], il, g, slot), sv + o, kv->head_b[il]);
+            }
+        }
+    }
+    fc->q = q, fc->k = k, fc->v = v, fc->att = att;
+}
+
+static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
+                       int il, int n) {
     const pb_hparams *hp = &m->hp;
     const pb_layer_w *w = &m->layers[il];
     int hkv = hp->n_head_kv_l[il];
@@ -740,7 +768,10 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, p
         pb_rope_neox(fc->q + t * q_dim, hp->n_head, (int)hd, cs + t * half, sn + t * half);
         if (own_kv) pb_rope_neox(fc->k + t * kv_dim, hkv, (int)hd, cs + t * half, sn + t * half);
     }
-    attention(m, kv, fc, pool, il, n);                               /* att: [n, H*hd] */
+    if (kvs) /* batched decode: each row its own sequence */
+        attention_rows(m, kvs, fc, pool, il, n);
+    else
+        attention(m, kv, fc, pool, il, n);                           /* att: [n, H*hd] */
     if ((s = linear(fc, pool, &w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
     if (w->post_attn_norm) norm_rows(fc->o, fc->o, w->post_attn_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
@@ -873,7 +904,7 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     for (int il = 0; il < hp->n_layer; il++) {
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
             return pb_error(PB_ERR_CANCELLED, "forward: cancelled at layer %d", il);
-        pb_status s = block(m, kv, fc, pool, il, n);
+        pb_status s = block(m, kv, NULL, fc, pool, il, n);
         if (s) return s;
     }
     commit_rings(kv, fc, n);
@@ -894,6 +925,35 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
  * one-token pb_forward on its own cache: row i has the bits of that call by construction. Reading the weights once
  * for all n rows (the n tokens through the matmuls together) is the next step. fc->hidden / pb_forward_hidden is
  * not defined after a batch on the GPU. */
+/* The CPU's batched decode step (Gemma 1-3): pb_forward's pass over n rows, the matrices read once for all of them,
+ * with each row's RoPE angles at its own cache's position and its attention over its own cache (attention_rows). */
+static pb_status batch_cpu(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
+                           const int32_t *tokens, int n, float *logits) {
+    const pb_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd, half_g = hp->hd_full / 2, half_l = hp->hd_swa / 2;
+    for (int t = 0; t < n; t++) {
+        row_to_float(&m->tok_embd, tokens[t], fc->x + t * d);
+        pb_vec_scale(fc->x + t * d, d, m->embd_scale);
+        int p = kvs[t]->n_past;
+        pb_rope_angles(fc->cos_g + t * half_g, fc->sin_g + t * half_g, m->rope_inv_global, (int)half_g, p);
+        pb_rope_angles(fc->cos_l + t * half_l, fc->sin_l + t * half_l, m->rope_inv_local, (int)half_l, p);
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        pb_status s = block(m, kvs[0], kvs, fc, pool, il, n);
+        if (s) return s;
+    }
+    for (int t = 0; t < n; t++) {
+        kvs[t]->n_past++;
+        pb_kv_grown(kvs[t]);
+    }
+    norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);
+    fc->n_last = n;
+    pb_status s = linear(fc, pool, &m->output, fc->hidden, n, logits);
+    if (s) return s;
+    if (hp->final_softcap > 0.0f) pb_kernels_softcap(logits, (int64_t)n * hp->n_vocab, hp->final_softcap);
+    return PB_OK;
+}
+
 pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
                            const int32_t *tokens, int n, float *logits, int32_t *top) {
     if (!m || !kvs || !fc || !tokens) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: NULL argument");
@@ -918,12 +978,17 @@ pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
     if (!gpu) {
         if (top) return pb_error(PB_ERR_UNSUPPORTED, "forward_batch: the argmax alone is computed only by a GPU cache");
         if (!logits) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: NULL logits");
-        for (int i = 0; i < n; i++) {
-            pb_status s =
-                pb_forward(m, kvs[i], fc, pool, tokens + i, 1, logits + (size_t)i * m->hp.n_vocab, false, NULL);
-            if (s) return s;
+        const pb_hparams *hp = &m->hp;
+        if (hp->n_embd_per_layer > 0 || hp->n_expert > 0 || hp->n_kv_shared > 0 || n == 1) {
+            /* Gemma 4's per-layer inputs, experts and shared caches (and a single row): one pass a row */
+            for (int i = 0; i < n; i++) {
+                pb_status s =
+                    pb_forward(m, kvs[i], fc, pool, tokens + i, 1, logits + (size_t)i * hp->n_vocab, false, NULL);
+                if (s) return s;
+            }
+            return PB_OK;
         }
-        return PB_OK;
+        return batch_cpu(m, kvs, fc, pool, tokens, n, logits);
     }
     pb_status s = pb_gpu_forward_batch(kvs, tokens, n, logits, top);
     if (s) return s;

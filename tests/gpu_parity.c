@@ -402,8 +402,9 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
             ok = ok && !pb_cu_kv_download(ka[0]->gpu, 0, x + 2 * b, x + 3 * b, b, e, sizeof e) &&
                  !pb_cu_logits_download(ka[0]->gpu, ld, e, sizeof e) && memcmp(x, x + 2 * b, 2 * b) == 0 &&
                  memcmp(l1, ld, sizeof(float) * V) == 0;
-            CHECK(ok && refused == 4, "pb_cu_forward_batch refuses n = 0, n = 65, a context twice, a full context "
-                                      "(%d of 4) and changes nothing",
+            CHECK(ok && refused == 4,
+                  "pb_cu_forward_batch refuses n = 0, n = 65, a context twice, a full context "
+                  "(%d of 4) and changes nothing",
                   refused);
             free(x);
         }

@@ -78,8 +78,8 @@ int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *
  * rule above) and logits (may be NULL) gets the n rows of n_vocab floats on the host. Nothing is changed on an
  * argument error. */
 enum { PB_CU_BATCH_MAX = 64 };
-int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, int n, float *logits,
-                        int32_t *top, char *err, size_t cap);
+int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, int n, float *logits, int32_t *top,
+                        char *err, size_t cap);
 /* Copies layer il's K and V rows (bytes each) between the device cache and host buffers. */
 int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap);
 int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t bytes, char *err, size_t cap);

@@ -59,8 +59,8 @@ int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *
     (void)c, (void)x, (void)n, (void)top;
     return no_cuda(err, cap);
 }
-int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, int n, float *logits,
-                        int32_t *top, char *err, size_t cap) {
+int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, int n, float *logits, int32_t *top,
+                        char *err, size_t cap) {
     (void)cs, (void)pos, (void)tokens, (void)n, (void)logits, (void)top;
     return no_cuda(err, cap);
 }

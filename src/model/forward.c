@@ -711,6 +711,21 @@ static pb_status ple_block(pb_forward_ctx *fc, pb_pool *pool, const pb_layer_w *
     return PB_OK;
 }
 
+/* Moves the stashed rows of ring layer il (n new positions at kv->n_past..) into their slots; only the last cap rows
+ * matter. Nothing to do for a full layer or a ring that had room (written in place). */
+static void commit_ring_layer(pb_kv_cache *kv, const pb_forward_ctx *fc, int il, int n) {
+    if (fc->swa_slot[il] < 0 || kv->n_past + n <= kv->cap[il]) return;
+    const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
+    const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_b[il];
+    int cap = kv->cap[il];
+    for (int t = PB_MAX(0, n - cap); t < n; t++)
+        for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
+            size_t o = (size_t)t * kv->row_b[il] + (size_t)g * kv->head_b[il];
+            memcpy(pb_kv_head_row(kv, kv->k[il], il, g, (kv->n_past + t) % cap), sk + o, kv->head_b[il]);
+            memcpy(pb_kv_head_row(kv, kv->v[il], il, g, (kv->n_past + t) % cap), sv + o, kv->head_b[il]);
+        }
+}
+
 /* Batched decode (pb_forward_batch): row t of the n rows is one token of its own sequence, attending to kvs[t] alone:
  * attention() of that row as a one-token call (the scratch rows offset to row t), then, on a ring layer that wrapped,
  * its new K/V row moved from the stash into its slot at once (commit_rings' copy for one row; the next row reuses the
@@ -724,16 +739,7 @@ static void attention_rows(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
         pb_kv_cache *kv = kvs[t];
         fc->q = q + t * q_dim, fc->k = k + t * kv_dim, fc->v = v + t * kv_dim, fc->att = att + t * q_dim;
         attention(m, kv, fc, pool, il, 1);
-        if (fc->swa_slot[il] >= 0 && kv->n_past + 1 > kv->cap[il]) {
-            const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
-            const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_b[il];
-            int slot = kv->n_past % kv->cap[il];
-            for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
-                size_t o = (size_t)g * kv->head_b[il];
-                memcpy(pb_kv_head_row(kv, kv->k[il], il, g, slot), sk + o, kv->head_b[il]);
-                memcpy(pb_kv_head_row(kv, kv->v[il], il, g, slot), sv + o, kv->head_b[il]);
-            }
-        }
+        commit_ring_layer(kv, fc, il, 1);
     }
     fc->q = q, fc->k = k, fc->v = v, fc->att = att;
 }
@@ -818,18 +824,7 @@ static pb_status ple_inputs(const pb_model *m, pb_forward_ctx *fc, pb_pool *pool
 
 /* Moves the stashed rows of ring layers into their slots (only the last cap rows matter). */
 static void commit_rings(pb_kv_cache *kv, const pb_forward_ctx *fc, int n) {
-    for (int il = 0; il < kv->n_layer; il++) {
-        if (fc->swa_slot[il] < 0 || kv->n_past + n <= kv->cap[il]) continue; /* written in place */
-        const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
-        const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_b[il];
-        int cap = kv->cap[il];
-        for (int t = PB_MAX(0, n - cap); t < n; t++)
-            for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
-                size_t o = (size_t)t * kv->row_b[il] + (size_t)g * kv->head_b[il];
-                memcpy(pb_kv_head_row(kv, kv->k[il], il, g, (kv->n_past + t) % cap), sk + o, kv->head_b[il]);
-                memcpy(pb_kv_head_row(kv, kv->v[il], il, g, (kv->n_past + t) % cap), sv + o, kv->head_b[il]);
-            }
-    }
+    for (int il = 0; il < kv->n_layer; il++) commit_ring_layer(kv, fc, il, n);
 }
 
 static pb_status check_args(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, const int32_t *tokens, int n) {

@@ -301,7 +301,7 @@ int main(void) {
         CHECK(bs.n_decoding == 0, "nobody counts as decoding afterwards");
     }
 
-    /* ---- 3. a slow consumer (its callback sleeps 40 ms a piece) does not stall the others ---- */
+    /* ---- 3. a slow consumer (its callback sleeps a piece) does not stall the others ---- */
     {
         memset(st, 0, sizeof st);
         const char *texts[3] = {"The slow one", "A fast story about cats", "A fast story about dogs"};
@@ -309,14 +309,21 @@ int main(void) {
             st[i].text = texts[i];
             st[i].max_tokens = i == 0 ? 15 : 60;
         }
-        st[0].sleep_ms = 40;
-        double t0 = now_ms();
+        /* the sleep: 30 tokens' time alone (at least 40 ms), so that the slow stream's 15 pieces outlast the fast
+         * ones' 60 tokens even when 3 threads share 2 busy cores or run under a sanitizer; held in lock-step (an
+         * unbounded wait) the fast ones would need the slow one's 15 sleeps first and finish after it */
+        st[1].s = new_session(m, NULL);
+        run_job(m, &st[1]);
+        double per_tok = st[1].gs.t_generate_ms / (double)(st[1].gs.n_generated ? st[1].gs.n_generated : 1);
+        pb_session_free(st[1].s);
+        st[1].s = NULL;
+        st[0].sleep_ms = (int)(30 * per_tok) > 40 ? (int)(30 * per_tok) : 40;
         run_both(m, st, ref, 3, &bs);
-        (void)t0;
         for (int i = 0; i < 3; i++) CHECK(same(&st[i], &ref[i]), "slow-consumer test: stream %d batched = alone", i);
         CHECK(st[1].t_end < st[0].t_end && st[2].t_end < st[0].t_end,
-              "the fast members (60 tokens) finished %.0f / %.0f ms before the slow one (15 tokens, 40 ms each)",
-              st[0].t_end - st[1].t_end, st[0].t_end - st[2].t_end);
+              "the fast members (60 tokens) finished %.0f / %.0f ms before the slow one (15 tokens, %d ms each; "
+              "%.2f ms a token alone)",
+              st[0].t_end - st[1].t_end, st[0].t_end - st[2].t_end, st[0].sleep_ms, per_tok);
         NOTE("slow-consumer run: %lld steps, mean %.2f, leaders waited %.1f ms in all", (long long)bs.n_steps,
              (double)bs.n_tokens / (double)(bs.n_steps ? bs.n_steps : 1), bs.wait_ms);
     }

@@ -34,7 +34,7 @@ extern "C" {
 #define PB_VERSION_MINOR  1
 #define PB_VERSION_PATCH  0
 #define PB_VERSION_STRING "0.1.0"
-#define PB_ABI_VERSION    2
+#define PB_ABI_VERSION    3
 
 /* ---- status ---------------------------------------------------------------------------------- */
 
@@ -271,6 +271,47 @@ pb_status pb_sampler_params_check(const pb_sampler_params *p, int32_t n_vocab);
 
 typedef struct pb_session pb_session;
 
+/* Continuous batching: sessions of one model that generate at the same time (one thread each, as a server's
+ * slots) feed their next tokens in ONE forward step, so the weights are read once for all of them (decode is
+ * memory-bound: the aggregate tok/s grows with the batch where the batched pass exists). A session joins a batch
+ * at creation (pb_session_params.batch) and leaves it when freed. Only decoding is batched: prompts are prefilled
+ * by each session alone.
+ * How a step forms: a session counts as decoding from the start of its generate/chat call's sampling loop to its
+ * end. When it has its next token, it submits it and waits. The first to submit leads: it runs the step on its own
+ * threads as soon as every decoding member has submitted, or after a short wait (a quarter of the recent step
+ * time, 0.25..2 ms) so that a member that is slow between tokens (its piece callback waits for a slow client,
+ * a thermal pause) never holds up the others; the late one joins the next step. One step runs at a time.
+ * Results: a batched session's tokens and text are exactly those of the same session run alone (each row of the
+ * step has the bits of a one-token forward of that session; seeded sampling stays seeded). A session cancelled
+ * before its step starts leaves it with its token not fed (as a cancelled decode alone); a step that has started
+ * runs to its end. A failed step gives every member of it the error (its own status and pb_last_error text).
+ * Thread-safety: the batch is shared by its sessions' threads; each session is still used by one thread at a
+ * time. The batch must outlive its sessions. */
+typedef struct pb_batch pb_batch;
+
+#define PB_BATCH_MAX_SESSIONS 64 /* the most sessions one batch takes */
+
+/* A batch for up to max_sessions (1..PB_BATCH_MAX_SESSIONS) sessions of model m, which must outlive it. Every
+ * buffer of a step (forward scratch for max_sessions tokens, their logits) is allocated here, never per token.
+ * Errors: PB_ERR_INVALID_ARG (NULL, max_sessions out of range), PB_ERR_NOMEM. */
+pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out);
+/* Frees a batch no session uses any more (freeing one that sessions still use is a bug: it aborts). */
+void pb_batch_free(pb_batch *b);
+
+typedef struct pb_batch_stats {
+    int max_sessions;     /* as created */
+    int n_sessions;       /* sessions using the batch now */
+    int n_decoding;       /* of them, in their sampling loop now */
+    int64_t n_steps;      /* decode steps run */
+    int64_t n_tokens;     /* tokens those steps fed: n_tokens / n_steps is the mean batch size */
+    int max_size;         /* the largest step */
+    int64_t size_hist[7]; /* steps of 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64 sessions */
+    double wait_ms;       /* time leaders waited for the other members (the rendezvous' cost) */
+    double step_ms;       /* time spent in the steps */
+} pb_batch_stats;
+/* A consistent snapshot of the counters (since pb_batch_new). Thread-safe. */
+void pb_batch_get_stats(const pb_batch *b, pb_batch_stats *out);
+
 typedef enum pb_kv_type { PB_KV_F16 = 0, PB_KV_Q8_0 = 1, PB_KV_F32 = 2 } pb_kv_type;
 /* What happens when the context window is full:
  *   PB_CTX_ERROR (default): the call fails with PB_ERR_CONTEXT_FULL; nothing is dropped.
@@ -299,6 +340,10 @@ typedef struct pb_session_params {
     /* Gemma 4 thinking: pb_session_chat opens the conversation with "<|turn>system\n<|think|>{system}<turn|>\n"
      * (as pb_chat_opts.think). pb_session_new refuses it (PB_ERR_UNSUPPORTED) without <|think|> in the vocabulary. */
     bool think;
+    /* Continuous batching (see pb_batch): NULL (default) = this session decodes alone; else a batch of the same
+     * model that this session joins (pb_session_new refuses a batch of another model, or a full one, with
+     * PB_ERR_INVALID_ARG naming why). Borrowed: the batch must outlive the session. */
+    pb_batch *batch;
 } pb_session_params;
 
 pb_session_params pb_session_default_params(void);

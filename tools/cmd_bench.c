@@ -1,7 +1,9 @@
 /* cmd_bench.c -- `pocketbrain bench`: load time, time to first token, prefill (ppN) and decode (tgN) speed,
- * peak RSS and KV bytes per thread count; median/min/max over repetitions; Markdown table or --json. */
+ * peak RSS and KV bytes per thread count; median/min/max over repetitions; Markdown table or --json. --cold and
+ * --parallel live in bench_cold.c and bench_parallel.c. */
 #include "base/base.h"
 #include "bench_cold.h"
+#include "bench_parallel.h"
 #include "cli_common.h"
 #include "library.h"
 #include "kernels/kernels.h"
@@ -13,12 +15,12 @@
 
 static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type "
                                  "T] [--gpu|--no-gpu] [--cold]\n"
-                                 "                  [--ttft-prompt 32] [--no-pack-cache] [--json]";
+                                 "                  [--ttft-prompt 32] [--parallel 1,8,32] [--no-pack-cache] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
     "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--gpu|--no-gpu]\n"
-    "                         [--ttft-prompt 32] [--json]\n\n"
+    "                         [--ttft-prompt 32] [--parallel 1,8,32] [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
     "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"
@@ -32,6 +34,10 @@ static const char *const help =
     "                     repetition a fresh process with the model file evicted from the page cache\n"
     "                     (default context, as run uses)\n"
     "  --gpu, --no-gpu    run on the GPU (fail when none is usable) / on the CPU; default: the GPU when usable\n"
+    "  --parallel L       continuous batching instead: for each count N of the list (1..64), N sessions each\n"
+    "                     prefill a -p token prompt, then all decode -n tokens at once on their own threads\n"
+    "                     (-t's first value each), once through one batch and once each alone; reports the\n"
+    "                     aggregate decode tok/s, per-stream tok/s p50 / p99 and the gain of batching\n"
     "  --no-pack-cache    repack the weights at every open instead of mapping the packed-weights cache\n"
     "                     ($XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; written by the first open)\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
@@ -194,6 +200,7 @@ PB_CMD(bench) {
     int threads[MAX_T], n_threads = 0;
     long n_p = 512, n_g = 128, depth = 0, reps = 5, n_ttft = 32;
     bool json = false, cold = false;
+    int par[MAX_T], n_par = 0;
     if (argc == 6 && strcmp(argv[1], "--cold-child") == 0) { /* bench --cold's fresh process */
         long t, fd;
         if (!cli_parse_int("bench", "threads", argv[3], 1, 256, &t) ||
@@ -224,6 +231,15 @@ PB_CMD(bench) {
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             if (!v || !parse_threads(v, threads, &n_threads))
                 return cli_usage_error("bench", usage, "%s expects a list like 1,2,4 (1..256, at most %d)", a, MAX_T);
+            i++;
+        } else if (strcmp(a, "--parallel") == 0) {
+            if (!v || !parse_threads(v, par, &n_par))
+                return cli_usage_error("bench", usage, "--parallel expects a list like 1,8,32 (1..64, at most %d)",
+                                       MAX_T);
+            for (int k = 0; k < n_par; k++)
+                if (par[k] > PB_BATCH_MAX_SESSIONS)
+                    return cli_usage_error("bench", usage, "--parallel: %d streams, the most is %d", par[k],
+                                           PB_BATCH_MAX_SESSIONS);
             i++;
         } else if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
             if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_line(usage);
@@ -263,6 +279,8 @@ PB_CMD(bench) {
     if (n_threads == 0) threads[n_threads++] = pb_cpu_physical_cores();
     const char *cache_dir = pack_cache ? cli_pack_cache_dir() : NULL;
     if (cold) return bench_cold(path, threads, n_threads, (int)reps, json, cache_dir);
+    if (n_par > 0)
+        return bench_parallel(path, par, n_par, threads[0], gpu, (int)n_p, (int)n_g, (int)reps, kv, cache_dir, json);
 
     pb_model_info info;
     {

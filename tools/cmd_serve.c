@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 static const char *USAGE =
-    "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue N] [--api-key KEY]\n"
-    "                  [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after SEC]\n"
+    "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--no-batch] [--queue N]\n"
+    "                  [--api-key KEY] [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after "
+    "SEC]\n"
     "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE] [--allow-host NAMES]\n"
     "                  [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N] [--header-timeout SEC]\n"
     "                  [--idle-timeout SEC] [--no-pack-cache] [--quiet]";
@@ -29,7 +30,11 @@ static const char *HELP =
     "                          a request's \"model\" loads that model (one at a time; an unknown name -> 404)\n"
     "  -c, --ctx N             context per slot in tokens (default: 2048, or the model's training context if smaller)\n"
     "  -t, --threads N         threads per slot (default: the physical cores)\n"
-    "  -np, --parallel N       slots = requests generating at once, 1..64 (default 1); each has its own context\n"
+    "  -np, --parallel N       slots = requests generating at once, 1..64 (default 1); each has its own context.\n"
+    "                          The slots decode together: one forward step feeds the next token of every\n"
+    "                          generating request (continuous batching: the same answers, the weights read\n"
+    "                          once per step for all)\n"
+    "  --no-batch              each slot decodes alone (the behaviour before batching; for comparison)\n"
     "  --queue N               requests waiting for a slot before 429 (default 16)\n"
     "  --max-tokens N          the largest max_tokens a request may ask for (default 2048; 256 when it names none)\n"
     "  --max-body BYTES        largest request body, K/M suffixes (default 1M); larger -> 413\n"
@@ -116,6 +121,8 @@ int cmd_serve(int argc, char **argv) {
             NEED_VAL();
             if (!cli_parse_int(cmd, a, val, 1, 64, &v)) return 2;
             p.n_parallel = (int)v;
+        } else if (!strcmp(a, "--no-batch")) {
+            p.batch = false;
         } else if (!strcmp(a, "--queue")) {
             NEED_VAL();
             if (!cli_parse_int(cmd, a, val, 0, 100000, &v)) return 2;
@@ -256,9 +263,13 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     bool v6 = strchr(p.host, ':') && p.host[0] != '[';
     fprintf(stderr,
-            "pocketbrain serve: listening on http://%s%s%s:%d/ (model %s, %d slot%s, %d more in the library %s)\n",
+            "pocketbrain serve: listening on http://%s%s%s:%d/ (model %s, %d slot%s%s, %d more in the library %s)\n",
             v6 ? "[" : "", p.host, v6 ? "]" : "", pb_server_port(srv), p.model_id, p.n_parallel,
-            p.n_parallel == 1 ? "" : "s", p.n_models - 1, lib_dir());
+            p.n_parallel == 1 ? "" : "s",
+            p.n_parallel == 1 ? ""
+            : p.batch         ? " decoding in one batch"
+                              : " each alone",
+            p.n_models - 1, lib_dir());
     printf("listening %d\n", pb_server_port(srv));
     fflush(stdout);
     int sig = 0;

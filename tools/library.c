@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 const char *lib_dir(void) {
-    static char dir[PATH_MAX];
+    static _Thread_local char dir[PATH_MAX]; /* per thread: the server rescans the library from request threads */
     const char *env = getenv("PB_MODELS"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
     if (env && *env)
         snprintf(dir, sizeof dir, "%s", env);

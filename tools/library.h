@@ -10,7 +10,7 @@
 
 #define LIB_NAME_MAX 128
 
-/* The library directory (static storage; not created). */
+/* The library directory (thread-local storage, valid until the next call on the thread; not created). */
 const char *lib_dir(void);
 /* Creates the library directory (and its parents). false with a message on stderr naming cmd. */
 bool lib_ensure_dir(const char *cmd);

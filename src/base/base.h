@@ -153,7 +153,7 @@ enum {
 unsigned pb_cpu_features(void);
 int pb_cpu_physical_cores(void);
 
-/* ---- thread pool (pool.c, the only <pthread.h> user besides engine cancellation) -------------- */
+/* ---- thread pool (pool.c, the only <pthread.h> user besides the engine's batcher) -------------- */
 
 typedef struct pb_pool pb_pool;
 /* fn is called once for each ith in [0, nth) with the same ctx; pb_pool_run returns when all done.

@@ -139,7 +139,27 @@ struct pb_session {
     volatile int cancel;
     pb_session_totals totals;
     pb_thermal thermal;
+
+    /* continuous batching (batch.c): the batch this session decodes in (params.batch, NULL = alone) and its seat
+     * in a step: written by the step's leader, read by this session once bt_done is set (under the batch's lock) */
+    pb_batch *batch;
+    bool bt_done;
+    pb_status bt_status;
+    char bt_msg[256]; /* the error text of a failed step, for this session's thread */
 };
+
+/* ---- continuous batching (batch.c) -------------------------------------------------------------- */
+
+/* Joins / leaves s->batch (at pb_session_new / pb_session_free). Join refuses a batch of another model or a full
+ * one (PB_ERR_INVALID_ARG). */
+pb_status pb_engine_batch_join(pb_session *s, pb_batch *b);
+void pb_engine_batch_leave(pb_session *s);
+/* The sampling loop starts / ends: s counts as decoding in between (a step's leader waits for it). */
+void pb_engine_batch_begin(pb_session *s);
+void pb_engine_batch_end(pb_session *s);
+/* Feeds the pending token (room must exist) in a step shared with the other decoding members: the same state
+ * afterwards as pb_engine_feed_pending. */
+pb_status pb_engine_batch_feed(pb_session *s);
 
 /* Feeds n ids (n_past + n <= n_ctx is the caller's duty) in n_batch chunks. *counter += tokens fed. */
 pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *counter);

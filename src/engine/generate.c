@@ -1,5 +1,5 @@
-/* generate.c -- the generation loop (sample -> piece -> stop rules -> callback), plain generate and
- * chat turns with Gemma's turn markers. Nothing is allocated per token. */
+/* generate.c -- the generation loop (sample -> piece -> stop rules -> callback; a batch member feeds its tokens
+ * through the batch), plain generate and chat turns with Gemma's turn markers. Nothing is allocated per token. */
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -74,6 +74,7 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
     pb_status status = PB_OK;
     bool ended = false; /* a stop that makes held text obsolete (stop string, callback) */
     st->stop_reason = PB_STOP_EOS;
+    if (s->batch) pb_engine_batch_begin(s); /* decoding: a step of the batch waits for this session's token */
     for (;;) {
         if (cancelled(s)) {
             status = pb_error(PB_ERR_CANCELLED, "generate: cancelled after %lld tokens", (long long)st->n_generated);
@@ -85,7 +86,7 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
         }
         if (s->pending >= 0) {
             status = pb_engine_make_room(s, 0, protect, st);
-            if (status == PB_OK) status = pb_engine_feed_pending(s, NULL);
+            if (status == PB_OK) status = s->batch ? pb_engine_batch_feed(s) : pb_engine_feed_pending(s, NULL);
             if (status != PB_OK) break;
             if (s->n_turns > 0 && protect > s->turns[s->n_turns - 1].content)
                 protect = s->turns[s->n_turns - 1].content; /* moved down by a shift */
@@ -124,6 +125,7 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
             break;
         }
     }
+    if (s->batch) pb_engine_batch_end(s);
     const char *rest = "";
     size_t rest_len = 0;
     bool flushed = pb_detok_stream_flush(s->detok, &rest, &rest_len) == PB_OK;

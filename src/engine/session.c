@@ -49,6 +49,7 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     s->vocab = pb_model_vocab(m);
     s->params = p;
     s->params.thermal = NULL; /* borrowed string: not kept */
+    s->params.batch = NULL;   /* s->batch once joined */
     s->n_vocab = hp->n_vocab;
     s->n_ctx = n_ctx;
     s->n_batch = n_batch;
@@ -68,6 +69,7 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     if (s->chan_open < 0 || s->chan_close < 0) s->chan_open = s->chan_close = -1;
 
     pb_status st;
+    if (p.batch && (st = pb_engine_batch_join(s, p.batch)) != PB_OK) goto fail;
     if (p.think && s->think_id < 0) {
         st = pb_error(PB_ERR_UNSUPPORTED, "session: thinking needs a Gemma 4 vocabulary (with <|turn> and <|think|>)");
         goto fail;
@@ -100,6 +102,7 @@ fail:
 
 void pb_session_free(pb_session *s) {
     if (!s) return;
+    pb_engine_batch_leave(s);
     pb_kv_free(s->kv);
     pb_forward_ctx_free(s->fc);
     pb_pool_free(s->pool);

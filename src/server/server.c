@@ -71,6 +71,7 @@ pb_server_params pb_server_default_params(void) {
     p.max_conn_per_client = 64;
     p.header_timeout = 10;
     p.idle_timeout = 120;
+    p.batch = true;
     return p;
 }
 
@@ -94,6 +95,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
     srv->n_slots = srv->p.n_parallel;
     srv->slots = calloc((size_t)srv->n_slots, sizeof(slot));
     pb_status s = srv->slots ? pb_server_models_init(srv, m) : pb_error(PB_ERR_NOMEM, "server: out of memory");
+    if (s == PB_OK && srv->p.batch && srv->n_slots > 1) s = pb_batch_new(m, srv->n_slots, &srv->batch);
     int started = 0;
     for (int i = 0; s == PB_OK && i < srv->n_slots; i++) {
         slot *sl = &srv->slots[i];
@@ -103,6 +105,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         sp.n_ctx = srv->n_ctx;
         sp.n_threads = srv->p.n_threads;
         sp.thermal = srv->p.thermal;
+        sp.batch = srv->batch;
         s = pb_session_new(m, &sp, &sl->session);
         if (s != PB_OK) break;
         if (pthread_create(&sl->thread, NULL, pb_server_slot_main, sl) != 0) {
@@ -136,6 +139,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         pthread_mutex_unlock(&srv->mu);
         for (int i = 0; i < started; i++) pthread_join(srv->slots[i].thread, NULL);
         for (int i = 0; srv->slots && i < srv->n_slots; i++) pb_session_free(srv->slots[i].session);
+        pb_batch_free(srv->batch);
         pb_server_watchdog_stop(srv);
         pb_server_guard_deinit(srv);
         pthread_mutex_destroy(&srv->conn_mu);
@@ -206,6 +210,7 @@ void pb_server_stop(pb_server *srv) {
     pthread_mutex_destroy(&srv->conn_mu);
     pthread_mutex_destroy(&srv->tok_mu);
     for (int i = 0; i < srv->n_slots; i++) pb_session_free(srv->slots[i].session);
+    pb_batch_free(srv->batch); /* after its sessions */
     pb_server_models_free(srv);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);

@@ -76,6 +76,10 @@ typedef struct pb_server_params {
     pb_server_hooks hooks;
     /* models the server opens on request: pb_model_params.pack_cache_dir (NULL = none) */
     const char *pack_cache_dir;
+    /* Continuous batching (default true): with n_parallel > 1 the slots' sessions share one pb_batch, so the
+     * requests generating at once decode their tokens in one forward step (the same answers, more tokens per
+     * second in all). A switch to another model makes the batch anew. false: each slot decodes alone. */
+    bool batch;
 } pb_server_params;
 
 pb_server_params pb_server_default_params(void);

@@ -130,7 +130,9 @@ struct pb_server {
     atomic_bool halt;       /* set by pb_server_stop: running generations end at their next token */
     /* model library (server_models.c): model, vocab, model_id and the slots' sessions change only while
      * switching, when no job holds the model */
-    pb_server_model *lib; /* names and paths (copies) */
+    pb_batch *batch;           /* shared by the slots' sessions (params.batch, n_slots > 1); NULL: each alone */
+    pb_batch_stats batch_prev; /* counters of the batches of models loaded before (a switch makes a new one) */
+    pb_server_model *lib;      /* names and paths (copies) */
     int n_lib;
     int cur;                /* index of the loaded model in lib, -1 when none is */
     pb_model *caller_model; /* the model given to pb_server_start: never closed here */
@@ -240,6 +242,12 @@ void pb_server_models_free(pb_server *srv);
 enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c);
 
 /* ---- server_metrics.c --------------------------------------------------------------------------- */
+
+/* The batch counters since the server started (the current batch's + those of models loaded before). Caller holds
+ * srv->mu. */
+void pb_server_batch_stats(pb_server *srv, pb_batch_stats *out);
+/* Adds a batch's counters to batch_prev before it is freed (a model switch). Caller holds srv->mu. */
+void pb_server_batch_retire(pb_server *srv);
 
 /* Adds one finished generation's timings to the histograms; caller holds srv->m.mu. */
 void pb_server_metrics_add_gen(pb_server *srv, double ttft_s, double tps);

@@ -1,5 +1,6 @@
-/* server_metrics.c -- Prometheus text at /metrics and per-slot JSON at /stats. Counters are updated where things
- * happen (responses in server_http.c, generations in server_slots.c); this file only adds and prints. */
+/* server_metrics.c -- Prometheus text at /metrics and per-slot JSON at /stats (and the batch's counters). Counters are
+ * updated where things happen (responses in server_http.c, generations in server_slots.c); this file only adds and
+ * prints. */
 #include "base/base.h"
 #include "server/server_internal.h"
 
@@ -30,6 +31,35 @@ void pb_server_metrics_add_gen(pb_server *srv, double ttft_s, double tps) {
     }
 }
 
+/* ---- continuous batching ------------------------------------------------------------------------- */
+
+static void stats_add(pb_batch_stats *to, const pb_batch_stats *a) {
+    to->n_steps += a->n_steps;
+    to->n_tokens += a->n_tokens;
+    if (a->max_size > to->max_size) to->max_size = a->max_size;
+    for (int k = 0; k < 7; k++) to->size_hist[k] += a->size_hist[k];
+    to->wait_ms += a->wait_ms;
+    to->step_ms += a->step_ms;
+}
+
+void pb_server_batch_stats(pb_server *srv, pb_batch_stats *out) {
+    *out = srv->batch_prev;
+    if (!srv->batch) return;
+    pb_batch_stats cur;
+    pb_batch_get_stats(srv->batch, &cur);
+    stats_add(out, &cur);
+    out->max_sessions = cur.max_sessions;
+    out->n_sessions = cur.n_sessions;
+    out->n_decoding = cur.n_decoding;
+}
+
+void pb_server_batch_retire(pb_server *srv) {
+    if (!srv->batch) return;
+    pb_batch_stats cur;
+    pb_batch_get_stats(srv->batch, &cur);
+    stats_add(&srv->batch_prev, &cur);
+}
+
 enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c) {
     char *buf = malloc(16384);
     if (!buf) return MHD_NO;
@@ -38,6 +68,9 @@ enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c
     pthread_mutex_lock(&srv->mu);
     int queued = srv->n_queued, busy = 0;
     for (int i = 0; i < srv->n_slots; i++) busy += srv->slots[i].busy;
+    pb_batch_stats bs;
+    pb_server_batch_stats(srv, &bs);
+    bool batching = srv->batch != NULL;
     pthread_mutex_unlock(&srv->mu);
     pthread_mutex_lock(&srv->m.mu);
     metrics *m = &srv->m;
@@ -85,6 +118,24 @@ enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c
       "pocketbrain_decode_tokens_per_second_count %llu\n",
       (unsigned long long)cum, m->tps_sum, (unsigned long long)m->tps_count);
     pthread_mutex_unlock(&srv->m.mu);
+    P("# HELP pocketbrain_batch_enabled The slots decode together in one step (continuous batching).\n"
+      "# TYPE pocketbrain_batch_enabled gauge\npocketbrain_batch_enabled %d\n",
+      batching ? 1 : 0);
+    P("# HELP pocketbrain_batch_size Sessions per batched decode step (sum: tokens fed, count: steps).\n"
+      "# TYPE pocketbrain_batch_size histogram\n");
+    static const int size_bounds[7] = {1, 2, 4, 8, 16, 32, 64};
+    int64_t bcum = 0;
+    for (int k = 0; k < 7; k++) {
+        bcum += bs.size_hist[k];
+        P("pocketbrain_batch_size_bucket{le=\"%d\"} %lld\n", size_bounds[k], (long long)bcum);
+    }
+    P("pocketbrain_batch_size_bucket{le=\"+Inf\"} %lld\npocketbrain_batch_size_sum %lld\n"
+      "pocketbrain_batch_size_count %lld\n",
+      (long long)bcum, (long long)bs.n_tokens, (long long)bs.n_steps);
+    P("# TYPE pocketbrain_batch_size_max gauge\npocketbrain_batch_size_max %d\n", bs.max_size);
+    P("# HELP pocketbrain_batch_wait_seconds_total Time step leaders waited for the other slots' tokens.\n"
+      "# TYPE pocketbrain_batch_wait_seconds_total counter\npocketbrain_batch_wait_seconds_total %g\n",
+      bs.wait_ms / 1e3);
     P("# TYPE pocketbrain_resident_memory_bytes gauge\npocketbrain_resident_memory_bytes %zu\n", pb_current_rss());
     P("# HELP pocketbrain_thermal_level Thermal governor level per slot (0 cool, 1 warm, 2 hot).\n"
       "# TYPE pocketbrain_thermal_level gauge\n# TYPE pocketbrain_thermal_celsius gauge\n"
@@ -109,6 +160,15 @@ enum MHD_Result pb_server_route_stats(pb_server *srv, struct MHD_Connection *c) 
     cJSON *slots = cJSON_AddArrayToObject(o, "slots");
     pthread_mutex_lock(&srv->mu);
     cJSON_AddNumberToObject(o, "queue_depth", srv->n_queued);
+    pb_batch_stats bs;
+    pb_server_batch_stats(srv, &bs);
+    cJSON *bo = cJSON_AddObjectToObject(o, "batch");
+    cJSON_AddBoolToObject(bo, "enabled", srv->batch != NULL);
+    cJSON_AddNumberToObject(bo, "steps", (double)bs.n_steps);
+    cJSON_AddNumberToObject(bo, "tokens", (double)bs.n_tokens);
+    cJSON_AddNumberToObject(bo, "mean_size", bs.n_steps ? (double)bs.n_tokens / (double)bs.n_steps : 0.0);
+    cJSON_AddNumberToObject(bo, "max_size", bs.max_size);
+    cJSON_AddNumberToObject(bo, "decoding", bs.n_decoding);
     for (int i = 0; i < srv->n_slots; i++) {
         slot *sl = &srv->slots[i];
         cJSON *so = cJSON_CreateObject();

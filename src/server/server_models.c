@@ -122,9 +122,10 @@ static int find_model(pb_server *srv, const char *name, char *err, size_t cap) {
     return -1;
 }
 
-/* Opens lib[idx] (the caller's model for its own entry) and sessions for every slot; *m_out and sess (n_slots)
- * get them. */
-static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_session **sess, int *n_ctx_out) {
+/* Opens lib[idx] (the caller's model for its own entry), the slots' batch (params.batch) and sessions for every
+ * slot; *m_out, *batch_out and sess (n_slots) get them. */
+static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_batch **batch_out, pb_session **sess,
+                      int *n_ctx_out) {
     pb_model *m = NULL;
     pb_status s = PB_OK;
     if (idx == 0 && srv->caller_model) {
@@ -141,19 +142,24 @@ static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_session **se
     pb_model_info info;
     if (srv->p.ctx_auto && pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < n_ctx)
         n_ctx = info.n_ctx_train;
+    pb_batch *batch = NULL; /* the sessions of this model decode together */
+    if (srv->p.batch && srv->n_slots > 1) s = pb_batch_new(m, srv->n_slots, &batch);
     for (int i = 0; i < srv->n_slots && s == PB_OK; i++) {
         pb_session_params sp = pb_session_default_params();
         sp.n_ctx = n_ctx;
         sp.n_threads = srv->p.n_threads;
         sp.thermal = srv->p.thermal;
+        sp.batch = batch;
         s = pb_session_new(m, &sp, &sess[i]);
     }
     if (s != PB_OK) {
         for (int i = 0; i < srv->n_slots; i++) pb_session_free(sess[i]), sess[i] = NULL;
+        pb_batch_free(batch);
         if (m != srv->caller_model) pb_model_close(m);
         return s;
     }
     *m_out = m;
+    *batch_out = batch;
     *n_ctx_out = n_ctx;
     return PB_OK;
 }
@@ -170,23 +176,29 @@ static pb_status switch_to(pb_server *srv, int idx, char *err, size_t cap) {
         srv->slots[i].session = NULL;
     }
     srv->vocab = NULL; /* readers take srv->mu; the model behind it is closed below */
+    pb_batch *old_batch = srv->batch;
+    pb_server_batch_retire(srv); /* its counters stay in /metrics */
+    srv->batch = NULL;
     pthread_mutex_unlock(&srv->mu);
     for (int i = 0; i < srv->n_slots; i++) pb_session_free(sess[i]), sess[i] = NULL;
+    pb_batch_free(old_batch); /* after its sessions, before its model */
     int prev = srv->cur;
     if (srv->model && srv->model != srv->caller_model) pb_model_close(srv->model);
     srv->model = NULL;
     pb_model *m = NULL;
+    pb_batch *batch = NULL;
     int n_ctx = 0;
-    pb_status s = load(srv, idx, &m, sess, &n_ctx);
+    pb_status s = load(srv, idx, &m, &batch, sess, &n_ctx);
     if (s != PB_OK) {
         snprintf(err, cap, "cannot load model '%s': %s", srv->lib[idx].name, pb_last_error());
         idx = prev;
-        if (prev < 0 || load(srv, prev, &m, sess, &n_ctx) != PB_OK) idx = -1;
+        if (prev < 0 || load(srv, prev, &m, &batch, sess, &n_ctx) != PB_OK) idx = -1;
     }
     char *id = idx >= 0 ? pb_strdup(srv->lib[idx].name) : NULL;
     pthread_mutex_lock(&srv->mu);
     for (int i = 0; i < srv->n_slots; i++) srv->slots[i].session = idx >= 0 ? sess[i] : NULL;
     srv->model = idx >= 0 ? m : NULL;
+    srv->batch = idx >= 0 ? batch : NULL;
     srv->vocab = idx >= 0 ? pb_model_vocab(m) : NULL;
     free(srv->model_id);
     srv->model_id = id;

@@ -44,6 +44,7 @@ else nok "info --json --mem keqv: $(grep -o '"memory".*' "$T/memj" | head -c 400
 if "$BIN" quantize "$M" "$T/q.gguf" q4_k_m >/dev/null 2>&1 && "$BIN" info --tensors "$T/q.gguf" | grep "per_layer_model_proj" | grep -q f32; then
   ok "quantize q4_k_m keeps per_layer_model_proj unquantized"
 else nok "quantize q4_k_m"; fi
+: >"$T/sout" # empty before the launch (tests/test_server_start.sh)
 "$BIN" serve -m "$M" --port 0 >"$T/sout" 2>"$T/serr" &
 PID=$!
 for i in $(seq 1 300); do grep -q listening "$T/sout" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done
@@ -128,6 +129,7 @@ if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
   if "$BIN" run -m "$BG" -p hi --temp 0 --think --json | tr -d ' \t\n' | grep -q '"text":"AB","thinking":"xy"'; then
     ok "run --think --json: text AB, thinking xy"
   else nok "run --think --json: $("$BIN" run -m "$BG" -p hi --temp 0 --think --json 2>&1 | head -c 200)"; fi
+  : >"$T/bsout" # empty before the launch (tests/test_server_start.sh)
   "$BIN" serve -m "$BG" --port 0 >"$T/bsout" 2>"$T/bserr" &
   BPID=$!
   for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done

@@ -55,6 +55,7 @@ if jget "$T/b" >/dev/null 2>&1; then ok "bench --json of a model with a non-UTF-
 else nok "bench --json: $(head -c 300 "$T/b" | od -c | head -4) $(cat "$T/err")"; fi
 
 # ---- server ----
+: >"$T/out" # empty before the launch (tests/test_server_start.sh)
 "$BIN" serve -m "$M" --port 0 --quiet >"$T/out" 2>"$T/serr" &
 PID=$!
 for i in $(seq 1 300); do grep -q listening "$T/out" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done

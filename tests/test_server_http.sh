@@ -7,6 +7,7 @@ MODEL=${PB_TEST_MODEL:-models/default.gguf}
 OUT=$(mktemp -d)
 trap 'kill $PID 2>/dev/null; rm -rf "$OUT"' EXIT
 echo 91000 >"$OUT/temp"   # a fake thermal zone at 91 degrees C
+: >"$OUT/stdout" # empty before the launch (tests/test_server_start.sh)
 "$BIN" serve -m "$MODEL" --port 0 --api-key k1 --max-body 4096 --thermal "$OUT/temp" >"$OUT/stdout" 2>"$OUT/stderr" &
 PID=$!
 for i in $(seq 1 600); do grep -q listening "$OUT/stdout" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done # up to 60 s

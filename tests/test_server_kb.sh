@@ -16,6 +16,9 @@ printf '# Bread\n\nSourdough bread rises thanks to wild yeast and lactic acid ba
   && echo "ok - faq add" || echo "not ok - faq add"
 
 start() { # args...
+  # emptied here, before the launch: the wait below must not read the previous server's "listening" line (the
+  # child truncates the files only once it runs, which on a loaded machine can come after the first grep)
+  : >"$OUT/stdout"; : >"$OUT/stderr"
   "$BIN" serve -m "$MODEL" --port 0 "$@" >"$OUT/stdout" 2>"$OUT/stderr" &
   PID=$!
   for i in $(seq 1 600); do grep -q listening "$OUT/stdout" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done # up to 60 s

@@ -14,11 +14,10 @@
 
 static const char *USAGE =
     "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--no-batch] [--queue N]\n"
-    "                  [--api-key KEY] [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N] [--fallback-after "
-    "SEC]\n"
-    "                  [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE] [--allow-host NAMES]\n"
-    "                  [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N] [--header-timeout SEC]\n"
-    "                  [--idle-timeout SEC] [--no-pack-cache] [--quiet]";
+    "                  [--api-key KEY] [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N]\n"
+    "                  [--fallback-after SEC] [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE]\n"
+    "                  [--allow-host NAMES] [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N]\n"
+    "                  [--header-timeout SEC] [--idle-timeout SEC] [--no-pack-cache] [--quiet]";
 
 static const char *HELP =
     "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models (OpenAI-compatible), POST /tokenize,\n"

@@ -62,6 +62,11 @@ $PB synth --arch gemma3 --size 270m --type q4_k_m -o /tmp/synth-gemma3-270m-q4_k
   set -- "$@" /tmp/synth-gemma3-270m-q4_k_m.gguf
 timeout ${PAR_TIMEOUT:-300} $PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
 echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
+# the batch checks again with every row on its own context's one-token graph and stream (PB_CUDA_BATCH=0): contexts
+# stepping concurrently, as two GPU sessions do; a race inside one step shows up here first (docs/CUDA.md)
+PB_PAR_ONLY=batch PB_CUDA_BATCH=0 timeout ${PAR_TIMEOUT:-300} $PAR "$@" >"$OUT/parity-concurrent.log" 2>&1
+echo "parity (contexts stepping concurrently): $(grep -c '^ok' "$OUT/parity-concurrent.log") ok, $(grep -c '^not ok' "$OUT/parity-concurrent.log") not ok"
+grep "^not ok" "$OUT/parity-concurrent.log" | head -5
 if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1): same checks
   PB_CUDA_PDL=1 $PAR "$@" >"$OUT/parity-pdl.log" 2>&1
   echo "parity (PB_CUDA_PDL=1): $(grep -c '^ok' "$OUT/parity-pdl.log") ok, $(grep -c '^not ok' "$OUT/parity-pdl.log") not ok"

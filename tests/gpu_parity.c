@@ -307,17 +307,23 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
     static const int ks[] = {1, 2, 3, 8, 33};
     float *lb = malloc(sizeof(float) * (size_t)V * BK_MAX), *l1 = malloc(sizeof(float) * V),
           *ld = malloc(sizeof(float) * V);
+    const char *kenv = getenv("PB_PAR_BATCH_K"); /* one batch size only (sanitizer runs) */
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         const int k = ks[ki];
+        if (kenv && atoi(kenv) != k) continue;
         pb_kv_cache *ka[BK_MAX] = {0}, *kb[BK_MAX] = {0};
         pb_forward_ctx *fa[BK_MAX] = {0}, *fb[BK_MAX] = {0};
-        int pos[BK_MAX];
+        int pos[BK_MAX], nctx[BK_MAX];
         pb_status st = PB_OK;
         for (int i = 0; i < k && !st; i++) {
             const int len = 5 + (i * 29 + k * 7) % 80; /* 5..84: rings of 32 wrapped for most */
             pos[i] = len;
-            if ((st = pb_kv_new(gm, BCTX, PB_KV_F16, &ka[i])) || (st = pb_forward_ctx_new_kv(gm, len, ka[i], &fa[i])) ||
-                (st = pb_kv_new(gm, BCTX, PB_KV_F16, &kb[i])) || (st = pb_forward_ctx_new_kv(gm, len, kb[i], &fb[i])))
+            /* at 8 sequences every other context is longer: other key splits (18, not 16) and cache sizes a row */
+            nctx[i] = k == 8 && i % 2 ? 2304 : BCTX;
+            if ((st = pb_kv_new(gm, nctx[i], PB_KV_F16, &ka[i])) ||
+                (st = pb_forward_ctx_new_kv(gm, len, ka[i], &fa[i])) ||
+                (st = pb_kv_new(gm, nctx[i], PB_KV_F16, &kb[i])) ||
+                (st = pb_forward_ctx_new_kv(gm, len, kb[i], &fb[i])))
                 break;
             const int32_t *tt = toks + (i % 8);
             if ((st = pb_forward(gm, ka[i], fa[i], NULL, tt, len, l1, false, NULL)) ||
@@ -397,7 +403,7 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
             cs[1] = cs[0];
             refused += pb_cu_forward_batch(cs, bp, bt, 2, lb, top, e, sizeof e) != 0;
             cs[1] = ka[1]->gpu;
-            bp[1] = BCTX; /* full */
+            bp[1] = nctx[1]; /* full */
             refused += pb_cu_forward_batch(cs, bp, bt, 2, lb, top, e, sizeof e) != 0;
             ok = ok && !pb_cu_kv_download(ka[0]->gpu, 0, x + 2 * b, x + 3 * b, b, e, sizeof e) &&
                  !pb_cu_logits_download(ka[0]->gpu, ld, e, sizeof e) && memcmp(x, x + 2 * b, 2 * b) == 0 &&
@@ -423,8 +429,8 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* gpu_parity --batch-bench MODEL: aggregate decode tok/s of pb_cu_forward_batch (top only) at n = 1, 8, 32 against
- * the same n contexts stepped one token at a time (pb_cu_forward_argmax), 64-token prompts, 32 steps. */
+/* gpu_parity --batch-bench MODEL: aggregate decode tok/s of pb_cu_forward_batch (top only) at n = 1, 2, 4, 8, 16, 32,
+ * 64 against the same n contexts stepped one token at a time (pb_cu_forward_argmax), 64-token prompts, 32 steps. */
 static int batch_bench(const char *path) {
     pb_model_params gp = pb_model_default_params();
     gp.gpu = 1;
@@ -433,15 +439,15 @@ static int batch_bench(const char *path) {
         printf("batch bench: %s\n", pb_last_error());
         return 1;
     }
-    enum { BN = 32, PL = 64, ST = 32 };
-    static const int ns[] = {1, 8, 32};
+    enum { BN = 64, PL = 64, ST = 32 };
+    static const int ns[] = {1, 2, 4, 8, 16, 32, 64};
     pb_kv_cache *kv[BN] = {0};
     pb_forward_ctx *fc[BN] = {0};
     int32_t toks[PL];
     for (int i = 0; i < PL; i++) toks[i] = 100 + i * 37;
     float *l = malloc(sizeof(float) * (size_t)pb_model_hparams(gm)->n_vocab);
     for (int i = 0; i < BN; i++)
-        if (pb_kv_new(gm, 512, PB_KV_F16, &kv[i]) || pb_forward_ctx_new_kv(gm, PL, kv[i], &fc[i]) ||
+        if (pb_kv_new(gm, 1024, PB_KV_F16, &kv[i]) || pb_forward_ctx_new_kv(gm, PL, kv[i], &fc[i]) ||
             pb_forward(gm, kv[i], fc[i], NULL, toks, PL, l, false, NULL)) {
             printf("batch bench setup: %s\n", pb_last_error());
             return 1;
@@ -512,6 +518,12 @@ static void check_model(const char *path, const char *tok_path) {
     for (size_t i = got; i < NT; i++) { /* random ids (xorshift) where the file has none */
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         toks[i] = (int32_t)(r % (uint64_t)V);
+    }
+    const char *only = getenv("PB_PAR_ONLY"); /* "batch": only check_batch (sanitizer runs) */
+    if (only && strcmp(only, "batch") == 0) {
+        check_batch(gm, toks, V);
+        pb_model_close(gf), pb_model_close(gm), pb_model_close(cm);
+        return;
     }
     const size_t nv = (size_t)n * V;
     float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),

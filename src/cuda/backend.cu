@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,8 +87,16 @@ struct pb_cu_model {
     // its own k_add_norm launch: measured 8% slower in run 9, the one block's tail longer than the launch it saves),
     // PB_CUDA_WIDE=0 (no rows over several warps: see choose_sw).
     int sw_force, pf, fuse, wide;
+    // PB_CUDA_MQ=0: the attention merge leaves its output's int8 forms to a k_quant; PB_CUDA_GQ=0: the GeGLU
+    // mat-vec's groups likewise (A/B and fault isolation runs)
+    int no_mq, no_gq;
     int normt; // PB_CUDA_NORMT=128..1024: threads of the one-block norm kernels (0: 1024 where d >= 1024)
     int n_sm;  // multiprocessors of device 0
+    // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
+    // the lock that gives it to one pb_cu_forward_batch call at a time.
+    struct bt_bufs *bt;
+    int bt_failed; // the scratch did not fit: batches run row by row
+    pthread_mutex_t bt_mu;
     void *mem[8 * MAX_LAYERS + 16];
     int n_mem;
     size_t bytes;
@@ -272,8 +281,12 @@ extern "C" int pb_cu_available(char *why, size_t cap) {
     return 1;
 }
 
+static void bt_free(struct bt_bufs *b);
+
 extern "C" void pb_cu_model_free(pb_cu_model *g) {
     if (!g) return;
+    bt_free(g->bt);
+    pthread_mutex_destroy(&g->bt_mu);
     for (int i = 0; i < g->n_mem; i++) cudaFree(g->mem[i]);
     free(g);
 }
@@ -325,7 +338,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
                     need >> 20, fr >> 20);
     pb_cu_model *g = (pb_cu_model *)calloc(1, sizeof *g);
     if (!g) return fail(err, cap, ST_NOMEM, "cuda: out of host memory");
-
+    pthread_mutex_init(&g->bt_mu, NULL);
     g->hp = *d;
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
@@ -374,6 +387,9 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if (g->pf != 1 && g->pf != 2) g->pf = 0;
         g->fuse = fu && atoi(fu) == 1;
         g->wide = !(wi && atoi(wi) == 0);
+        const char *mq = getenv("PB_CUDA_MQ"), *gq = getenv("PB_CUDA_GQ");
+        g->no_mq = mq && atoi(mq) == 0;
+        g->no_gq = gq && atoi(gq) == 0;
         const char *nt = getenv("PB_CUDA_NORMT");
         g->normt = nt ? atoi(nt) : 0;
         if (g->normt < 128 || g->normt > 1024 || g->normt % 32) g->normt = 0;
@@ -1211,11 +1227,14 @@ static __device__ void am_block(float &bv, int &bi, float *shv, int *shi) {
 
 // out[0] = the lowest id of the largest of x[0..n) (NaN never wins; -1 when none exceeds -inf): pb_sampler's greedy
 // pick. Each block reduces AM_T x AM_PER values (a thread its values in ascending order, a strict > keeping the
-// first), the last block to finish (a counter, zero between launches) reduces the blocks' picks.
+// first), the last block to finish (a counter, zero between launches) reduces the blocks' picks. A grid of y rows
+// (a batched step) does this for rows of n values: row y's picks, counter and result at its own offsets.
 __global__ void __launch_bounds__(AM_T) k_argmax(const float *x, int n, float *pv, int *pi, int *cnt, int *out) {
     __shared__ float shv[AM_T / 32];
     __shared__ int shi[AM_T / 32];
     __shared__ bool last;
+    x += (size_t)blockIdx.y * n, pv += blockIdx.y * gridDim.x, pi += blockIdx.y * gridDim.x;
+    cnt += blockIdx.y, out += blockIdx.y;
     float bv = -INFINITY;
     int bi = -1;
     const int base = blockIdx.x * AM_T * AM_PER + threadIdx.x;
@@ -1260,9 +1279,12 @@ struct pb_cu_ctx {
     int *acnt;                    // k_attn's blocks done per kv head (acnt_mem; zero between launches)
     int *ncnt;                    // blocks done of a mat-vec with the add + norm in its last block (ncnt_mem)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
-    int *params, *all_params;     // device: {token, pos}; all tokens of a call
-    int *h_params;                // pinned host staging of all_params
-    float *h_logits;              // pinned host logits
+    // The GeGLU output's int8 forms, made by the GeGLU mat-vec's blocks while others of that launch still read its
+    // input's forms in aq0 / aqK: a buffer of their own (qout_geglu), read by the down mat-vec.
+    float *gq0, *gd0, *gqK, *gdK;
+    int *params, *all_params; // device: {token, pos}; all tokens of a call
+    int *h_params;            // pinned host staging of all_params
+    float *h_logits;          // pinned host logits
     cudaStream_t stream;
     cudaGraphExec_t graph_full, graph_body;
     void *mem;
@@ -1332,7 +1354,11 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    (size_t)hp->n_ff,
                    (size_t)hp->n_ff / 32 + 1,
                    (size_t)hp->n_head_kv + 1,
-                   1};
+                   1,
+                   (size_t)hp->n_ff / 4 + 1,
+                   (size_t)hp->n_ff / 32 + 1,
+                   (size_t)hp->n_ff / 4 + 1,
+                   (size_t)hp->n_ff / 256 + 1};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
@@ -1376,9 +1402,9 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x,    &c->xn,     &c->q,        &c->k,        &c->v,       &c->att, &c->o,
-                          &c->gate, &c->logits, &c->part,     &c->hid,      &c->aq0,     &c->ad0, &c->aqK,
-                          &c->adK,  &c->up,     &c->gcnt_mem, &c->acnt_mem, &c->ncnt_mem};
+        float **bufs[] = {&c->x,        &c->xn,       &c->q,        &c->k,   &c->v,   &c->att, &c->o,   &c->gate,
+                          &c->logits,   &c->part,     &c->hid,      &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up,
+                          &c->gcnt_mem, &c->acnt_mem, &c->ncnt_mem, &c->gq0, &c->gd0, &c->gqK, &c->gdK};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
@@ -1411,6 +1437,16 @@ static qout qout_of(const pb_cu_ctx *c) {
     o.qK = c->g->int8 && c->g->needK ? (int8_t *)c->aqK : NULL;
     o.d0 = c->ad0;
     o.dK = c->adK;
+    return o;
+}
+
+// Where the GeGLU mat-vec's groups put its output's int8 forms (see pb_cu_ctx.gq0).
+static qout qout_geglu(const pb_cu_ctx *c) {
+    qout o = qout_of(c);
+    o.q0 = o.q0 ? (int8_t *)c->gq0 : NULL;
+    o.qK = o.qK ? (int8_t *)c->gqK : NULL;
+    o.d0 = c->gd0;
+    o.dK = c->gdK;
     return o;
 }
 
@@ -1540,7 +1576,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // the merge (in k_attn's last block of each kv head) quantizes att itself where each head holds whole
         // q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
         qout mq = qout_of(c);
-        const bool fuse = (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
+        const bool fuse = !g->no_mq && (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
         launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const float *)c->k, (const float *)c->v,
                  c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
@@ -1556,12 +1592,17 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // the GeGLU's last block of each group of rows quantizes the group (q8_K groups of 256, else q8_0 of 32)
         const qout gq = qout_of(c);
         const int G = gq.qK ? 256 : 32;
-        const bool qfuse = (gq.q0 || gq.qK) && hp->n_ff % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
-        if (qfuse) gu.yq = gq, gu.cnt = c->gcnt, gu.qgroup = G;
+        const bool qfuse = !g->no_gq && (gq.q0 || gq.qK) && hp->n_ff % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
+        // (into their own buffer: the launch's other blocks may still be reading its input's forms in aq0 / aqK)
+        mv_args dn = mv1(c, L->down, c->o, c->gate);
+        if (qfuse) {
+            gu.yq = qout_geglu(c), gu.cnt = c->gcnt, gu.qgroup = G;
+            dn.xa = qact{(const int8_t *)c->gq0, c->gd0, (const int8_t *)c->gqK, c->gdK};
+        }
         launch_mv(gu, c->up, s);
         if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        add_norm(c, mv1(c, L->down, c->o, c->gate), L->post_ffw_norm, next, nt, s);
+        add_norm(c, dn, L->post_ffw_norm, next, nt, s);
     }
     if (with_output) {
         mv_args a = mv1(c, g->output, c->logits, c->xn);
@@ -1595,7 +1636,7 @@ extern "C" int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n
     const pb_cu_desc *hp = &c->g->hp;
     int st;
     // a prompt: chunks of tokens at once (prefill.cuh), unless its scratch does not fit (then token steps)
-    if (n > 1 && pf_usable(c) && (c->pf || pf_alloc(c, &c->pf, err, cap) == ST_OK))
+    if (n > 1 && pf_usable(c) && (c->pf || pf_alloc(c, PF_NC, c->S, &c->pf, err, cap) == ST_OK))
         return pf_forward(c, pos, tokens, n, logits, hidden, all_logits, cancel, n_done, err, cap);
     if (!c->graph_full && (st = capture(c, true, &c->graph_full, err, cap))) return st;
     if (!c->graph_body && (st = capture(c, false, &c->graph_body, err, cap))) return st;

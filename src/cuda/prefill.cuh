@@ -6,7 +6,9 @@
 // backend.cu (it uses that file's structures and device functions); no host allocation per token. See docs/CUDA.md.
 
 #define PF_NC 512 // tokens per prefill chunk (scratch sized for it once per context)
-#define PF_TT 8   // tokens per mat-mat tile: each weight unit a lane loads is dotted with PF_TT tokens' activations
+// PF_TT: tokens per mat-mat tile: each weight unit a lane loads is dotted with PF_TT tokens' activations (chunks of
+// fewer tokens, as a batched step of a few rows, take tiles of 1, 2 or 4: pf_tt)
+#define PF_TT 8
 
 // A context's prefill scratch (allocated at its first prompt of more than one token).
 struct pf_bufs {
@@ -31,6 +33,14 @@ static __host__ __device__ __forceinline__ qout pf_qout(const qout &b, int as, i
     o.dK = b.dK + (size_t)t * (as / 256);
     return o;
 }
+
+// A batched decode step (batch.cuh) runs its n sequences through this file's kernels as a chunk of n tokens whose
+// token t is the next token of its own context: its position, key splits, cache and cache capacity come from device
+// tables (one layer's entries here; NULL pos: a prompt chunk, token t at p0 + t of the one context).
+struct pf_rowl {
+    const int *pos, *S, *cap;      // [n]: position, key splits (the context's S), the layer's cache capacity
+    __half *const *kc, *const *vc; // [n]: the layer's K / V cache of the row's context
+};
 
 // ---- mat-mat: decode's k_mv (and k_mv_geglu) over a tile of PF_TT tokens -------------------------------------------
 // Thread layout as k_mv (sw lanes a row, rows blockIdx.y * rows-a-block + threadIdx.x / sw); blockIdx.x picks the tile
@@ -294,9 +304,9 @@ template <int T, bool I8, bool G> struct pf_rows_of {
 
 // Rows row0 + k rb (k < R, clamped to the matrix for the loads) over the tile's tokens: lane sl's units in order,
 // each unit of each row loaded once, each token's activations of the unit fetched once for the R rows.
-template <int T, bool I8, bool G, int R>
+template <int T, bool I8, bool G, int R, int TT>
 static __device__ __forceinline__ void pf_rows(const mm_args &a, int row0, int rb, int sl, int sw, int t0,
-                                               float (*acc)[PF_TT], float (*acc2)[PF_TT]) {
+                                               float (*acc)[TT], float (*acc2)[TT]) {
     typedef pf_unit<T, I8> U;
     const uint8_t *q[R], *m[R], *q1[R], *m1[R];
 #pragma unroll
@@ -314,7 +324,7 @@ static __device__ __forceinline__ void pf_rows(const mm_args &a, int row0, int r
             if (G) w2[k].load(q1[k], m1[k], u);
         }
 #pragma unroll
-        for (int t = 0; t < PF_TT; t++) {
+        for (int t = 0; t < TT; t++) {
             const int tt = min(t0 + t, a.n - 1);
             typename U::act x;
             if constexpr (I8) {
@@ -337,20 +347,21 @@ static __device__ __forceinline__ void pf_rows(const mm_args &a, int row0, int r
 }
 
 // The R rows' sums (row_total per row and token, as k_mv / k_mv_geglu) written out.
-template <int T, bool I8, bool G, int R> static __device__ __forceinline__ void pf_tile(const mm_args &a, float *wsum) {
+template <int T, bool I8, bool G, int R, int TT>
+static __device__ __forceinline__ void pf_tile(const mm_args &a, float *wsum) {
     const int sw = a.sw, sl = threadIdx.x % sw, rb = 32 * MV_WARPS / sw;
-    const int row0 = blockIdx.y * (R * rb) + threadIdx.x / sw, t0 = blockIdx.x * PF_TT;
-    float acc[R][PF_TT], acc2[R][PF_TT];
+    const int row0 = blockIdx.y * (R * rb) + threadIdx.x / sw, t0 = blockIdx.x * TT;
+    float acc[R][TT], acc2[R][TT];
 #pragma unroll
     for (int k = 0; k < R; k++)
 #pragma unroll
-        for (int t = 0; t < PF_TT; t++) acc[k][t] = 0.0f, acc2[k][t] = 0.0f;
-    if (row0 < a.A.N) pf_rows<T, I8, G, R>(a, row0, rb, sl, sw, t0, acc, acc2);
+        for (int t = 0; t < TT; t++) acc[k][t] = 0.0f, acc2[k][t] = 0.0f;
+    if (row0 < a.A.N) pf_rows<T, I8, G, R, TT>(a, row0, rb, sl, sw, t0, acc, acc2);
 #pragma unroll
     for (int k = 0; k < R; k++) {
         const int row = row0 + k * rb;
 #pragma unroll
-        for (int t = 0; t < PF_TT; t++) {
+        for (int t = 0; t < TT; t++) {
             const float s = row_total(acc[k][t], sw, wsum);
             float v;
             if (G) {
@@ -366,9 +377,9 @@ template <int T, bool I8, bool G, int R> static __device__ __forceinline__ void 
 // One kernel per weight type, path and GeGLU or not (the GeGLU's two matrices need more registers: one kernel for
 // both forms would hold the plain form to the GeGLU's occupancy). At most 128 registers (4 blocks an SM): measured
 // +6% (Q4_K_M) and +8% (Q4_0) pp512 over ptxas's own choice of up to 168 (2026-12-02, bench/gpu/NOTES.md).
-template <int T, bool I8, bool G> __global__ void __launch_bounds__(32 * MV_WARPS, 4) k_pf_mm(const mm_args a) {
+template <int T, bool I8, bool G, int TT> __global__ void __launch_bounds__(32 * MV_WARPS, 4) k_pf_mm(const mm_args a) {
     __shared__ float wsum[MV_WARPS];
-    pf_tile<T, I8, G, pf_rows_of<T, I8, G>::R>(a, wsum);
+    pf_tile<T, I8, G, pf_rows_of<T, I8, G>::R, TT>(a, wsum);
 }
 
 // Rows a block of k_pf_mm takes (the grid's y).
@@ -383,13 +394,13 @@ static int pf_block_rows(int t, bool i8, bool geglu, int sw) {
 
 typedef void (*mm_kernel)(mm_args);
 
-static mm_kernel mm_pick(int t, bool i8, bool g) {
+template <int TT> static mm_kernel mm_pick_tt(int t, bool i8, bool g) {
     // clang-format off
 #define MM_Q(T)                                                                                                        \
-    case T: return i8 ? (g ? (mm_kernel)k_pf_mm<T, true, true> : (mm_kernel)k_pf_mm<T, true, false>)                   \
-                      : (g ? (mm_kernel)k_pf_mm<T, false, true> : (mm_kernel)k_pf_mm<T, false, false>);
+    case T: return i8 ? (g ? (mm_kernel)k_pf_mm<T, true, true, TT> : (mm_kernel)k_pf_mm<T, true, false, TT>)           \
+                      : (g ? (mm_kernel)k_pf_mm<T, false, true, TT> : (mm_kernel)k_pf_mm<T, false, false, TT>);
 #define MM_F(T)                                                                                                        \
-    case T: return g ? (mm_kernel)k_pf_mm<T, false, true> : (mm_kernel)k_pf_mm<T, false, false>;
+    case T: return g ? (mm_kernel)k_pf_mm<T, false, true, TT> : (mm_kernel)k_pf_mm<T, false, false, TT>;
     // clang-format on
     switch (t) {
         MM_F(T_F32)
@@ -410,6 +421,17 @@ static mm_kernel mm_pick(int t, bool i8, bool g) {
     return NULL;
 #undef MM_Q
 #undef MM_F
+}
+
+// Tokens a tile for a chunk of n: 8, or the fewest of 1, 2, 4 that hold n (each token's sums are the same in any
+// tile: a tile only shares the weight loads among its tokens).
+static int pf_tt(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : PF_TT; }
+
+static mm_kernel mm_pick(int t, bool i8, bool g, int tt) {
+    return tt == 1   ? mm_pick_tt<1>(t, i8, g)
+           : tt == 2 ? mm_pick_tt<2>(t, i8, g)
+           : tt == 4 ? mm_pick_tt<4>(t, i8, g)
+                     : mm_pick_tt<PF_TT>(t, i8, g);
 }
 
 static bool is_float_type(int t) { return t == T_F32 || t == T_F16 || t == T_BF16 || t >= T_SCALAR; }
@@ -437,7 +459,8 @@ static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, co
     a.ys = ys;
     const bool i8 = c->g->int8 && !is_float_type(A.type);
     const int rb = pf_block_rows(A.type, i8, B != NULL, a.sw);
-    mm_pick(A.type, i8, B != NULL)<<<dim3((n + PF_TT - 1) / PF_TT, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);
+    const int tt = pf_tt(n);
+    mm_pick(A.type, i8, B != NULL, tt)<<<dim3((n + tt - 1) / tt, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);
 }
 
 // ---- per-token kernels: k_embed, k_add_norm, k_quant, k_geglu of the decode step, blockIdx.x = token --------------
@@ -550,10 +573,10 @@ static void pf_launch_quant(const pb_cu_ctx *c, const pf_bufs *p, const float *x
 // written after the layer's attention (k_pf_kv_store): in a ring, a later token of the chunk takes the slot of a key
 // an earlier token still sees.
 __global__ void __launch_bounds__(128) k_pf_rope_k(const float *k, const float *v, const float *kn_w, const float *inv,
-                                                   float eps, int p0, int hd, __half *kn, __half *vn) {
+                                                   float eps, int p0, const int *rpos, int hd, __half *kn, __half *vn) {
     __shared__ float ks[1][32 * MAX_EPL], rbuf[32 * MAX_EPL];
     __shared__ double rsh[32];
-    const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y, pos = p0 + t;
+    const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y, pos = rpos ? rpos[t] : p0 + t;
     const size_t row = ((size_t)t * Hkv + g) * hd;
     if (kn_w)
         rope_head(k + row, kn_w, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
@@ -568,20 +591,29 @@ __global__ void __launch_bounds__(128) k_pf_rope_k(const float *k, const float *
 // k_attn's split pass for token blockIdx.z at position p0 + z (grid Hkv x S x n): the same query rope, the same
 // split of its visible keys, per-warp online softmax and 4-warp merge, into that token's part rows. Keys of
 // positions >= p0 come from the chunk's kn / vn (the values the decode step would have written into their slots).
+// With a rows table (a batched step: token z is the next one of its own context) the cache, its capacity, the
+// position and the key splits are the row's (blocks past the row's splits do nothing), and only the row's own key
+// comes from kn / vn (row z).
 __global__ void __launch_bounds__(128)
     k_pf_attn(const float *q, const __half *kc, const __half *vc, const __half *kn, const __half *vn, const float *qn,
               const float *inv, float eps, float *part, int p0, int n_rep, int hd, int cap, int ring, int window,
-              float scale, float softcap) {
+              float scale, float softcap, const pf_rowl rt) {
     __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
     __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL];
     __shared__ double rsh[32];
     __shared__ float wM[MAX_REP], wW[MAX_REP][4];
-    const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, Hkv = gridDim.x, tk = blockIdx.z;
+    const int g = blockIdx.x, s = blockIdx.y, Hkv = gridDim.x, tk = blockIdx.z;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int pos = p0 + tk, lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
+    int S = gridDim.y, pos = p0 + tk, kb0 = p0; // kb0: the first position whose key is in kn / vn (at row tk0 there)
+    const int tk0 = rt.pos ? tk : 0;
+    part += (size_t)tk * Hkv * S * n_rep * (hd + 2);
+    if (rt.pos) {
+        S = rt.S[tk], pos = kb0 = rt.pos[tk], cap = rt.cap[tk], kc = rt.kc[tk], vc = rt.vc[tk];
+        if (s >= S) return;
+    }
+    const int lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
     const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
     q += (size_t)tk * Hkv * n_rep * hd;
-    part += (size_t)tk * Hkv * S * n_rep * (hd + 2);
     if (qn)
         for (int r = 0; r < n_rep; r++)
             rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
@@ -602,14 +634,11 @@ __global__ void __launch_bounds__(128)
     for (int k = k0 + w; k <= k1; k += 8) {
         const bool two = k + 4 <= k1;
         const int ka = k, kb = two ? k + 4 : k;
-        const __half *kr0 =
-            ka >= p0 ? kn + ((size_t)(ka - p0) * Hkv + g) * hd : kc + ((size_t)g * cap + (ring ? ka % cap : ka)) * hd;
-        const __half *vr0 =
-            ka >= p0 ? vn + ((size_t)(ka - p0) * Hkv + g) * hd : vc + ((size_t)g * cap + (ring ? ka % cap : ka)) * hd;
-        const __half *kr1 =
-            kb >= p0 ? kn + ((size_t)(kb - p0) * Hkv + g) * hd : kc + ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
-        const __half *vr1 =
-            kb >= p0 ? vn + ((size_t)(kb - p0) * Hkv + g) * hd : vc + ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
+        const size_t ca = ((size_t)g * cap + (ring ? ka % cap : ka)) * hd,
+                     cb = ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
+        const size_t na = ((size_t)(ka - kb0 + tk0) * Hkv + g) * hd, nb = ((size_t)(kb - kb0 + tk0) * Hkv + g) * hd;
+        const __half *kr0 = ka >= kb0 ? kn + na : kc + ca, *vr0 = ka >= kb0 ? vn + na : vc + ca;
+        const __half *kr1 = kb >= kb0 ? kn + nb : kc + cb, *vr1 = kb >= kb0 ? vn + nb : vc + cb;
         float kv[2][MAX_EPL], vv[2][MAX_EPL];
 #pragma unroll
         for (int i = 0; i < MAX_EPL; i++) {
@@ -677,22 +706,28 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// merge_heads for kv head blockIdx.x of token blockIdx.y (its int8 forms follow through k_pf_quant).
-__global__ void __launch_bounds__(128) k_pf_merge(const float *part, float *att, int n_rep, int hd, int S) {
+// merge_heads for kv head blockIdx.x of token blockIdx.y (its int8 forms follow through k_pf_quant); rS (a batched
+// step): the row's own key splits, within token rows of S.
+__global__ void __launch_bounds__(128)
+    k_pf_merge(const float *part, float *att, int n_rep, int hd, int S, const int *rS) {
     __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP];
     extern __shared__ float as[]; // n_rep x hd: merge_heads keeps the merged values there for its quantization
     const int g = blockIdx.x, Hkv = gridDim.x, tk = blockIdx.y;
     const qout none = {NULL, NULL, NULL, NULL};
-    merge_heads(part + (size_t)tk * Hkv * S * n_rep * (hd + 2), att + (size_t)tk * Hkv * n_rep * hd, g, n_rep, hd, S,
-                none, wt, Ls, as);
+    merge_heads(part + (size_t)tk * Hkv * S * n_rep * (hd + 2), att + (size_t)tk * Hkv * n_rep * hd, g, n_rep, hd,
+                rS ? rS[tk] : S, none, wt, Ls, as);
 }
 
 // The chunk's keys and values into their cache slots (token blockIdx.y, kv head blockIdx.x): in a ring only the
-// last token of the chunk that lands on a slot writes it.
+// last token of the chunk that lands on a slot writes it. A batched step's rows each write their own cache's slot.
 __global__ void k_pf_kv_store(const __half *kn, const __half *vn, __half *kc, __half *vc, int p0, int n, int hd,
-                              int cap, int ring) {
-    const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y, pos = p0 + t;
-    if (ring && pos + cap <= p0 + n - 1) return;
+                              int cap, int ring, const pf_rowl rt) {
+    const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y;
+    int pos = p0 + t;
+    if (rt.pos)
+        pos = rt.pos[t], cap = rt.cap[t], kc = rt.kc[t], vc = rt.vc[t];
+    else if (ring && pos + cap <= p0 + n - 1)
+        return;
     const int slot = ring ? pos % cap : pos;
     const size_t src = ((size_t)t * Hkv + g) * hd, dst = ((size_t)g * cap + slot) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) kc[dst + i] = kn[src + i], vc[dst + i] = vn[src + i];
@@ -720,19 +755,33 @@ static bool pf_usable(const pb_cu_ctx *c) {
     return !c->g->fuse && c->g->hp.n_embd <= NORM_NPT * 1024;
 }
 
-static int pf_alloc(pb_cu_ctx *c, pf_bufs **out, char *err, size_t cap) {
+// Scratch for chunks of up to nc tokens whose attention takes up to S key splits (a prompt: PF_NC and the context's
+// S; a batched step: PB_CU_BATCH_MAX rows and MAX_SPLITS).
+static int pf_alloc(const pb_cu_ctx *c, int nc_, int S, pf_bufs **out, char *err, size_t cap) {
     const pb_cu_desc *hp = &c->g->hp;
-    const size_t nc = PF_NC, d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+    const size_t nc = (size_t)nc_, d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd, ff = (size_t)hp->n_ff;
     size_t kmax = d > qd ? d : qd;
     if (ff > kmax) kmax = ff;
     const size_t as = (kmax + 255) / 256 * 256;
     const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
-    const size_t sz[] = {
-        nc * d * 4,   nc * d * 4, nc * qd * 4,      nc * kvd * 4,          nc * kvd * 4,
-        nc * qd * 4,  nc * d * 4, nc * ff * 4,      nc * ff * 4,           nc * kvd / hd * c->S * n_rep * (hd + 2) * 4,
-        nc * as,      nc * as,    nc * as / 32 * 4, nc * as / 256 * 4 + 4, nc * kvd * 2,
-        nc * kvd * 2, nc * 4};
+    const size_t sz[] = {nc * d * 4,
+                         nc * d * 4,
+                         nc * qd * 4,
+                         nc * kvd * 4,
+                         nc * kvd * 4,
+                         nc * qd * 4,
+                         nc * d * 4,
+                         nc * ff * 4,
+                         nc * ff * 4,
+                         nc * kvd / hd * (size_t)S * n_rep * (hd + 2) * 4,
+                         nc * as,
+                         nc * as,
+                         nc * as / 32 * 4,
+                         nc * as / 256 * 4 + 4,
+                         nc * kvd * 2,
+                         nc * kvd * 2,
+                         nc * 4};
     const int nb = (int)(sizeof sz / sizeof sz[0]);
     size_t total = 0;
     for (int i = 0; i < nb; i++) total += (sz[i] + 255) / 256 * 256;
@@ -763,12 +812,20 @@ static int pf_alloc(pb_cu_ctx *c, pf_bufs **out, char *err, size_t cap) {
     return ST_OK;
 }
 
-// Enqueues the chunk of n tokens at positions p0.. (p->toks already on the device); leaves each token's final-normed
-// state in p->xn and its int8 forms in p->a0 / p->aK.
-static void pf_enqueue(pb_cu_ctx *c, pf_bufs *p, int p0, int n) {
+// A batched step's device tables (batch.cuh): per row pos, S; per layer and row (PB_CU_BATCH_MAX entries a layer) the
+// cache pointers and capacities; smax: the largest S of the rows (the attention grid's splits).
+struct pf_rowtab {
+    const int *pos, *S, *cap;
+    __half *const *kc, *const *vc;
+    int smax;
+};
+
+// Enqueues the chunk of n tokens at positions p0.. (p->toks already on the device) on stream s; leaves each token's
+// final-normed state in p->xn and its int8 forms in p->a0 / p->aK. With rt (a batched step), token t is the next
+// token of row t's context (rt's tables) and c is any of the rows' contexts (only its model is used).
+static void pf_enqueue(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, cudaStream_t s, const pf_rowtab *rt) {
     const pb_cu_model *g = c->g;
     const pb_cu_desc *hp = &g->hp;
-    cudaStream_t s = c->stream;
     const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
     const int qd = H * hd, kvd = Hkv * hd, ff = hp->n_ff;
     int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* as enqueue_step */
@@ -788,13 +845,21 @@ static void pf_enqueue(pb_cu_ctx *c, pf_bufs *p, int p0, int n) {
         pf_launch_mm(c, p, L->wk, NULL, one ? L->wq.sw : L->wk.sw, p->xn, d, p->k, kvd, n, 0.0f, s);
         pf_launch_mm(c, p, L->wv, NULL, one ? L->wq.sw : L->wv.sw, p->xn, d, p->v, kvd, n, 0.0f, s);
         const float *inv = L->swa ? g->rope_l : g->rope_g;
-        const int ring = L->swa ? 1 : 0;
-        k_pf_rope_k<<<dim3(Hkv, n), 128, 0, s>>>(p->k, p->v, L->k_norm, inv, hp->norm_eps, p0, hd, p->kn, p->vn);
-        k_pf_attn<<<dim3(Hkv, c->S, n), 128, 0, s>>>(
-            p->q, c->kc[il], c->vc[il], p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[il],
-            ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap);
-        k_pf_merge<<<dim3(Hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, c->S);
-        k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, c->kc[il], c->vc[il], p0, n, hd, c->cap[il], ring);
+        const int ring = L->swa ? 1 : 0, S = rt ? rt->smax : c->S;
+        pf_rowl rl = {NULL, NULL, NULL, NULL, NULL};
+        if (rt) {
+            const size_t o = (size_t)il * PB_CU_BATCH_MAX;
+            rl = {rt->pos, rt->S, rt->cap + o, rt->kc + o, rt->vc + o};
+        }
+        __half *kc = rt ? NULL : c->kc[il], *vc = rt ? NULL : c->vc[il];
+        const int cap = rt ? 0 : c->cap[il];
+        k_pf_rope_k<<<dim3(Hkv, n), 128, 0, s>>>(p->k, p->v, L->k_norm, inv, hp->norm_eps, p0, rl.pos, hd, p->kn,
+                                                 p->vn);
+        k_pf_attn<<<dim3(Hkv, S, n), 128, 0, s>>>(p->q, kc, vc, p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0,
+                                                  n_rep, hd, cap, ring, L->swa ? hp->sliding_window : 0,
+                                                  hp->query_scale, hp->attn_softcap, rl);
+        k_pf_merge<<<dim3(Hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, rl.S);
+        k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, kc, vc, p0, n, hd, cap, ring, rl);
         pf_launch_quant(c, p, p->att, qd, n, s);
         pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);
         k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_attn_norm, L->ffn_norm, p->xn, d, hp->norm_eps, qb, p->as);
@@ -851,7 +916,7 @@ static int pf_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, float
         CU(cudaStreamSynchronize(s)); // the staging buffer is free again
         for (int i = 0; i < m; i++) c->h_params[i] = tokens[t0 + i];
         CU(cudaMemcpyAsync(p->toks, c->h_params, (size_t)m * sizeof(int), cudaMemcpyHostToDevice, s));
-        pf_enqueue(c, p, pos + t0, m);
+        pf_enqueue(c, p, pos + t0, m, s, NULL);
         CU(cudaGetLastError());
         for (int i = 0; i < m; i++) {
             const int t = t0 + i;

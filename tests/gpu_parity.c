@@ -423,6 +423,73 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
     free(lb), free(l1), free(ld);
 }
 
+/* A context freed and another made (likely at the freed one's host address, with other caches) between two batched
+ * steps of three rows: the second step = the rows' one-token steps alone, bit for bit (the batch's cache tables must
+ * not keep the freed context's pointers). */
+static void check_batch_reuse(const pb_model *gm, const int32_t *toks, int V) {
+    enum { R = 3, L0 = 8 };
+    pb_kv_cache *ka[R + 1] = {0}, *kb[R + 1] = {0};
+    pb_forward_ctx *fa[R + 1] = {0}, *fb[R + 1] = {0};
+    float *l1 = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V * R);
+    pb_status st = PB_OK;
+    int bad = 0, fails = 0;
+    char e[256] = "";
+    for (int i = 0; i < R && !st; i++) {
+        if ((st = pb_kv_new(gm, 128, PB_KV_F16, &ka[i])) || (st = pb_forward_ctx_new_kv(gm, L0, ka[i], &fa[i])) ||
+            (st = pb_kv_new(gm, 128, PB_KV_F16, &kb[i])) || (st = pb_forward_ctx_new_kv(gm, L0, kb[i], &fb[i])))
+            break;
+        if ((st = pb_forward(gm, ka[i], fa[i], NULL, toks + i, L0, l1, false, NULL)) ||
+            (st = pb_forward(gm, kb[i], fb[i], NULL, toks + i, L0, l1, false, NULL)))
+            break;
+    }
+    if (st) {
+        NOTE("batch reuse: setup failed (%s): skipped", pb_last_error());
+        goto done;
+    }
+    for (int s = 0; s < 2; s++) {
+        if (s == 1) { /* row 1 goes, row R (made now, likely at its host address, twice as long) takes its place */
+            pb_forward_ctx_free(fa[1]), pb_kv_free(ka[1]);
+            fa[1] = NULL, ka[1] = NULL;
+            if (pb_kv_new(gm, 256, PB_KV_F16, &ka[R]) || pb_forward_ctx_new_kv(gm, L0, ka[R], &fa[R]) ||
+                pb_kv_new(gm, 256, PB_KV_F16, &kb[R]) || pb_forward_ctx_new_kv(gm, L0, kb[R], &fb[R]) ||
+                pb_forward(gm, ka[R], fa[R], NULL, toks + 5, L0, l1, false, NULL) ||
+                pb_forward(gm, kb[R], fb[R], NULL, toks + 5, L0, l1, false, NULL)) {
+                fails++;
+                break;
+            }
+        }
+        const int rows[R] = {0, s == 0 ? 1 : R, 2};
+        pb_cu_ctx *cs[R];
+        int bp[R];
+        int32_t bt[R], top[R];
+        for (int r = 0; r < R; r++) cs[r] = ka[rows[r]]->gpu, bp[r] = L0 + s - (rows[r] == R), bt[r] = toks[9 + r + s];
+        if (pb_cu_forward_batch(cs, bp, bt, R, lb, top, e, sizeof e)) {
+            NOTE("batch reuse, step %d: %s", s, e);
+            fails++;
+            continue;
+        }
+        for (int r = 0; r < R; r++) {
+            int32_t t1 = -5;
+            if (pb_cu_forward_argmax(kb[rows[r]]->gpu, bp[r], &bt[r], 1, &t1, NULL, e, sizeof e) ||
+                pb_cu_logits_download(kb[rows[r]]->gpu, l1, e, sizeof e)) {
+                fails++;
+                continue;
+            }
+            bad += top[r] != t1 || memcmp(lb + (size_t)r * V, l1, sizeof(float) * V) != 0;
+        }
+    }
+    CHECK(fails == 0 && bad == 0,
+          "pb_cu_forward_batch after a context is freed and another made: = one-token steps bit for bit "
+          "(%d rows differ, %d calls failed)",
+          bad, fails);
+done:
+    for (int i = 0; i <= R; i++) {
+        pb_forward_ctx_free(fa[i]), pb_forward_ctx_free(fb[i]);
+        pb_kv_free(ka[i]), pb_kv_free(kb[i]);
+    }
+    free(l1), free(lb);
+}
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -522,6 +589,7 @@ static void check_model(const char *path, const char *tok_path) {
     const char *only = getenv("PB_PAR_ONLY"); /* "batch": only check_batch (sanitizer runs) */
     if (only && strcmp(only, "batch") == 0) {
         check_batch(gm, toks, V);
+        check_batch_reuse(gm, toks, V);
         pb_model_close(gf), pb_model_close(gm), pb_model_close(cm);
         return;
     }
@@ -553,6 +621,7 @@ static void check_model(const char *path, const char *tok_path) {
     free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
     check_top(gm, toks, 32, V);
     check_batch(gm, toks, V);
+    check_batch_reuse(gm, toks, V);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");

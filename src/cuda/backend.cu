@@ -1300,9 +1300,11 @@ struct pb_cu_ctx {
 };
 
 static void pf_free(struct pf_bufs *p);
+static void bt_forget(const pb_cu_ctx *c);
 
 extern "C" void pb_cu_ctx_free(pb_cu_ctx *c) {
     if (!c) return;
+    bt_forget(c);
     pf_free(c->pf);
     if (c->graph_full) cudaGraphExecDestroy(c->graph_full);
     if (c->graph_body) cudaGraphExecDestroy(c->graph_body);

@@ -39,6 +39,18 @@ static void bt_free(struct bt_bufs *b) {
     free(b);
 }
 
+// A context going away: the batch's cache tables must not keep its pointers as "on the device already" (a new
+// context may get its host address, with other caches: bt_step compares addresses only).
+static void bt_forget(const pb_cu_ctx *c) {
+    if (!c->g) return;
+    pthread_mutex_lock(&c->g->bt_mu);
+    bt_bufs *b = c->g->bt;
+    if (b)
+        for (int i = 0; i < b->n_rows; i++)
+            if (b->rows[i] == c) b->n_rows = 0; // the next step uploads every row's tables again
+    pthread_mutex_unlock(&c->g->bt_mu);
+}
+
 static int bt_alloc(const pb_cu_ctx *c, bt_bufs **out, char *err, size_t cap) {
     const pb_cu_desc *hp = &c->g->hp;
     const size_t B = PB_CU_BATCH_MAX, L = (size_t)hp->n_layer, V = (size_t)hp->n_vocab;

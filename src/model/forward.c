@@ -33,11 +33,12 @@ struct pb_forward_ctx {
     uint8_t *stash;                       /* [n_swa_layers][2][n_batch] rows of new K/V for ring layers */
     size_t stash_row;                     /* bytes a stash row holds (a KV cache's row_bytes must fit) */
     size_t stash_layer;                   /* bytes per ring layer */
-    int swa_slot[PB_MAX_LAYERS];          /* index of a ring layer's stash, -1 for full layers */
-    float *part;  /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
-    float *attkv; /* prefill: [PB_FWD_MAX_THREADS][2][att_bcap][hd] float K/V rows of one key block */
-    int att_bcap; /* key block size that scratch holds (0: no tiles, n_batch 1) */
-    void *act;    /* pb_matmul activation scratch */
+    int stash_t0; /* the stash row of this call's first token: 0, or row t of a batched step (each row its own) */
+    int swa_slot[PB_MAX_LAYERS]; /* index of a ring layer's stash, -1 for full layers */
+    float *part;                 /* attention states: max(2 n_batch, PB_ATT_MAX_BLOCKS + 1) x H x (hd + 2) floats */
+    float *attkv;                /* prefill: [PB_FWD_MAX_THREADS][2][att_bcap][hd] float K/V rows of one key block */
+    int att_bcap;                /* key block size that scratch holds (0: no tiles, n_batch 1) */
+    void *act;                   /* pb_matmul activation scratch */
     /* Gemma 4 (NULL when unused) */
     float *pli;                   /* [n_batch, L*P] per-layer inputs of the batch */
     float *ple_g, *ple_u;         /* [n_batch, P] PLE gate and the layer's slice of pli */
@@ -619,6 +620,7 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
          * nobody reads */
         uint8_t *dk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[src];
         uint8_t *dv = dk + (size_t)fc->n_batch * rb;
+        dk += (size_t)fc->stash_t0 * rb, dv += (size_t)fc->stash_t0 * rb;
         j.stash_k = dk;
         j.stash_v = dv;
         if (src == il)
@@ -717,6 +719,7 @@ static void commit_ring_layer(pb_kv_cache *kv, const pb_forward_ctx *fc, int il,
     if (fc->swa_slot[il] < 0 || kv->n_past + n <= kv->cap[il]) return;
     const uint8_t *sk = fc->stash + fc->stash_layer * (size_t)fc->swa_slot[il];
     const uint8_t *sv = sk + (size_t)fc->n_batch * kv->row_b[il];
+    sk += (size_t)fc->stash_t0 * kv->row_b[il], sv += (size_t)fc->stash_t0 * kv->row_b[il];
     int cap = kv->cap[il];
     for (int t = PB_MAX(0, n - cap); t < n; t++)
         for (int g = 0; g < kv->kvd[il] / kv->hdl[il]; g++) {
@@ -727,9 +730,10 @@ static void commit_ring_layer(pb_kv_cache *kv, const pb_forward_ctx *fc, int il,
 }
 
 /* Batched decode (pb_forward_batch): row t of the n rows is one token of its own sequence, attending to kvs[t] alone:
- * attention() of that row as a one-token call (the scratch rows offset to row t), then, on a ring layer that wrapped,
- * its new K/V row moved from the stash into its slot at once (commit_rings' copy for one row; the next row reuses the
- * stash; a batch step has no cancel to roll back). Each row thus does what a one-token pb_forward does. */
+ * attention() of that row as a one-token call (the scratch rows offset to row t; on a ring layer that wraps, its new
+ * K/V row kept in stash row t, where a Gemma 4 KV-shared layer of the same row finds it), the stash committed per row
+ * after the last layer (batch_cpu), as pb_forward commits after its last layer. Each row thus does what a one-token
+ * pb_forward does. */
 static void attention_rows(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool, int il,
                            int n) {
     const pb_hparams *hp = &m->hp;
@@ -738,9 +742,10 @@ static void attention_rows(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
     for (int t = 0; t < n; t++) {
         pb_kv_cache *kv = kvs[t];
         fc->q = q + t * q_dim, fc->k = k + t * kv_dim, fc->v = v + t * kv_dim, fc->att = att + t * q_dim;
+        fc->stash_t0 = t;
         attention(m, kv, fc, pool, il, 1);
-        commit_ring_layer(kv, fc, il, 1);
     }
+    fc->stash_t0 = 0;
     fc->q = q, fc->k = k, fc->v = v, fc->att = att;
 }
 
@@ -916,12 +921,10 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     return PB_OK;
 }
 
-/* Batched decode (model.h). This first version checks everything up front, then runs each sequence's token as a
- * one-token pb_forward on its own cache: row i has the bits of that call by construction. Reading the weights once
- * for all n rows (the n tokens through the matmuls together) is the next step. fc->hidden / pb_forward_hidden is
- * not defined after a batch on the GPU. */
-/* The CPU's batched decode step (Gemma 1-3): pb_forward's pass over n rows, the matrices read once for all of them,
- * with each row's RoPE angles at its own cache's position and its attention over its own cache (attention_rows). */
+/* The CPU's batched decode step: pb_forward's pass over n rows, the matrices read once for all of them, with each
+ * row's RoPE angles at its own cache's position and its attention over its own cache (attention_rows); Gemma 4's
+ * per-layer inputs and experts are per token already; its KV-shared layers read their producer's new row from the
+ * row's own stash row, committed after the last layer. */
 static pb_status batch_cpu(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
                            const int32_t *tokens, int n, float *logits) {
     const pb_hparams *hp = &m->hp;
@@ -933,10 +936,19 @@ static pb_status batch_cpu(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
         pb_rope_angles(fc->cos_g + t * half_g, fc->sin_g + t * half_g, m->rope_inv_global, (int)half_g, p);
         pb_rope_angles(fc->cos_l + t * half_l, fc->sin_l + t * half_l, m->rope_inv_local, (int)half_l, p);
     }
+    if (hp->n_embd_per_layer > 0) {
+        pb_status s = ple_inputs(m, fc, pool, tokens, n);
+        if (s) return s;
+    }
     for (int il = 0; il < hp->n_layer; il++) {
         pb_status s = block(m, kvs[0], kvs, fc, pool, il, n);
         if (s) return s;
     }
+    for (int t = 0; t < n; t++) {
+        fc->stash_t0 = t;
+        commit_rings(kvs[t], fc, 1);
+    }
+    fc->stash_t0 = 0;
     for (int t = 0; t < n; t++) {
         kvs[t]->n_past++;
         pb_kv_grown(kvs[t]);
@@ -949,6 +961,8 @@ static pb_status batch_cpu(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
     return PB_OK;
 }
 
+/* Batched decode (model.h): everything checked up front, then on the CPU batch_cpu (a single row: pb_forward), on the
+ * GPU pb_gpu_forward_batch. fc->hidden / pb_forward_hidden is not defined after a batch on the GPU. */
 pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
                            const int32_t *tokens, int n, float *logits, int32_t *top) {
     if (!m || !kvs || !fc || !tokens) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: NULL argument");
@@ -974,8 +988,7 @@ pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
         if (top) return pb_error(PB_ERR_UNSUPPORTED, "forward_batch: the argmax alone is computed only by a GPU cache");
         if (!logits) return pb_error(PB_ERR_INVALID_ARG, "forward_batch: NULL logits");
         const pb_hparams *hp = &m->hp;
-        if (hp->n_embd_per_layer > 0 || hp->n_expert > 0 || hp->n_kv_shared > 0 || n == 1) {
-            /* Gemma 4's per-layer inputs, experts and shared caches (and a single row): one pass a row */
+        if (n == 1) { /* a single row: pb_forward itself */
             for (int i = 0; i < n; i++) {
                 pb_status s =
                     pb_forward(m, kvs[i], fc, pool, tokens + i, 1, logits + (size_t)i * hp->n_vocab, false, NULL);

@@ -273,14 +273,13 @@ typedef struct pb_session pb_session;
 
 /* Continuous batching: sessions of one model that generate at the same time (one thread each, as a server's
  * slots) feed their next tokens in ONE forward step, so the weights are read once for all of them (decode is
- * memory-bound: the aggregate tok/s grows with the batch; Gemma 4 on the CPU still runs one pass a row inside the
- * step, so it gains nothing there). A session joins a batch at creation (pb_session_params.batch) and leaves it when
- * freed. Only decoding is batched: prompts are prefilled by each session alone.
- * How a step forms: a session counts as decoding from the start of its generate/chat call's sampling loop to its
- * end. When it has its next token, it submits it and waits. The first to submit leads: it runs the step on its own
- * threads as soon as every decoding member has submitted, or after a short wait (a quarter of the recent step
- * time, 0.25..2 ms) so that a member that is slow between tokens (its piece callback waits for a slow client,
- * a thermal pause) never holds up the others; the late one joins the next step. One step runs at a time.
+ * memory-bound: the aggregate tok/s grows with the batch; Gemma 1-4 on the CPU, Gemma 1-3 on the GPU). A session joins
+ * a batch at creation (pb_session_params.batch) and leaves it when freed. Only decoding is batched: prompts are
+ * prefilled by each session alone. How a step forms: a session counts as decoding from the start of its generate/chat
+ * call's sampling loop to its end. When it has its next token, it submits it and waits. The first to submit leads: it
+ * runs the step on its own threads as soon as every decoding member has submitted, or after a short wait (a quarter of
+ * the recent step time, 0.25..2 ms) so that a member that is slow between tokens (its piece callback waits for a slow
+ * client, a thermal pause) never holds up the others; the late one joins the next step. One step runs at a time.
  * Results: a batched session's tokens and text are exactly those of the same session run alone (each row of the
  * step has the bits of a one-token forward of that session; seeded sampling stays seeded). A session cancelled
  * before its step starts leaves it with its token not fed (as a cancelled decode alone); a step that has started

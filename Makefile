@@ -137,7 +137,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ISA_FLAGS) $(EXTRA_INC) -MMD -MP -c $< -o $@
 
-$(BUILD)/src/cuda/backend.o: src/cuda/backend.cu src/cuda/weights.cuh src/cuda/prefill.cuh src/cuda/batch.cuh src/cuda/pb_cuda.h
+$(BUILD)/src/cuda/backend.o: src/cuda/backend.cu src/cuda/weights.cuh src/cuda/prefill.cuh src/cuda/mma.cuh src/cuda/batch.cuh src/cuda/pb_cuda.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

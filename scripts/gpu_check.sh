@@ -96,6 +96,15 @@ print(f"{sys.argv[3]:7s} {r.get('backend')} {size/2**30:.2f} GiB  tg128 {tg:8.1f
       f"ttft {r['ttft_ms']['median']:.1f} ms  weights read {size*tg/1e12:.2f} TB/s")
 PY
 done
+# full-size matrices (lanes a row of 16 and 64, 64-row and split-slot tensor-core blocks): prefill at once, in calls
+# of 37 and token by token, and the batch checks, bit for bit, on the GPU alone
+for t in $TYPES; do
+  f=/tmp/gemma2-2b-$t.gguf
+  [ -f "$f" ] || continue
+  PB_PAR_ONLY=gpu timeout ${PAR_TIMEOUT:-300} $PAR "$f" >"$OUT/parity-2b-$t.log" 2>&1
+  echo "parity ($t 2b, GPU only): $(grep -c '^ok' "$OUT/parity-2b-$t.log") ok, $(grep -c '^not ok' "$OUT/parity-2b-$t.log") not ok"
+  grep "^not ok" "$OUT/parity-2b-$t.log" | head -5
+done
 f=/tmp/gemma2-2b-q4_k_m.gguf
 if [ -n "${FLOATBENCH:-}" ] && [ -f "$f" ]; then
   PB_CUDA_FLOAT=1 $PB bench --gpu -m "$f" -p 0 -n 128 -r 3 --json >/tmp/float.json 2>/dev/null

@@ -586,7 +586,7 @@ static void check_model(const char *path, const char *tok_path) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         toks[i] = (int32_t)(r % (uint64_t)V);
     }
-    const char *only = getenv("PB_PAR_ONLY"); /* "batch": only check_batch (sanitizer runs) */
+    const char *only = getenv("PB_PAR_ONLY"); /* "batch": only the batch checks (sanitizer runs); "gpu": below */
     if (only && strcmp(only, "batch") == 0) {
         check_batch(gm, toks, V);
         check_batch_reuse(gm, toks, V);
@@ -594,6 +594,23 @@ static void check_model(const char *path, const char *tok_path) {
         return;
     }
     const size_t nv = (size_t)n * V;
+    if (only && strcmp(only, "gpu") == 0) { /* GPU only (full-size models): prefill at once, in calls of 37 and
+                                               token by token bit for bit, then the batch checks; no CPU run */
+        float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv), *t = malloc(sizeof(float) * nv);
+        pb_status s1 = run_all(gm, toks, n, n, false, a, NULL), s2 = run_all(gm, toks, n, 37, false, b, NULL),
+                  s3 = run_all(gm, toks, n, 1, false, t, NULL);
+        CHECK(!s1 && !s2 && !s3, "GPU forward, prefill at once, in calls of 37 and token by token (%s)",
+              s1 || s2 || s3 ? pb_last_error() : "ok");
+        if (!s1 && !s2 && !s3) {
+            same_bits(t, a, n, V, "GPU prefill at once (96 tokens)");
+            same_bits(t, b, n, V, "GPU prefill in calls of 37 tokens");
+        }
+        free(a), free(b), free(t);
+        check_batch(gm, toks, V);
+        check_batch_reuse(gm, toks, V);
+        pb_model_close(gf), pb_model_close(gm), pb_model_close(cm);
+        return;
+    }
     float *lc = malloc(sizeof(float) * nv), *ld = malloc(sizeof(float) * nv), *lg = malloc(sizeof(float) * nv),
           *l1 = malloc(sizeof(float) * nv), *lf = malloc(sizeof(float) * nv), *lp = malloc(sizeof(float) * nv),
           *lf1 = malloc(sizeof(float) * nv), *hg = malloc(sizeof(float) * (size_t)hp->n_embd),

@@ -434,6 +434,10 @@ static mm_kernel mm_pick(int t, bool i8, bool g, int tt) {
                      : mm_pick_tt<PF_TT>(t, i8, g);
 }
 
+#include "cuda/mma.cuh"
+
+__global__ void k_pf_geglu(float *y, const float *u, size_t n);
+
 static bool is_float_type(int t) { return t == T_F32 || t == T_F16 || t == T_BF16 || t >= T_SCALAR; }
 
 // y = A x for the chunk's n tokens (B: GeGLU with A's type), with lanes a row sw (the decode launch's choice).
@@ -458,6 +462,22 @@ static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, co
     a.y = y;
     a.ys = ys;
     const bool i8 = c->g->int8 && !is_float_type(A.type);
+    // the tensor-core form where the type has one (a GeGLU as its two matrices, then k_pf_geglu: the same bits)
+    const int nt = mq_nt(n), ks = mq_ks(A.N, n, nt, c->g->n_sm, c->g->mma_ks);
+    const mq_kernel mq = i8 && c->g->mma && n >= c->g->mma_min && (!B || ys == A.N) ? mq_pick(A.type, nt, ks) : NULL;
+    if (mq && (a.sw & (a.sw - 1)) == 0 && a.sw >= 4 && a.sw <= 64) {
+        const dim3 grid((n + 8 * nt - 1) / (8 * nt), (A.N + 64 / ks - 1) / (64 / ks));
+        const size_t sm = mq_smem(nt, a.sw, ks);
+        mq<<<grid, 128, sm, s>>>(a);
+        if (B) {
+            a.A = *B;
+            a.y = p->up;
+            mq<<<grid, 128, sm, s>>>(a);
+            const size_t tot = (size_t)n * A.N;
+            k_pf_geglu<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(y, p->up, tot);
+        }
+        return;
+    }
     const int rb = pf_block_rows(A.type, i8, B != NULL, a.sw);
     const int tt = pf_tt(n);
     mm_pick(A.type, i8, B != NULL, tt)<<<dim3((n + tt - 1) / tt, (A.N + rb - 1) / rb), 32 * MV_WARPS, 0, s>>>(a);

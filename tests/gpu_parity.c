@@ -586,16 +586,11 @@ static void check_model(const char *path, const char *tok_path) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         toks[i] = (int32_t)(r % (uint64_t)V);
     }
-    const char *only = getenv("PB_PAR_ONLY"); /* "batch": only the batch checks (sanitizer runs); "gpu": below */
-    if (only && strcmp(only, "batch") == 0) {
-        check_batch(gm, toks, V);
-        check_batch_reuse(gm, toks, V);
-        pb_model_close(gf), pb_model_close(gm), pb_model_close(cm);
-        return;
-    }
+    /* PB_PAR_ONLY "batch": only the batch checks (sanitizer runs); "gpu": GPU only (full-size models): prefill at
+       once, in calls of 37 and token by token bit for bit, then the batch checks; no CPU run */
+    const char *only = getenv("PB_PAR_ONLY");
     const size_t nv = (size_t)n * V;
-    if (only && strcmp(only, "gpu") == 0) { /* GPU only (full-size models): prefill at once, in calls of 37 and
-                                               token by token bit for bit, then the batch checks; no CPU run */
+    if (only && strcmp(only, "gpu") == 0) {
         float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv), *t = malloc(sizeof(float) * nv);
         pb_status s1 = run_all(gm, toks, n, n, false, a, NULL), s2 = run_all(gm, toks, n, 37, false, b, NULL),
                   s3 = run_all(gm, toks, n, 1, false, t, NULL);
@@ -606,6 +601,8 @@ static void check_model(const char *path, const char *tok_path) {
             same_bits(t, b, n, V, "GPU prefill in calls of 37 tokens");
         }
         free(a), free(b), free(t);
+    }
+    if (only && (strcmp(only, "batch") == 0 || strcmp(only, "gpu") == 0)) {
         check_batch(gm, toks, V);
         check_batch_reuse(gm, toks, V);
         pb_model_close(gf), pb_model_close(gm), pb_model_close(cm);

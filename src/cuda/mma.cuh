@@ -36,9 +36,10 @@ static __device__ __forceinline__ float mq_i2f(int x) { return __int_as_float(0x
 // A signed byte in every byte of a word.
 static __device__ __forceinline__ uint32_t mq_bcast(int s) { return (uint32_t)(uint8_t)(int8_t)s * 0x01010101u; }
 
-// One lane unit of the thread's two rows (g, g + 8 of its warp's 16): load() takes the weight words this thread
-// contributes to the unit's mma A fragments and the rows' scales; terms() dots them with one token tile (B: token g
-// of the tile; C: tokens 2 tg, 2 tg + 1 of rows g, g + 8 in acc[0..3]) and adds the 4 float terms into acc. K says
+// One lane unit of the thread's two rows (g, g + 8 of its warp's 16): fetch() loads, into a raw record, the weight
+// words this thread contributes to the unit's mma A fragments and the rows' scales (issued MQ_AHEAD units early);
+// decode() unpacks them when the unit's turn comes; terms() dots them with one token tile (B: token g of the tile;
+// C: tokens 2 tg, 2 tg + 1 of rows g, g + 8 in acc[0..3]) and adds the 4 float terms into acc. K says
 // which activation form the type reads (q8_K: true, q8_0: false).
 template <int T> struct mq_unit;
 

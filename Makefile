@@ -70,7 +70,7 @@ ifneq ($(CUDA),)
 CUDA_OBJ   := $(BUILD)/src/cuda/backend.o
 CORE_LIBS_CUDA := -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl -lrt
 NVFLAGS    := -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
-              -Xcompiler -fPIC,-Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings)
+              -Xcompiler -fPIC,-Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings) $(NVFLAGS_EXTRA)
 else
 CORE_SRC   += src/cuda/stub.c
 CUDA_OBJ   :=

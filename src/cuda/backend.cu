@@ -753,7 +753,17 @@ static __device__ double block_sum(double v, double *sh) {
     __syncthreads();
     if ((threadIdx.x & 31) == 0) sh[w] = v;
     __syncthreads();
+    // the warps' sums added in warp order from 0.0, as before; for a whole 1024-thread block unrolled, so the 32
+    // shared-memory loads are in flight together and only the additions wait on each other (the same bits)
     double t = 0.0;
+    if (nw == 32) {
+        double v32[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) v32[i] = sh[i];
+#pragma unroll
+        for (int i = 0; i < 32; i++) t += v32[i];
+        return t;
+    }
     for (int i = 0; i < nw; i++) t += sh[i];
     return t;
 }

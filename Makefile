@@ -157,12 +157,16 @@ GPU_DEV    ?= .dev-cuda
 PB_SHARED  ?= ../shared
 CUDART_STATIC := -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ -ldl -lrt -lpthread -lm
 GPU_DEV_OBJ := $(TOOL_OBJ) $(SVC_OBJ) $(WEB_OBJ) $(CATALOG_OBJ) $(LIB)
-gpu-dev: $(GPU_DEV)/pocketbrain $(GPU_DEV)/gpu_parity
-	cd $(GPU_DEV) && tar czf cuda-bins.tar.gz pocketbrain gpu_parity lib
+gpu-dev: $(GPU_DEV)/pocketbrain $(GPU_DEV)/gpu_parity $(GPU_DEV)/test_engine_batch
+	cd $(GPU_DEV) && tar czf cuda-bins.tar.gz pocketbrain gpu_parity test_engine_batch lib
 	@mkdir -p $(GPU_DEV)/fix
-	cp $(foreach t,q4_0 q4_k_m,$(PB_SHARED)/fixtures/peer/model/gemma2-tiny-v.$(t).gguf) \
+	cp $(foreach t,q4_0 q4_k_m q8_0,$(PB_SHARED)/fixtures/peer/model/gemma2-tiny-v.$(t).gguf) \
 	   $(PB_SHARED)/fixtures/peer/model/tokens.bin $(GPU_DEV)/fix/
-$(GPU_DEV)/gpu_parity: tests/gpu_parity.c tests/pb_test.h $(LIB)
+# the continuous-batching engine test linked with the CUDA backend: its sessions run on the GPU there (gpu_check.sh)
+$(GPU_DEV)/test_engine_batch: tests/test_engine_batch.c tests/pb_test.h tests/alloc_count.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIB) $(CUDART_STATIC) -lpthread && strip $@
+$(GPU_DEV)/gpu_parity: tests/gpu_parity.c tests/pb_test.h tests/topk_ref.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIB) $(CUDART_STATIC) && strip $@
 $(GPU_DEV)/pocketbrain: $(GPU_DEV_OBJ)

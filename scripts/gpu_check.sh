@@ -6,7 +6,8 @@
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
 # Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
 # PB_CUDA_FLOAT=1), PDLCHECK=1 (parity again with PB_CUDA_PDL=1), FLOATBENCH=1 (Q4_K_M tg128 on the float path),
-# PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
+# SAMPLEAB (a preset: sampled tg128 with the device top-K on and off), PARSAMPLE (a preset: bench --parallel
+# PARALLEL (default 1,8,32) with sampled streams, the device top-K on and off, and greedy), PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
 # VARIANTS (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for several at once, each a tg128 of this
 # tree's CLI on the AB_TYPES files, default
 # q4_k_m, next to the A/B lines), ALTCHECK (one VAR=VALUE: the parity tests again under it), PROFILE=1 (ncu: one
@@ -67,6 +68,15 @@ echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/p
 PB_PAR_ONLY=batch PB_CUDA_BATCH=0 timeout ${PAR_TIMEOUT:-300} $PAR "$@" >"$OUT/parity-concurrent.log" 2>&1
 echo "parity (contexts stepping concurrently): $(grep -c '^ok' "$OUT/parity-concurrent.log") ok, $(grep -c '^not ok' "$OUT/parity-concurrent.log") not ok"
 grep "^not ok" "$OUT/parity-concurrent.log" | head -5
+# the continuous-batching engine test (tests/test_engine_batch.c) with its sessions on the GPU: greedy and seeded
+# top-k / top-p sessions sharing a batch give each one's tokens alone (the sampled ones through the device top-K)
+TEB=$(dirname "$PAR")/test_engine_batch
+if [ -x "$TEB" ] && [ -f "$FIX/gemma2-tiny-v.q8_0.gguf" ]; then
+  mkdir -p /tmp/pbsh/fixtures/peer/model && cp "$FIX"/gemma2-tiny-v.q8_0.gguf /tmp/pbsh/fixtures/peer/model/
+  PB_SHARED=/tmp/pbsh timeout 300 "$TEB" >"$OUT/engine-batch.log" 2>&1
+  echo "engine batch test on the GPU: rc $?, $(grep -c '^ok' "$OUT/engine-batch.log") ok, $(grep -c '^not ok' "$OUT/engine-batch.log") not ok"
+  grep "^not ok" "$OUT/engine-batch.log" | head -5
+fi
 if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1): same checks
   PB_CUDA_PDL=1 $PAR "$@" >"$OUT/parity-pdl.log" 2>&1
   echo "parity (PB_CUDA_PDL=1): $(grep -c '^ok' "$OUT/parity-pdl.log") ok, $(grep -c '^not ok' "$OUT/parity-pdl.log") not ok"
@@ -130,6 +140,35 @@ if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CU
       env $(echo "$v" | tr , ' ') $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
       python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$v"
     done
+  done
+fi
+if [ -n "${SAMPLEAB:-}" ]; then # sampled decode (bench --sample PRESET): the best logits read on the device or not
+  echo "== tg128 (-r 3) sampled ($SAMPLEAB preset): device top-K (PB_CUDA_TOPK=1) and every logit pulled (=0), twice"
+  for t in ${AB_TYPES:-q4_k_m}; do
+    [ -f /tmp/gemma2-2b-$t.gguf ] || continue
+    for round in 1 2; do
+      for v in 1 0; do
+        PB_CUDA_TOPK=$v $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --sample "$SAMPLEAB" --json \
+          >/tmp/ab.json 2>/dev/null
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], 'PB_CUDA_TOPK=' + sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$v"
+      done
+    done
+  done
+fi
+if [ -n "${PARSAMPLE:-}" ] && [ -f "$f" ]; then # continuous batching, sampled streams: device top-K on and off
+  echo "== bench --parallel ${PARALLEL:-1,8,32} (-p 32 -n 64 -r 2) q4_k_m, streams sampling ($PARSAMPLE) and greedy"
+  for v in "1 $PARSAMPLE" "0 $PARSAMPLE" "1 greedy"; do
+    set -- $v
+    PB_CUDA_TOPK=$1 $PB bench --gpu -m "$f" --parallel ${PARALLEL:-1,8,32} -p 32 -n 64 -r 2 --sample $2 --json \
+      >/tmp/par.json 2>/tmp/par.err || { tail -3 /tmp/par.err; continue; }
+    python3 - /tmp/par.json "PB_CUDA_TOPK=$1 $2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for r in j["parallel"]:
+    b, a = r["batched"], r["alone"]
+    print(f"{sys.argv[2]:22s} {r['streams']:3d} streams: batched {b['aggregate_tok_s']:8.1f} tok/s (p50 {b['stream_tok_s_p50']:6.1f}, "
+          f"p99 {b['stream_tok_s_p99']:6.1f}, mean batch {b['mean_batch']:.2f}), alone {a['aggregate_tok_s']:8.1f}")
+PY
   done
 fi
 if [ -n "${PROFILE:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then

@@ -14,10 +14,14 @@
  *    within TOL).
  *  - greedy sampling on the GPU: the device argmax kernel against pb_sampler's greedy pick on random vocabularies
  *    (ties, NaN, +-inf, +-0), pb_forward_top's pick and pulled logits against pb_forward's at every position, and
- *    a greedy session (argmax on the device) against one whose zero bias makes it pull the logits.
+ *    a greedy session (argmax on the device) against one whose zero bias makes it pull the logits;
+ *  - sparse sampling on the GPU: the device top-M kernel against a full sort on random vocabularies (ids and raw
+ *    values bit for bit, gathered values too), and sampled sessions (top-k, top-p, min-p, penalties, bias) reading
+ *    the best logits from the device against the same sessions pulling every logit (PB_CUDA_TOPK=0).
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
+#include "topk_ref.h"
 
 #include "cuda/pb_cuda.h"
 #include "engine/engine.h"
@@ -209,6 +213,106 @@ static void check_argmax_kernel(pb_cu_ctx *c) {
     free(l);
 }
 
+/* The device top-M kernel (pb_cu_top_check) against topk_ref's full sort on random vocabularies as above, M random
+ * in 1..128 (at most n), up to 128 gathered ids: the ids in order, their raw values and the gathered values bit for
+ * bit (NaN payloads and -0 included). */
+static void check_topk_kernel(pb_cu_ctx *c) {
+    const float vals[] = {-INFINITY, -3.0f, 0.0f, -0.0f, 1.5f, 2.0f, 2.0f, NAN, INFINITY};
+    const int N = 1 << 20;
+    float *l = malloc(sizeof(float) * N), rv[128], gv[128], gw[128];
+    uint64_t *keys = malloc(sizeof(uint64_t) * N);
+    int32_t ri[128], g[128];
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    int bad = 0, runs = 0;
+    for (int it = 0; it < 240 && l && keys; it++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int n = it < 100   ? 1 + (int)(r % 300)
+                : it < 200 ? 4000 + (int)(r % 9000)
+                : it < 236 ? 256000 - (int)(r % 3)
+                           : N - (int)(r % 5000);
+        const int nval = it % 3 == 0 ? 8 : it % 3 == 1 ? 7 : 2;
+        for (int i = 0; i < n; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            l[i] = it % 4 == 3 ? (float)(int)((r >> 11) % 2001) * 0.01f - 10.0f : vals[(r >> 11) % (uint64_t)nval];
+        }
+        if (it % 5 == 0) l[(r >> 20) % (uint64_t)n] = 5.0f;
+        if (it % 11 == 0)
+            for (int i = 0; i < n; i++) l[i] = NAN;
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int m = 1 + (int)(r % 128), ng = (int)((r >> 8) % 129);
+        if (it % 7 == 0) m = 128;
+        if (m > n) m = n;
+        for (int i = 0; i < ng; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            g[i] = (int32_t)((r >> 11) % (uint64_t)n);
+        }
+        topk_ref(l, n, m, keys, ri, rv);
+        int32_t di[128];
+        float dv[128];
+        int rc = pb_cu_top_check(c, l, n, m, g, ng, di, dv, gv, NULL, 0);
+        for (int i = 0; i < ng; i++) gw[i] = l[g[i]];
+        const bool ok = rc == 0 && memcmp(di, ri, sizeof(int32_t) * (size_t)m) == 0 &&
+                        memcmp(dv, rv, sizeof(float) * (size_t)m) == 0 &&
+                        memcmp(gv, gw, sizeof(float) * (size_t)ng) == 0;
+        if (!ok) {
+            if (bad < 3)
+                NOTE("top %d of %d values (%d gathered): rc %d, first id device %d, reference %d", m, n, ng, rc,
+                     rc ? -1 : (int)di[0], (int)ri[0]);
+            bad++;
+        }
+        runs++;
+    }
+    CHECK(bad == 0 && runs == 240,
+          "device top-M = a full sort's first M (ids, raw values, gathered values bit for bit) on %d random "
+          "vocabularies (1..300, 4k-13k, 256k, 1M values; M 1..128; ties, NaN, +-inf, +-0): %d differ",
+          runs, bad);
+    int32_t one = 0;
+    float x1 = 1.0f, o;
+    CHECK(pb_cu_top_check(c, &x1, 1, 2, NULL, 0, &one, &o, &o, NULL, 0) != 0 &&
+              pb_cu_top_check(c, &x1, 1, 1, (const int32_t[]){1}, 1, &one, &o, &o, NULL, 0) != 0 &&
+              pb_cu_top_check(c, &x1, 1, 129, NULL, 0, &one, &o, &o, NULL, 0) != 0,
+          "device top-M refuses M > n, M > 128 and a gathered id outside the values");
+    free(l), free(keys);
+}
+
+/* Sampled sessions on the GPU: each preset-like sampler below draws the same tokens reading the best logits from the
+ * device (pb_forward_logits_top) as pulling every logit to the CPU sampler (a session made under PB_CUDA_TOPK=0). */
+static void check_sampled(pb_model *gm, const int32_t *toks) {
+    pb_session_params sp = pb_session_default_params();
+    sp.n_ctx = 128;
+    const int32_t bid[] = {3, 7, 11};
+    const float bval[] = {2.0f, -INFINITY, 0.5f};
+    for (int k = 0; k < 4; k++) {
+        pb_session *sa = NULL, *sb = NULL;
+        pb_status st = pb_session_new(gm, &sp, &sa);
+        setenv("PB_CUDA_TOPK", "0", 1);
+        if (!st) st = pb_session_new(gm, &sp, &sb);
+        unsetenv("PB_CUDA_TOPK");
+        pb_gen_params gp = pb_gen_default_params();
+        gp.max_tokens = 40;
+        gp.stop_at_eos = false;
+        gp.sampler.seed = 1000 + (uint64_t)k;
+        if (k == 0) gp.sampler.temperature = 1.0f, gp.sampler.top_k = 40, gp.sampler.top_p = 1.0f;
+        if (k == 1) gp.sampler.temperature = 0.8f, gp.sampler.top_k = 64, gp.sampler.top_p = 0.9f;
+        if (k == 2) { /* penalties and a bias: their ids gathered from the device */
+            gp.sampler.temperature = 1.3f, gp.sampler.top_k = 20, gp.sampler.repeat_penalty = 1.3f;
+            gp.sampler.presence_penalty = 0.5f, gp.sampler.frequency_penalty = 0.3f, gp.sampler.penalty_last_n = 32;
+            gp.sampler.bias_ids = bid, gp.sampler.bias_values = bval, gp.sampler.n_bias = 3;
+        }
+        if (k == 3) gp.sampler.temperature = 2.0f, gp.sampler.top_k = 100, gp.sampler.min_p = 0.0f; /* flat */
+        pb_status s1 = st ? st : pb_session_generate(sa, toks, 8, &gp, NULL, NULL, NULL);
+        pb_status s2 = st ? st : pb_session_generate(sb, toks, 8, &gp, NULL, NULL, NULL);
+        CHECK(s1 == PB_OK && s2 == PB_OK && sa->logits_dev == pb_sampler_top_ok(sa->smp) && !sb->logits_dev &&
+                  sa->n_past == sb->n_past && sa->pending == sb->pending &&
+                  memcmp(sa->tokens, sb->tokens, sizeof(int32_t) * (size_t)sa->n_past) == 0,
+              "sampled session %d (temperature %.1f, top-k %d%s): the device's best logits draw the tokens the pulled "
+              "logits draw (%lld positions) %s",
+              k, (double)gp.sampler.temperature, gp.sampler.top_k, k == 2 ? ", penalties, bias" : "",
+              sa ? (long long)sa->n_past : 0LL, s1 || s2 ? pb_last_error() : "");
+        pb_session_free(sa), pb_session_free(sb);
+    }
+}
+
 /* pb_forward_top against pb_forward on the int8 path, position by position: the pick is the sampler's greedy pick of
  * pb_forward's logits and the pulled logits are those logits bit for bit; then a greedy session against one whose
  * zero bias (the same distribution) sends it through the pulled logits and the CPU sampler. */
@@ -222,7 +326,7 @@ static void check_top(const pb_model *gm, const int32_t *toks, int n, int V) {
         goto done;
     CHECK(pb_forward_has_top(kb), "a GPU cache offers the argmax on the device");
     static bool kernel_done;
-    if (!kernel_done) check_argmax_kernel(kb->gpu), kernel_done = true;
+    if (!kernel_done) check_argmax_kernel(kb->gpu), check_topk_kernel(kb->gpu), kernel_done = true;
     int pick_bad = 0, logit_bad = 0;
     for (int t = 0; t < n && !st; t++) {
         int32_t top = -5;
@@ -258,8 +362,15 @@ done:
 
     pb_session_params sp = pb_session_default_params();
     sp.n_ctx = 128;
-    pb_session *sa = NULL, *sb = NULL;
-    if ((st = pb_session_new((pb_model *)gm, &sp, &sa)) || (st = pb_session_new((pb_model *)gm, &sp, &sb))) {
+    /* sb pulls every logit (its zero bias, and PB_CUDA_TOPK=0: no top-K on the device); sc's zero bias takes the
+     * top-K path (the argmax cannot see a bias), a greedy pick from the best 2 logits and the gathered one */
+    pb_session *sa = NULL, *sb = NULL, *sc = NULL;
+    st = pb_session_new((pb_model *)gm, &sp, &sa);
+    setenv("PB_CUDA_TOPK", "0", 1);
+    if (!st) st = pb_session_new((pb_model *)gm, &sp, &sb);
+    unsetenv("PB_CUDA_TOPK");
+    if (!st) st = pb_session_new((pb_model *)gm, &sp, &sc);
+    if (st) {
         CHECK(0, "GPU sessions: %s", pb_last_error());
     } else {
         pb_gen_params ga = pb_gen_default_params(), gb;
@@ -272,17 +383,25 @@ done:
         gb.sampler.bias_ids = zid, gb.sampler.bias_values = zb, gb.sampler.n_bias = 1;
         pb_status s1 = pb_session_generate(sa, toks, 8, &ga, NULL, NULL, NULL);
         pb_status s2 = pb_session_generate(sb, toks, 8, &gb, NULL, NULL, NULL);
-        CHECK(s1 == PB_OK && s2 == PB_OK, "greedy sessions generate (%s)", s1 || s2 ? pb_last_error() : "ok");
-        CHECK(sa->logits_dev && !sb->logits_dev,
-              "the greedy session left its logits on the device, the biased one not");
+        pb_status s3 = pb_session_generate(sc, toks, 8, &gb, NULL, NULL, NULL);
+        CHECK(s1 == PB_OK && s2 == PB_OK && s3 == PB_OK, "greedy sessions generate (%s)",
+              s1 || s2 || s3 ? pb_last_error() : "ok");
+        CHECK(sa->logits_dev && !sb->logits_dev && sc->logits_dev,
+              "the greedy sessions left their logits on the device (argmax; biased: top-K), the one without the "
+              "device top-K not");
         const float *pa = pb_session_logits(sa), *pbl = pb_session_logits(sb);
         CHECK(sa->n_past == sb->n_past && sa->pending == sb->pending &&
                   memcmp(sa->tokens, sb->tokens, sizeof(int32_t) * (size_t)sa->n_past) == 0,
               "greedy session with the device argmax = with the CPU sampler on pulled logits (%lld tokens)",
               (long long)sa->n_past);
+        CHECK(sc->n_past == sb->n_past && sc->pending == sb->pending &&
+                  memcmp(sc->tokens, sb->tokens, sizeof(int32_t) * (size_t)sc->n_past) == 0,
+              "biased greedy session with the device top-K = with the CPU sampler on pulled logits (%lld tokens)",
+              (long long)sc->n_past);
         CHECK(pa && pbl && memcmp(pa, pbl, sizeof(float) * V) == 0,
               "pb_session_logits after a greedy generate: the device's logits, pulled");
     }
+    pb_session_free(sc);
     pb_session_free(sa), pb_session_free(sb);
     free(la), free(lb);
 }
@@ -634,6 +753,7 @@ static void check_model(const char *path, const char *tok_path) {
     if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
     free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
     check_top(gm, toks, 32, V);
+    check_sampled(gm, toks);
     check_batch(gm, toks, V);
     check_batch_reuse(gm, toks, V);
     if (gf) {

@@ -34,6 +34,11 @@ if (bad.length) { console.log("bad: " + bad.join(", ")); process.exit(1); }
 console.log("mean batch of 3 streams " + p[1].batched.mean_batch.toFixed(2) + ", gain " + p[1].gain.toFixed(2));
 ' "$T/json" >"$T/check" 2>&1; vrc=$?
 check "bench --parallel --json: sane numbers, steps of several streams ($(cat "$T/check"))" '[ $rc = 0 ] && [ $vrc = 0 ]'
+$BIN bench -m "$M" -t 1 --parallel 2 -p 4 -n 6 -r 1 --sample precise --json >"$T/sj" 2>"$T/err"; rc=$?
+check "bench --parallel 2 --sample precise: sampled streams, the preset named in the JSON (rc $rc)" \
+  '[ $rc = 0 ] && grep -q "\"sample\":[[:space:]]*\"precise\"" "$T/sj" && grep -q "\"streams\":[[:space:]]*2" "$T/sj"'
+$BIN bench -m "$M" -t 1 --cold --sample balanced >"$T/out" 2>"$T/err"; rc=$?
+check "bench --cold --sample: exit 2, refused by name (rc $rc)" '[ $rc = 2 ] && grep -q -- "--sample is not taken with --cold" "$T/err"'
 $BIN bench -m "$M" -t 1 --parallel 65 >"$T/out" 2>"$T/err"; rc=$?
 check "bench --parallel 65: exit 2 naming the limit" '[ $rc = 2 ] && grep -q "64" "$T/err"'
 $BIN bench -m "$M" -t 1 --parallel 0 >"$T/out" 2>"$T/err"; rc=$?

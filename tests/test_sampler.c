@@ -2,6 +2,7 @@
  * seeds), top-k/top-p/min-p/temperature, penalties and their window, logit bias, presets, PRNG. */
 #include "pb_test.h"
 #include "sampler/sampler.h"
+#include "topk_ref.h"
 
 #include <math.h>
 
@@ -388,6 +389,103 @@ int main(void) {
         }
         CHECK(wrong == 0, "greedy_only: only temperature 0 without bias or an applicable penalty (%d wrong)", wrong);
         pb_sampler_free(sg);
+    }
+
+    /* sparse sampling (a GPU's top-M, pb_sampler_sample_top) = the full chain, token for token: random logits with
+     * ties, +-0, NaN, +-inf; random temperature (0 too), top-k, min-p, top-p, bias (+-inf too) and penalties; two
+     * samplers on one seed, so every draw must also take the same PRNG step */
+    {
+        const int32_t V = 3000;
+        pb_sampler *sf, *ss;
+        CHECK(pb_sampler_new(V, &sf) == PB_OK && pb_sampler_new(V, &ss) == PB_OK, "samplers for the sparse check");
+        float *l = malloc((size_t)V * sizeof(float)), gv[PB_SAMPLER_TOP_MAX], tv[PB_SAMPLER_TOP_MAX];
+        uint64_t *keys = malloc((size_t)V * sizeof(uint64_t));
+        int32_t gi[PB_SAMPLER_TOP_MAX], ti[PB_SAMPLER_TOP_MAX], recent[200], bid[12];
+        float bval[12];
+        pb_rng r;
+        pb_rng_seed(&r, 99);
+        int draws = 0, differ = 0, sparse_used = 0, refused = 0;
+        for (int round = 0; round < 300; round++) {
+            const int kind = round % 4; /* 0: smooth, 1: coarse ties, 2: NaN/inf/-0 sprinkled, 3: few finite */
+            for (int32_t i = 0; i < V; i++) {
+                double u = pb_rng_uniform(&r);
+                float v = kind == 1 ? (float)floor(u * 6.0) : (float)(u * 10.0 - 5.0);
+                if (kind == 2) {
+                    double z = pb_rng_uniform(&r);
+                    v = z < 0.02 ? NAN : z < 0.04 ? -INFINITY : z < 0.06 ? -0.0f : z < 0.08 ? 0.0f : v;
+                }
+                if (kind == 3) v = pb_rng_uniform(&r) < 0.995 ? -INFINITY : v;
+                l[i] = v;
+            }
+            pb_sampler_params q = pb_sampler_default_params();
+            q.seed = 1000 + (uint64_t)round;
+            q.temperature = round % 5 == 0 ? 0.0f : (float)(0.2 + 1.5 * pb_rng_uniform(&r));
+            q.top_k = 1 + (int)(pb_rng_uniform(&r) * 60);
+            q.min_p = round % 3 == 0 ? 0.0f : (float)(0.2 * pb_rng_uniform(&r));
+            q.top_p = round % 2 ? 1.0f : (float)(0.3 + 0.7 * pb_rng_uniform(&r));
+            q.n_bias = (int)(pb_rng_uniform(&r) * 5);
+            for (int i = 0; i < q.n_bias; i++) {
+                double z = pb_rng_uniform(&r);
+                bid[i] = (int32_t)(pb_rng_uniform(&r) * V);
+                bval[i] = z < 0.15 ? -INFINITY : z < 0.3 ? INFINITY : (float)(z * 12.0 - 4.0);
+            }
+            if (q.n_bias > 1) bid[1] = bid[0]; /* a repeated id: its biases add up */
+            if (kind == 3 && q.n_bias > 0)     /* -inf + inf: NaN, which must count as -inf as the logits' own NaN do */
+                l[0] = -INFINITY, bid[q.n_bias - 1] = 0, bval[q.n_bias - 1] = INFINITY;
+            q.bias_ids = bid, q.bias_values = bval;
+            if (round % 3 == 1) q.repeat_penalty = 1.3f, q.frequency_penalty = 0.2f, q.presence_penalty = 0.4f;
+            q.penalty_last_n = round % 6 == 1 ? 0 : 16 + (int)(pb_rng_uniform(&r) * 40);
+            int n_recent = (int)(pb_rng_uniform(&r) * 200);
+            for (int i = 0; i < n_recent; i++) /* a few repeats and one id outside the vocabulary */
+                recent[i] = i == 3 ? V + 7 : (int32_t)(pb_rng_uniform(&r) * (i % 2 ? 40 : V));
+            if (pb_sampler_start(sf, &q) != PB_OK || pb_sampler_start(ss, &q) != PB_OK) {
+                CHECK(0, "sparse check: start round %d", round);
+                break;
+            }
+            if (!pb_sampler_top_ok(ss)) refused++;
+            for (int d = 0; d < 20; d++) {
+                int32_t ng = 0, m = pb_sampler_top_need(ss, recent, n_recent, gi, &ng);
+                int32_t want = pb_sampler_sample(sf, l, recent, n_recent), got;
+                if (m > 0) {
+                    topk_ref(l, V, m, keys, ti, tv);
+                    for (int32_t i = 0; i < ng; i++) gv[i] = l[gi[i]];
+                    got = pb_sampler_sample_top(ss, ti, tv, m, gi, gv, ng, recent, n_recent);
+                    sparse_used++;
+                } else {
+                    got = pb_sampler_sample(ss, l, recent, n_recent);
+                }
+                draws++;
+                if (got != want) {
+                    if (differ < 3)
+                        fprintf(stderr, "# sparse round %d draw %d: full %d, sparse %d (m %d, ng %d)\n", round, d,
+                                (int)want, (int)got, (int)m, (int)ng);
+                    differ++;
+                }
+                if (n_recent > 0) recent[n_recent - 1] = want; /* the history moves on */
+            }
+        }
+        CHECK(differ == 0 && sparse_used > draws * 3 / 4,
+              "sparse sampling from the top-M = the full chain: %d draws, %d differ (%d through the sparse path, %d "
+              "rounds refused)",
+              draws, differ, sparse_used, refused);
+        /* the bounds: top_k 0 (every logit) and a window past PB_SAMPLER_TOP_MAX need the full logits */
+        pb_sampler_params q = pb_sampler_default_params();
+        int32_t ng;
+        q.top_k = 0;
+        pb_sampler_start(ss, &q);
+        bool full_k = !pb_sampler_top_ok(ss) && pb_sampler_top_need(ss, recent, 50, gi, &ng) == 0;
+        q = pb_sampler_default_params();
+        q.repeat_penalty = 1.1f, q.penalty_last_n = 200;
+        pb_sampler_start(ss, &q);
+        for (int i = 0; i < 200; i++) recent[i] = i * 7;
+        bool full_w = !pb_sampler_top_ok(ss) && pb_sampler_top_need(ss, recent, 200, gi, &ng) == 0;
+        bool short_w = pb_sampler_top_need(ss, recent, 30, gi, &ng) == 40 + 30 && ng == 30;
+        CHECK(full_k && full_w && short_w,
+              "top_need: 0 for top_k 0 and for 200 distinct penalised ids, top_k + 30 for a 30-token history");
+        free(l);
+        free(keys);
+        pb_sampler_free(sf);
+        pb_sampler_free(ss);
     }
 
     /* a Gemma-sized vocabulary: top-p without top-k must agree with a full sort */

@@ -16,6 +16,7 @@
 typedef struct stream_job {
     pb_session *s;
     int n_g;
+    const pb_preset *sample; /* NULL: greedy */
     pthread_barrier_t *go;
     pb_status st;
     char err[256];
@@ -27,7 +28,10 @@ static void *stream_main(void *arg) {
     stream_job *j = arg;
     pthread_barrier_wait(j->go);
     pb_gen_params gp = pb_gen_default_params();
-    gp.sampler.temperature = 0;
+    if (j->sample)
+        gp.sampler = pb_sampler_preset(*j->sample);
+    else
+        gp.sampler.temperature = 0;
     gp.stop_at_eos = false;
     gp.max_tokens = j->n_g + 1;
     pb_gen_stats gs;
@@ -59,6 +63,7 @@ static double quantile(const double *v, int n, double q) {
 typedef struct cfg {
     int threads, n_p, n_g, reps;
     pb_kv_type kv;
+    const pb_preset *sample;
 } cfg;
 
 /* n streams, batched or alone: prefill (not timed), then reps of all decoding at once. */
@@ -112,7 +117,7 @@ static int run_mode(pb_model *m, int n, bool batched, const cfg *c, mode_result 
         pthread_barrier_t go;
         pthread_barrier_init(&go, NULL, (unsigned)n + 1);
         for (int i = 0; i < n; i++) {
-            jobs[i] = (stream_job){.s = ss[i], .n_g = c->n_g, .go = &go};
+            jobs[i] = (stream_job){.s = ss[i], .n_g = c->n_g, .sample = c->sample, .go = &go};
             if (pthread_create(&th[i], NULL, stream_main, &jobs[i]) != 0) {
                 cli_err("bench", "cannot start a thread");
                 exit(1); /* the barrier would wait forever for it */
@@ -164,7 +169,7 @@ static void load_avg(char *buf, size_t cap) {
 }
 
 int bench_parallel(const char *path, const int *ns, int n_ns, int threads, int gpu, int n_p, int n_g, int reps,
-                   pb_kv_type kv, const char *cache_dir, bool json) {
+                   pb_kv_type kv, const pb_preset *sample, const char *cache_dir, bool json) {
     if (n_g < 1) {
         cli_err("bench", "--parallel measures decoding: -n must be at least 1");
         return 2;
@@ -180,7 +185,7 @@ int bench_parallel(const char *path, const int *ns, int n_ns, int threads, int g
     if (st != PB_OK) return cli_fail("bench", st, "cannot open model");
     pb_model_info info;
     pb_model_get_info(m, &info);
-    cfg c = {threads, n_p, n_g, reps, kv};
+    cfg c = {threads, n_p, n_g, reps, kv, sample};
     mode_result res[2][16];
     int rc = 0;
     for (int k = 0; k < n_ns && !rc; k++) {
@@ -208,6 +213,7 @@ int bench_parallel(const char *path, const int *ns, int n_ns, int threads, int g
         cJSON_AddNumberToObject(root, "n_gen", n_g);
         cJSON_AddNumberToObject(root, "reps", reps);
         cJSON_AddStringToObject(root, "kv_type", cli_kv_name(kv));
+        cJSON_AddStringToObject(root, "sample", sample ? pb_preset_name(*sample) : "greedy");
         cJSON_AddStringToObject(root, "kernels", pb_kernels_isa());
         cJSON_AddStringToObject(root, "load_avg_before", load_before);
         cJSON_AddStringToObject(root, "load_avg_after", load_after);
@@ -248,9 +254,10 @@ int bench_parallel(const char *path, const int *ns, int n_ns, int threads, int g
                    r->agg, r->p50, r->p99, mb, gain);
         }
     printf(
-        "\nEach stream: a %d-token prompt (random ids, not timed), then %d greedy decode steps, all streams at once on "
+        "\nEach stream: a %d-token prompt (random ids, not timed), then %d decode steps (%s), all streams at once on "
         "their own threads (%d each); aggregate = all tokens / wall time, median of %d; p99 = 99%% of the streams were "
         "at least this fast; gain = batched / alone. Load average before %s, after %s. pocketbrain %s; kernels %s\n",
-        n_p > 0 ? n_p : 1, n_g, threads, reps, load_before, load_after, pb_version(), pb_kernels_isa());
+        n_p > 0 ? n_p : 1, n_g, sample ? pb_preset_name(*sample) : "greedy", threads, reps, load_before, load_after,
+        pb_version(), pb_kernels_isa());
     return 0;
 }

@@ -15,12 +15,13 @@
 
 static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type "
                                  "T] [--gpu|--no-gpu] [--cold]\n"
-                                 "                  [--ttft-prompt 32] [--parallel 1,8,32] [--no-pack-cache] [--json]";
+                                 "                  [--ttft-prompt 32] [--sample greedy] [--parallel 1,8,32] "
+                                 "[--no-pack-cache] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
     "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--gpu|--no-gpu]\n"
-    "                         [--ttft-prompt 32] [--parallel 1,8,32] [--json]\n\n"
+    "                         [--ttft-prompt 32] [--sample greedy] [--parallel 1,8,32] [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
     "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"
@@ -30,6 +31,9 @@ static const char *const help =
     "  -r, --reps N       repetitions; median, min and max are reported (default 5)\n"
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
     "  --ttft-prompt N    prompt tokens of the time-to-first-token test (default 32; e.g. 2000 for a long prompt)\n"
+    "  --sample P         how tokens are picked: greedy (default) or a sampling preset (precise, balanced,\n"
+    "                     creative, code: top-k 40, top-p, min-p, seed 42), for the speed of sampled decoding\n"
+    "                     (tgN, and each stream of --parallel)\n"
     "  --cold             cold start instead: process start -> first token of a 24-token prompt, each\n"
     "                     repetition a fresh process with the model file evicted from the page cache\n"
     "                     (default context, as run uses)\n"
@@ -85,8 +89,8 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 }
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
-static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, int depth, int reps, int n_ttft,
-                     pb_kv_type kv, const char *cache_dir, result *res) {
+static int bench_one(const char *path, int threads, int gpu, const pb_preset *sample, int n_p, int n_g, int depth,
+                     int reps, int n_ttft, pb_kv_type kv, const char *cache_dir, result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();
@@ -135,7 +139,10 @@ static int bench_one(const char *path, int threads, int gpu, int n_p, int n_g, i
     pb_rng rng;
     pb_rng_seed(&rng, 1234);
     pb_gen_params gp = pb_gen_default_params();
-    gp.sampler.temperature = 0;
+    if (sample)
+        gp.sampler = pb_sampler_preset(*sample);
+    else
+        gp.sampler.temperature = 0;
     gp.stop_at_eos = false;
     double ttft[MAX_R], pp[MAX_R], tg[MAX_R];
     pb_gen_stats gs;
@@ -210,6 +217,8 @@ PB_CMD(bench) {
     }
     bool pack_cache = true;
     int gpu = -1;
+    pb_preset preset;
+    const pb_preset *sample = NULL; /* NULL: greedy */
     pb_kv_type kv = PB_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -253,6 +262,16 @@ PB_CMD(bench) {
         } else if (strcmp(a, "--ttft-prompt") == 0) {
             if (!cli_parse_int("bench", a, v, 1, 65536, &n_ttft)) return cli_usage_line(usage);
             i++;
+        } else if (strcmp(a, "--sample") == 0) {
+            if (!v) return cli_usage_error("bench", usage, "--sample needs a value");
+            if (strcmp(v, "greedy") == 0)
+                sample = NULL;
+            else if (pb_preset_from_name(v, &preset) == PB_OK)
+                sample = &preset;
+            else
+                return cli_usage_error("bench", usage,
+                                       "--sample expects greedy, precise, balanced, creative or code, got '%s'", v);
+            i++;
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
             if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_line(usage);
             i++;
@@ -278,9 +297,12 @@ PB_CMD(bench) {
     }
     if (n_threads == 0) threads[n_threads++] = pb_cpu_physical_cores();
     const char *cache_dir = pack_cache ? cli_pack_cache_dir() : NULL;
+    if (cold && sample)
+        return cli_usage_error("bench", usage, "--sample is not taken with --cold (its one token is greedy)");
     if (cold) return bench_cold(path, threads, n_threads, (int)reps, json, cache_dir);
     if (n_par > 0)
-        return bench_parallel(path, par, n_par, threads[0], gpu, (int)n_p, (int)n_g, (int)reps, kv, cache_dir, json);
+        return bench_parallel(path, par, n_par, threads[0], gpu, (int)n_p, (int)n_g, (int)reps, kv, sample, cache_dir,
+                              json);
 
     pb_model_info info;
     {
@@ -295,8 +317,8 @@ PB_CMD(bench) {
     }
     result res[MAX_T];
     for (int k = 0; k < n_threads; k++) {
-        int rc = bench_one(path, threads[k], gpu, (int)n_p, (int)n_g, (int)depth, (int)reps, (int)n_ttft, kv, cache_dir,
-                           &res[k]);
+        int rc = bench_one(path, threads[k], gpu, sample, (int)n_p, (int)n_g, (int)depth, (int)reps, (int)n_ttft, kv,
+                           cache_dir, &res[k]);
         if (rc) return rc;
     }
     char pp_name[32], tg_name[32], mname[200];
@@ -314,6 +336,7 @@ PB_CMD(bench) {
         cJSON_AddNumberToObject(root, "depth", (double)depth);
         cJSON_AddNumberToObject(root, "ttft_prompt", (double)n_ttft);
         cJSON_AddStringToObject(root, "kv_type", cli_kv_name(kv));
+        cJSON_AddStringToObject(root, "sample", sample ? pb_preset_name(*sample) : "greedy");
         cJSON_AddStringToObject(root, "kernels", pb_kernels_isa());
         cJSON_AddNumberToObject(root, "repacked", n_threads ? res[0].n_repacked : 0);
         cJSON *runs = cJSON_AddArrayToObject(root, "runs");
@@ -364,7 +387,9 @@ PB_CMD(bench) {
         printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f (%d, %s) |\n", res[k].threads, res[k].load_ms,
                res[k].ttft_ms.med, res[k].ttft_ms.min, res[k].ttft_ms.max, (double)res[k].rss / (1 << 20),
                (double)res[k].kv / (1 << 20), res[k].n_ctx, cli_kv_name(kv));
-    printf("\n%ld repetitions; random token ids; pocketbrain %s; kernels %s; %d weight matrices repacked\n", reps,
-           pb_version(), pb_kernels_isa(), n_threads ? res[0].n_repacked : 0);
+    printf("\n%ld repetitions; random token ids; decode %s; pocketbrain %s; kernels %s; %d weight matrices "
+           "repacked\n",
+           reps, sample ? pb_preset_name(*sample) : "greedy", pb_version(), pb_kernels_isa(),
+           n_threads ? res[0].n_repacked : 0);
     return 0;
 }

@@ -1316,6 +1316,12 @@ struct pb_cu_ctx {
     float *am_v;
     int *am_i, *am_cnt, *am_out, *h_am, *am_want;
     int no_argmax;
+    // sparse sampling on the device (pb_cu_logits_top, topk.cuh): the blocks' key lists, counter, result and its
+    // pinned copy, made at the first call; no_topk: PB_CUDA_TOPK=0 (A/B runs: sampled decode pulls the logits)
+    void *tk_mem;
+    unsigned long long *tk_part;
+    int *tk_cnt, *tk_out, *h_tk;
+    int no_topk;
     struct pf_bufs *pf; // prefill scratch (prefill.cuh), made at the first prompt of several tokens
 };
 
@@ -1335,6 +1341,8 @@ extern "C" void pb_cu_ctx_free(pb_cu_ctx *c) {
     if (c->graph_arg) cudaGraphExecDestroy(c->graph_arg);
     if (c->am_mem) cudaFree(c->am_mem);
     if (c->h_am) cudaFreeHost(c->h_am);
+    if (c->tk_mem) cudaFree(c->tk_mem);
+    if (c->h_tk) cudaFreeHost(c->h_tk);
     free(c);
 }
 
@@ -1444,6 +1452,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     {
         const char *am = getenv("PB_CUDA_ARGMAX"); /* tuning switch (A/B runs): 0 = logits to the host sampler */
         c->no_argmax = am && atoi(am) == 0;
+        const char *tk = getenv("PB_CUDA_TOPK"); /* tuning switch (A/B runs): 0 = sampled decode pulls the logits */
+        c->no_topk = tk && atoi(tk) == 0;
     }
     *out = c;
     return ST_OK;
@@ -1766,6 +1776,7 @@ extern "C" int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *
     return ST_OK;
 }
 
+#include "cuda/topk.cuh"
 #include "cuda/batch.cuh"
 
 extern "C" int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap) {

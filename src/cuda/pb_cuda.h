@@ -70,6 +70,16 @@ int pb_cu_forward_argmax(pb_cu_ctx *c, int pos, const int32_t *tokens, int n, in
                          size_t cap);
 int pb_cu_logits_download(pb_cu_ctx *c, float *logits, char *err, size_t cap);
 int pb_cu_argmax_check(pb_cu_ctx *c, const float *x, int n, int32_t *top, char *err, size_t cap);
+/* Sparse sampling on the device: 1 when pb_cu_logits_top is usable (PB_CUDA_TOPK=0 at ctx_new turns it off, for
+ * A/B runs). pb_cu_logits_top: of the logits the last output step left on the device, ids / vals[0..m) the m best
+ * in pb_sampler's canonical order (value descending, id ascending, NaN as -inf, -0 as +0; vals the raw logits) and
+ * gvals[i] the raw logit of gather[i] (ng ids), 1 <= m <= 128, m <= n_vocab, 0 <= ng <= 128: 1.5 KiB back instead of
+ * n_vocab floats. pb_cu_top_check (tests): the same of the host values x[0..n), 1 <= n <= 2^20, m <= n. */
+int pb_cu_has_logits_top(const pb_cu_ctx *c);
+int pb_cu_logits_top(pb_cu_ctx *c, int m, const int32_t *gather, int ng, int32_t *ids, float *vals, float *gvals,
+                     char *err, size_t cap);
+int pb_cu_top_check(pb_cu_ctx *c, const float *x, int n, int m, const int32_t *gather, int ng, int32_t *ids,
+                    float *vals, float *gvals, char *err, size_t cap);
 /* Batched decode (continuous batching in the server, pb_forward_batch): one step for n sequences at once, 1 <= n <=
  * PB_CU_BATCH_MAX, token tokens[i] at position pos[i] of context cs[i] (n distinct contexts of one model). Each row's
  * result has the bits of a one-token pb_cu_forward_argmax / pb_cu_forward of that token alone on its context: the

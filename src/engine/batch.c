@@ -202,7 +202,7 @@ static void step(pb_batch *b, pb_session *leader, int n) {
             if (!b->gpu) {
                 memcpy(s->logits, b->logits + (size_t)i * (size_t)b->n_vocab, (size_t)b->n_vocab * sizeof(float));
                 s->logits_dev = false;
-            } else if (top) { /* left on the device: the greedy pick here, others pull them (pb_engine_sample) */
+            } else if (top) { /* left on the device: the greedy pick here (pb_engine_sample reads the rest) */
                 s->dev_top = b->top[i];
                 s->logits_dev = true;
             } else {

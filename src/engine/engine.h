@@ -120,11 +120,15 @@ struct pb_session {
 
     float *logits; /* [n_vocab] of the last position fed */
     bool has_logits;
-    /* greedy decoding on the GPU: while dev_greedy (the started sampler is a plain argmax: pb_sampler_greedy_only)
-     * and the cache can (pb_forward_has_top), a feed leaves the logits on the device (logits_dev: s->logits is
-     * stale until pulled) and keeps their argmax in dev_top */
-    bool dev_greedy, logits_dev;
+    /* decoding with the logits on the GPU: while dev_sample (the started sampler is a plain argmax,
+     * pb_sampler_greedy_only, or samples from the best few logits, pb_sampler_top_ok) and the cache can
+     * (pb_forward_has_top), a feed leaves the logits on the device (logits_dev: s->logits is stale until pulled) and
+     * keeps their argmax in dev_top; a sampled pick then reads the best few logits from the device
+     * (pb_forward_logits_top into top_ids / top_vals, the bias and penalty ids' logits into gather_vals) */
+    bool dev_sample, logits_dev;
     int32_t dev_top;
+    int32_t top_ids[PB_SAMPLER_TOP_MAX], gather[PB_SAMPLER_TOP_MAX];
+    float top_vals[PB_SAMPLER_TOP_MAX], gather_vals[PB_SAMPLER_TOP_MAX];
     int32_t *tokens; /* [n_ctx] the context */
     int64_t n_past;
     int32_t pending; /* sampled last, not yet fed; -1 none */
@@ -174,8 +178,9 @@ void pb_engine_fix_turns(pb_session *s);
 pb_status pb_engine_add_turn(pb_session *s, int64_t start, int64_t content);
 /* Keeps the first n tokens (drops the pending token); re-feeds them when a ring layer cannot keep them. */
 pb_status pb_engine_keep(pb_session *s, int64_t n, int64_t *reprefilled);
-/* *tok = the next token from the last position's logits by the started sampler (the GPU's argmax where the logits
- * stayed there and the sampler is a plain argmax, else the logits pulled first); -1 when every token has probability
+/* *tok = the next token from the last position's logits by the started sampler (where the logits stayed on the GPU:
+ * its argmax for a plain argmax, the best few logits read from it for a sampler that needs only those, else the
+ * logits pulled first); -1 when every token has probability
  * 0. Fails only when a pull from the GPU fails. */
 pb_status pb_engine_sample(pb_session *s, int32_t *tok);
 /* Makes sure logits of the last position exist (re-runs the last token after a truncation or load). */

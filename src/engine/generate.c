@@ -161,7 +161,7 @@ pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_pr
     double t0 = pb_time_ms();
     begin(s, st);
     status = pb_sampler_start(s->smp, &params->sampler);
-    s->dev_greedy = status == PB_OK && pb_sampler_greedy_only(s->smp);
+    s->dev_sample = status == PB_OK && (pb_sampler_greedy_only(s->smp) || pb_sampler_top_ok(s->smp));
     if (status == PB_OK) status = pb_engine_make_room(s, n_prompt, s->n_past, st);
     if (status == PB_OK) status = pb_engine_feed_pending(s, NULL);
     if (status == PB_OK) status = pb_engine_feed(s, prompt, n_prompt, &st->n_prompt);
@@ -211,7 +211,7 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
     double t0 = pb_time_ms();
     begin(s, st);
     status = pb_sampler_start(s->smp, &params->sampler);
-    s->dev_greedy = status == PB_OK && pb_sampler_greedy_only(s->smp);
+    s->dev_sample = status == PB_OK && (pb_sampler_greedy_only(s->smp) || pb_sampler_top_ok(s->smp));
     if (status != PB_OK) goto fail;
 
     /* The turn's ids: [open] then [content]. A first turn opens with BOS + the user-turn opening (+ the

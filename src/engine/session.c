@@ -134,7 +134,7 @@ pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *
                             (long long)n);
         pb_thermal_tick(&s->thermal, s->pool, false);
         int chunk = (int)(n - done < s->n_batch ? n - done : s->n_batch);
-        const bool top = s->dev_greedy && pb_forward_has_top(s->kv);
+        const bool top = s->dev_sample && pb_forward_has_top(s->kv);
         pb_status st =
             top ? pb_forward_top(s->model, s->kv, s->fc, ids + done, chunk, &s->dev_top)
                 : pb_forward(s->model, s->kv, s->fc, s->pool, ids + done, chunk, s->logits, false, &s->cancel);
@@ -344,6 +344,17 @@ pb_status pb_engine_sample(pb_session *s, int32_t *tok) {
     if (s->has_logits && s->logits_dev) {
         if (pb_sampler_greedy_only(s->smp)) {
             *tok = s->dev_top;
+            return PB_OK;
+        }
+        /* sampled: the best few logits (and the bias / penalty ids') from the device, where the backend can */
+        int32_t ng = 0, m = pb_forward_has_logits_top(s->kv)
+                                ? pb_sampler_top_need(s->smp, s->tokens, s->n_past, s->gather, &ng)
+                                : 0;
+        if (m > 0) {
+            pb_status st = pb_forward_logits_top(s->kv, m, s->gather, ng, s->top_ids, s->top_vals, s->gather_vals);
+            if (st != PB_OK) return st;
+            *tok = pb_sampler_sample_top(s->smp, s->top_ids, s->top_vals, m, s->gather, s->gather_vals, ng, s->tokens,
+                                         s->n_past);
             return PB_OK;
         }
         pb_status st = pb_forward_pull_logits(s->kv, s->logits);

@@ -872,6 +872,17 @@ pb_status pb_forward_pull_logits(pb_kv_cache *kv, float *logits) {
     return pb_gpu_pull_logits(kv, logits);
 }
 
+bool pb_forward_has_logits_top(const pb_kv_cache *kv) { return kv && kv->gpu && pb_gpu_has_logits_top(kv); }
+
+pb_status pb_forward_logits_top(pb_kv_cache *kv, int m, const int32_t *gather, int ng, int32_t *ids, float *vals,
+                                float *gvals) {
+    if (!kv || !ids || !vals || (ng > 0 && (!gather || !gvals)))
+        return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");
+    if (!pb_forward_has_logits_top(kv))
+        return pb_error(PB_ERR_UNSUPPORTED, "forward: the top logits alone are selected only by a GPU cache");
+    return pb_gpu_logits_top(kv, m, gather, ng, ids, vals, gvals);
+}
+
 pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
                      int n, float *logits, bool all_logits, const volatile int *cancel) {
     if (!m || !kv || !fc || !tokens || !logits) return pb_error(PB_ERR_INVALID_ARG, "forward: NULL argument");

@@ -96,6 +96,15 @@ pb_status pb_gpu_forward_top(pb_kv_cache *kv, const int32_t *tokens, int n, int3
     return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
 }
 
+bool pb_gpu_has_logits_top(const pb_kv_cache *kv) { return kv->gpu && pb_cu_has_logits_top(kv->gpu); }
+
+pb_status pb_gpu_logits_top(pb_kv_cache *kv, int m, const int32_t *gather, int ng, int32_t *ids, float *vals,
+                            float *gvals) {
+    char err[320];
+    int st = pb_cu_logits_top(kv->gpu, m, gather, ng, ids, vals, gvals, err, sizeof err);
+    return st ? pb_error((pb_status)st, "gpu: %s", err) : PB_OK;
+}
+
 pb_status pb_gpu_forward_batch(pb_kv_cache *const *kvs, const int32_t *tokens, int n, float *logits, int32_t *top) {
     char err[320];
     pb_cu_ctx *cs[PB_CU_BATCH_MAX];

@@ -19,6 +19,10 @@ pb_status pb_gpu_forward(pb_kv_cache *kv, const int32_t *tokens, int n, float *l
 bool pb_gpu_has_top(const pb_kv_cache *kv);
 pb_status pb_gpu_forward_top(pb_kv_cache *kv, const int32_t *tokens, int n, int32_t *top, float *hidden);
 pb_status pb_gpu_pull_logits(pb_kv_cache *kv, float *logits);
+/* The best m of those device logits and the gathered ids' logits (model.h: pb_forward_logits_top). */
+bool pb_gpu_has_logits_top(const pb_kv_cache *kv);
+pb_status pb_gpu_logits_top(pb_kv_cache *kv, int m, const int32_t *gather, int ng, int32_t *ids, float *vals,
+                            float *gvals);
 /* pb_forward_batch on the GPU: token tokens[i] at kvs[i]->n_past of each (GPU) cache, through pb_cu_forward_batch;
  * logits / top may be NULL. Does not advance n_past (the caller does on success). */
 pb_status pb_gpu_forward_batch(pb_kv_cache *const *kvs, const int32_t *tokens, int n, float *logits, int32_t *top);

@@ -110,6 +110,14 @@ bool pb_forward_has_top(const pb_kv_cache *kv);
 pb_status pb_forward_top(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, const int32_t *tokens, int n,
                          int32_t *top);
 pb_status pb_forward_pull_logits(pb_kv_cache *kv, float *logits);
+/* Sparse sampling with the logits on the GPU (pb_sampler_sample_top's input). pb_forward_has_logits_top: kv runs on
+ * the GPU and its backend can select from the logits there. pb_forward_logits_top: of the logits a pb_forward_top /
+ * pb_forward_batch left on the device, ids / vals[0..m) the m best (1 <= m <= PB_SAMPLER_TOP_MAX, m <= n_vocab) in
+ * pb_sampler's canonical order (value descending, id ascending, NaN as -inf, -0 as +0; vals the raw logits) and
+ * gvals[0..ng) the raw logits of gather[0..ng) (ng <= PB_SAMPLER_TOP_MAX); PB_ERR_UNSUPPORTED for a CPU cache. */
+bool pb_forward_has_logits_top(const pb_kv_cache *kv);
+pb_status pb_forward_logits_top(pb_kv_cache *kv, int m, const int32_t *gather, int ng, int32_t *ids, float *vals,
+                                float *gvals);
 
 /* Batched decode: one step for n independent sequences (1..PB_FORWARD_BATCH_MAX), tokens[i] appended at position
  * pb_kv_n_past(kvs[i]) of cache kvs[i] (n distinct caches of model m, all on the CPU or all on the GPU; fc is any

@@ -316,30 +316,11 @@ static int32_t argmax_lowest(const float *w, int32_t n) {
     return -1;
 }
 
-int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *recent, int64_t n_recent) {
+/* The chain after top-k (temperature, min-p, top-p, the draw) over c[0..nc), which the caller put in the canonical
+ * order (cand_cmp) whenever it kept a subset, so the full and the sparse paths see the same candidates in the same
+ * order and draw the same token. */
+static int32_t sample_chain(pb_sampler *s, cand *c, int32_t nc) {
     const pb_sampler_params *p = &s->p;
-    const int32_t n = s->n_vocab;
-    /* greedy over the logits as given: nothing to change, so no copy (a GPU step waits on this: 256k logits) */
-    if (p->temperature <= 0.0f && p->n_bias == 0 && !penalties_on(p, recent, n_recent)) return argmax_lowest(logits, n);
-
-    float *w = s->work;
-    for (int32_t i = 0; i < n; i++) { /* the copy maps NaN to -inf in the same pass */
-        const float v = logits[i];
-        w[i] = v != v ? -INFINITY : v;
-    }
-    for (int i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] += p->bias_values[i];
-    apply_penalties(s, recent, n_recent);
-
-    if (p->temperature <= 0.0f) return argmax_lowest(w, n); /* greedy: argmax, lowest id on ties */
-
-    cand *c = s->cands;
-    int32_t nc;
-    if (p->top_k > 0 && p->top_k < n) {
-        nc = select_top_k(w, n, p->top_k, c);
-    } else {
-        for (int32_t i = 0; i < n; i++) c[i].v = w[i], c[i].id = i;
-        nc = n;
-    }
     float mx = -INFINITY;
     for (int32_t i = 0; i < nc; i++) mx = c[i].v > mx ? c[i].v : mx;
     if (mx == -INFINITY) return -1;
@@ -380,4 +361,120 @@ int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *rec
         if (u < acc) return c[i].id;
     }
     return c[nc - 1].id; /* rounding: u landed on the total */
+}
+
+/* Bias ids (and through them penalised ones) may hold NaN after the additions (-inf + inf): -inf, as the copy maps
+ * the logits' own NaN, so the candidates' order stays total. */
+static void unnan_bias(pb_sampler *s) {
+    const pb_sampler_params *p = &s->p;
+    for (int i = 0; i < p->n_bias; i++) {
+        float *w = &s->work[p->bias_ids[i]];
+        if (*w != *w) *w = -INFINITY;
+    }
+}
+
+int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *recent, int64_t n_recent) {
+    const pb_sampler_params *p = &s->p;
+    const int32_t n = s->n_vocab;
+    /* greedy over the logits as given: nothing to change, so no copy (a GPU step waits on this: 256k logits) */
+    if (p->temperature <= 0.0f && p->n_bias == 0 && !penalties_on(p, recent, n_recent)) return argmax_lowest(logits, n);
+
+    float *w = s->work;
+    for (int32_t i = 0; i < n; i++) { /* the copy maps NaN to -inf in the same pass */
+        const float v = logits[i];
+        w[i] = v != v ? -INFINITY : v;
+    }
+    for (int i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] += p->bias_values[i];
+    apply_penalties(s, recent, n_recent);
+    unnan_bias(s);
+
+    if (p->temperature <= 0.0f) return argmax_lowest(w, n); /* greedy: argmax, lowest id on ties */
+
+    cand *c = s->cands;
+    int32_t nc;
+    if (p->top_k > 0 && p->top_k < n) {
+        nc = select_top_k(w, n, p->top_k, c);
+        qsort(c, (size_t)nc, sizeof *c, cand_cmp); /* the canonical order (pb_sampler_sample_top's) */
+    } else {
+        for (int32_t i = 0; i < n; i++) c[i].v = w[i], c[i].id = i;
+        nc = n;
+    }
+    return sample_chain(s, c, nc);
+}
+
+/* ---- sparse sampling: the best logits only (a GPU's top-M) ------------------------------------- */
+
+/* the tokens sampled among: top_k, or 1 for greedy; 0 when every logit takes part */
+static int32_t top_base(const pb_sampler *s) {
+    const pb_sampler_params *p = &s->p;
+    if (p->temperature <= 0.0f) return 1;
+    return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+}
+
+bool pb_sampler_top_ok(const pb_sampler *s) {
+    const pb_sampler_params *p = &s->p;
+    const int64_t base = top_base(s), win = penalties_set(p) ? p->penalty_last_n : 0;
+    return base > 0 && base + p->n_bias + win <= PB_SAMPLER_TOP_MAX && base + p->n_bias + win < s->n_vocab;
+}
+
+int32_t pb_sampler_top_need(pb_sampler *s, const int32_t *recent, int64_t n_recent, int32_t *gather,
+                            int32_t *n_gather) {
+    const pb_sampler_params *p = &s->p;
+    const int32_t base = top_base(s);
+    *n_gather = 0;
+    if (base == 0) return 0;
+    /* the distinct ids bias or penalties change, marked in count[] (zero again before returning) */
+    int32_t ng = 0;
+    bool over = false;
+    for (int i = 0; i < p->n_bias && !over; i++) {
+        const int32_t t = p->bias_ids[i];
+        if (s->count[t]) continue;
+        if (ng == PB_SAMPLER_TOP_MAX)
+            over = true;
+        else
+            s->count[t] = 1, gather[ng++] = t;
+    }
+    if (penalties_on(p, recent, n_recent)) {
+        int64_t lo = n_recent > p->penalty_last_n ? n_recent - p->penalty_last_n : 0;
+        for (int64_t i = lo; i < n_recent && !over; i++) {
+            const int32_t t = recent[i];
+            if (t < 0 || t >= s->n_vocab || s->count[t]) continue;
+            if (ng == PB_SAMPLER_TOP_MAX)
+                over = true;
+            else
+                s->count[t] = 1, gather[ng++] = t;
+        }
+    }
+    for (int32_t i = 0; i < ng; i++) s->count[gather[i]] = 0;
+    const int64_t m = (int64_t)base + ng;
+    if (over || m > PB_SAMPLER_TOP_MAX || m >= s->n_vocab) return 0;
+    *n_gather = ng;
+    return (int32_t)m;
+}
+
+int32_t pb_sampler_sample_top(pb_sampler *s, const int32_t *top_ids, const float *top_vals, int32_t m,
+                              const int32_t *gather, const float *gather_vals, int32_t ng, const int32_t *recent,
+                              int64_t n_recent) {
+    const pb_sampler_params *p = &s->p;
+    const int32_t n = s->n_vocab;
+    float *w = s->work;
+    cand *c = s->cands;
+    int32_t nc = 0;
+    /* S = the top ids, then the gathered ones not among them (count[] marks members, cleared below) */
+    for (int32_t k = 0; k < m + ng; k++) {
+        const int32_t t = k < m ? top_ids[k] : gather[k - m];
+        const float v = k < m ? top_vals[k] : gather_vals[k - m];
+        if (t < 0 || t >= n || s->count[t]) continue;
+        s->count[t] = 1;
+        w[t] = v != v ? -INFINITY : v;
+        c[nc++].id = t;
+    }
+    for (int32_t i = 0; i < nc; i++) s->count[c[i].id] = 0;
+    for (int i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] += p->bias_values[i];
+    apply_penalties(s, recent, n_recent);
+    unnan_bias(s);
+    for (int32_t i = 0; i < nc; i++) c[i].v = w[c[i].id];
+    qsort(c, (size_t)nc, sizeof *c, cand_cmp);
+    if (p->temperature <= 0.0f) return nc > 0 && c[0].v > -INFINITY ? c[0].id : -1; /* greedy */
+    return sample_chain(s, c, nc < p->top_k ? nc : p->top_k);
 }

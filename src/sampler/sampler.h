@@ -26,6 +26,20 @@ int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *rec
  * winning, -1 when no logit exceeds -inf. A caller may then take that argmax from elsewhere (the GPU's). */
 bool pb_sampler_greedy_only(const pb_sampler *s);
 
+/* Sparse sampling, for logits that stay on a GPU: the same token as pb_sampler_sample from the best few logits.
+ * pb_sampler_top_ok: whether the started parameters allow it for any history (top_k > 0 or greedy, and top_k + the
+ * bias ids + the penalty window within PB_SAMPLER_TOP_MAX). pb_sampler_top_need: M, how many of the best logits
+ * this history needs (0: every logit), with gather[0..*n_gather) (room for PB_SAMPLER_TOP_MAX) the distinct ids whose
+ * logits bias or penalties change. pb_sampler_sample_top: the token pb_sampler_sample would draw (the same PRNG
+ * step), given the M best logits top_ids / top_vals in the order (value descending, id ascending; NaN counting as
+ * -inf, -0 as +0) and the gathered ids' logits gather_vals. Allocates nothing. */
+enum { PB_SAMPLER_TOP_MAX = 128 };
+bool pb_sampler_top_ok(const pb_sampler *s);
+int32_t pb_sampler_top_need(pb_sampler *s, const int32_t *recent, int64_t n_recent, int32_t *gather, int32_t *n_gather);
+int32_t pb_sampler_sample_top(pb_sampler *s, const int32_t *top_ids, const float *top_vals, int32_t m,
+                              const int32_t *gather, const float *gather_vals, int32_t ng, const int32_t *recent,
+                              int64_t n_recent);
+
 /* The PRNG alone (xoshiro256**, seeded through splitmix64), for tests and reproducible tools. */
 typedef struct pb_rng {
     uint64_t s[4];

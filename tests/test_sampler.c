@@ -236,6 +236,28 @@ int main(void) {
         g.temperature = 0;
         pb_sampler_start(s4, &g);
         CHECK(pb_sampler_sample(s4, nanl, NULL, 0) == 1, "NaN logits are treated as -inf");
+        /* +inf (a +inf bias) takes all the mass, shared by the +inf tokens; a temperature whose inverse overflows
+         * still draws the best token (both once read before the candidates: nothing survived min-p) */
+        int32_t pid[] = {0, 3};
+        float pinf[] = {INFINITY, INFINITY};
+        g = plain();
+        g.temperature = 0.8f, g.min_p = 0.05f, g.top_p = 0.9f;
+        g.bias_ids = pid, g.bias_values = pinf, g.n_bias = 2;
+        pb_sampler_start(s4, &g);
+        int seen0 = 0, seen3 = 0, other = 0;
+        for (int i = 0; i < 400; i++) {
+            const int32_t t = pb_sampler_sample(s4, tie, NULL, 0);
+            seen0 += t == 0, seen3 += t == 3, other += t != 0 && t != 3;
+        }
+        CHECK(other == 0 && seen0 > 100 && seen3 > 100, "+inf bias on 0 and 3: only they are drawn (%d, %d, %d other)",
+              seen0, seen3, other);
+        g = plain();
+        g.temperature = 1e-40f, g.min_p = 0.05f;
+        pb_sampler_start(s4, &g);
+        other = 0;
+        const float l4[4] = {0.0f, 1.0f, 3.0f, 0.5f};
+        for (int i = 0; i < 50; i++) other += pb_sampler_sample(s4, l4, NULL, 0) != 2;
+        CHECK(other == 0, "temperature 1e-40 (1/T overflows): the argmax every time (%d other)", other);
         /* invalid params */
         g = plain();
         g.top_p = 0;

@@ -325,11 +325,14 @@ static int32_t sample_chain(pb_sampler *s, cand *c, int32_t nc) {
     for (int32_t i = 0; i < nc; i++) mx = c[i].v > mx ? c[i].v : mx;
     if (mx == -INFINITY) return -1;
 
-    /* temperature + softmax (unnormalized: relative to the best token, which gets 1) */
+    /* temperature + softmax (unnormalized: relative to the best token, which gets 1). A +inf logit (a +inf bias)
+     * takes all the mass, shared among the +inf ones; the best gets exactly 1 even when 1 / temperature overflows,
+     * so min-p keeps at least one candidate. */
     const float inv_t = 1.0f / p->temperature;
     double sum = 0.0;
     for (int32_t i = 0; i < nc; i++) {
-        c[i].v = expf((c[i].v - mx) * inv_t);
+        const float d = c[i].v - mx;
+        c[i].v = mx == INFINITY ? (c[i].v == INFINITY ? 1.0f : 0.0f) : d == 0.0f ? 1.0f : expf(d * inv_t);
         sum += (double)c[i].v;
     }
 

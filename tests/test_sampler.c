@@ -1,5 +1,6 @@
 /* test_sampler.c -- sampler chain on synthetic logits: distributions (statistical checks with fixed
  * seeds), top-k/top-p/min-p/temperature, penalties and their window, logit bias, presets, PRNG. */
+#include "alloc_count.h"
 #include "pb_test.h"
 #include "sampler/sampler.h"
 #include "topk_ref.h"
@@ -553,6 +554,29 @@ int main(void) {
         t0 = pb_time_ms();
         for (int i = 0; i < 200; i++) pb_sampler_sample(sb, big, NULL, 0);
         NOTE("256k vocab balanced preset: %.3f ms per token", (pb_time_ms() - t0) / 200);
+#if COUNT_ALLOCS
+        /* nothing allocated per token, also when the kept candidates are many (glibc's qsort mallocs its buffer
+         * above 1 KiB: 128 candidates); the full path with top-k 1000 and 50000, the sparse path with 1000 */
+        static int32_t tid[1000];
+        static float tv[1000];
+        long extra = 0;
+        for (int k = 0; k < 3; k++) {
+            q = plain();
+            q.top_k = k == 1 ? 50000 : 1000, q.top_p = 0.95f, q.min_p = 0.0f, q.temperature = 5.0f;
+            pb_sampler_start(sb, &q);
+            if (k == 2) /* the sparse path's input: the 1000 best ids */
+                for (int i = 0; i < 1000; i++) tid[i] = i, tv[i] = big[i] + 100.0f;
+            const long a0 = __atomic_load_n(&n_allocs, __ATOMIC_RELAXED);
+            for (int i = 0; i < 20; i++)
+                if (k < 2)
+                    pb_sampler_sample(sb, big, NULL, 0);
+                else
+                    pb_sampler_sample_top(sb, tid, tv, 1000, NULL, NULL, 0, NULL, 0);
+            extra += __atomic_load_n(&n_allocs, __ATOMIC_RELAXED) - a0;
+        }
+        CHECK(extra == 0, "top-k 1000 / 50000 and the sparse path over 1000 ids: 60 draws allocate nothing (%ld)",
+              extra);
+#endif
         free(pr);
         free(sorted);
         free(big);

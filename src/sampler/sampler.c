@@ -206,7 +206,7 @@ static void apply_penalties(pb_sampler *s, const int32_t *recent, int64_t n_rece
     }
 }
 
-/* Descending by value, then ascending id: a total order, so the result never depends on qsort. */
+/* Descending by value, then ascending id: a total order, so the result never depends on the sort. */
 static int cand_cmp(const void *a, const void *b) {
     const cand *x = a, *y = b;
     if (x->v > y->v) return -1;
@@ -215,6 +215,20 @@ static int cand_cmp(const void *a, const void *b) {
 }
 
 static inline bool cand_less(cand a, cand b) { return a.v < b.v || (a.v == b.v && a.id > b.id); }
+
+/* Puts x into the hole j of the min-heap c[0..m) (root = the worst by cand_less), sifting down. */
+static void cand_sift(cand *c, int32_t m, int32_t j, cand x) {
+    for (;;) {
+        int32_t l = 2 * j + 1, r = l + 1, w = j;
+        cand cw = x;
+        if (l < m && cand_less(c[l], cw)) w = l, cw = c[l];
+        if (r < m && cand_less(c[r], cw)) w = r;
+        if (w == j) break;
+        c[j] = c[w];
+        j = w;
+    }
+    c[j] = x;
+}
 
 /* Keeps the k best of work[] in c[0..k) with a min-heap (root = worst kept). Returns k. */
 static int32_t select_top_k(const float *work, int32_t n, int32_t k, cand *c) {
@@ -229,20 +243,23 @@ static int32_t select_top_k(const float *work, int32_t n, int32_t k, cand *c) {
             }
             c[j] = x;
         } else if (cand_less(c[0], x)) {
-            int32_t j = 0;
-            for (;;) {
-                int32_t l = 2 * j + 1, r = l + 1, w = j;
-                cand cw = x;
-                if (l < m && cand_less(c[l], cw)) w = l, cw = c[l];
-                if (r < m && cand_less(c[r], cw)) w = r;
-                if (w == j) break;
-                c[j] = c[w];
-                j = w;
-            }
-            c[j] = x;
+            cand_sift(c, m, 0, x);
         }
     }
     return m;
+}
+
+/* c[0..n) into the canonical order (cand_cmp: best first) in place, by heapsort: no allocation, which qsort does
+ * not promise (glibc's mallocs its merge buffer above 1 KiB) and a token step must not do. heap: c already is a
+ * min-heap (select_top_k's). The order is total, so any correct sort gives these bytes. */
+static void cand_sort(cand *c, int32_t n, bool heap) {
+    if (!heap)
+        for (int32_t j = n / 2 - 1; j >= 0; j--) cand_sift(c, n, j, c[j]);
+    for (int32_t e = n - 1; e > 0; e--) { /* the worst left to the end */
+        const cand x = c[e];
+        c[e] = c[0];
+        cand_sift(c, e, 0, x);
+    }
 }
 
 /* Reorders c[0..n) so that c[0..k) is the smallest set of best candidates whose mass reaches need,
@@ -283,7 +300,7 @@ static int32_t nucleus(cand *c, int32_t n, double need) {
             lo = m + 1;
         }
     }
-    qsort(c + lo, (size_t)(hi - lo), sizeof *c, cand_cmp);
+    cand_sort(c + lo, hi - lo, false);
     for (int32_t i = lo; i < hi; i++) {
         before += (double)c[i].v;
         if (before >= need) return i + 1;
@@ -397,7 +414,7 @@ int32_t pb_sampler_sample(pb_sampler *s, const float *logits, const int32_t *rec
     int32_t nc;
     if (p->top_k > 0 && p->top_k < n) {
         nc = select_top_k(w, n, p->top_k, c);
-        qsort(c, (size_t)nc, sizeof *c, cand_cmp); /* the canonical order (pb_sampler_sample_top's) */
+        cand_sort(c, nc, true); /* the canonical order (pb_sampler_sample_top's) */
     } else {
         for (int32_t i = 0; i < n; i++) c[i].v = w[i], c[i].id = i;
         nc = n;
@@ -477,7 +494,7 @@ int32_t pb_sampler_sample_top(pb_sampler *s, const int32_t *top_ids, const float
     apply_penalties(s, recent, n_recent);
     unnan_bias(s);
     for (int32_t i = 0; i < nc; i++) c[i].v = w[c[i].id];
-    qsort(c, (size_t)nc, sizeof *c, cand_cmp);
+    cand_sort(c, nc, false);
     if (p->temperature <= 0.0f) return nc > 0 && c[0].v > -INFINITY ? c[0].id : -1; /* greedy */
     return sample_chain(s, c, nc < p->top_k ? nc : p->top_k);
 }

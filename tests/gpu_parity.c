@@ -106,8 +106,8 @@ static void state_cross(const pb_model *from, const pb_model *to, const int32_t 
     if (!st) st = pb_forward_ctx_new_kv(from, n, ka, &fa);
     if (!st) st = pb_forward_ctx_new_kv(to, n, kb, &fb);
     if (!st) {
-        pb_forward_set_exact(fa, true);
-        pb_forward_set_exact(fb, true);
+        pb_forward_set_exact(fa, !ka->gpu); /* the CPU side exact, the GPU's float path (gf) as it is */
+        pb_forward_set_exact(fb, !kb->gpu);
         st = pb_forward(from, ka, fa, NULL, toks, n, la, false, NULL);
     }
     if (!st && !(buf = malloc(len = pb_kv_state_size(ka)))) st = PB_ERR_NOMEM;
@@ -769,6 +769,22 @@ static void check_model(const char *path, const char *tok_path) {
         CHECK(st == PB_ERR_UNSUPPORTED && strstr(pb_last_error(), "f16"), "GPU session refuses a q8_0 KV cache: %s",
               pb_last_error());
         pb_session_free(s);
+    }
+    { /* exact mode (float32 on dequantized rows) is the CPU's: a GPU cache refuses it instead of running int8 */
+        pb_kv_cache *kx = NULL;
+        pb_forward_ctx *fx = NULL;
+        float *lx = malloc((size_t)V * sizeof(float));
+        if (lx && !pb_kv_new(gm, 8, PB_KV_F16, &kx) && !pb_forward_ctx_new_kv(gm, 1, kx, &fx)) {
+            pb_forward_set_exact(fx, true);
+            st = pb_forward(gm, kx, fx, NULL, toks, 1, lx, false, NULL);
+            CHECK(st == PB_ERR_UNSUPPORTED && strstr(pb_last_error(), "exact") && pb_kv_n_past(kx) == 0,
+                  "a GPU cache refuses exact mode, changing nothing: %s", pb_last_error());
+        } else {
+            CHECK(0, "exact-mode check: setting up");
+        }
+        pb_forward_ctx_free(fx);
+        pb_kv_free(kx);
+        free(lx);
     }
     pb_model_close(gf);
     pb_model_close(gm);

@@ -94,7 +94,9 @@ PB_CMD(logits) {
     float *logits = NULL;
     pb_atomic_file af = {-1, NULL, NULL};
     bool open_out = false;
-    pb_status s = pb_model_open(model, NULL, &m);
+    pb_model_params mp = pb_model_default_params();
+    if (exact) mp.gpu = 0; /* exact mode is the CPU's (a GPU cache refuses it) */
+    pb_status s = pb_model_open(model, &mp, &m);
     if (s) {
         rc = cli_fail("logits", s, "opening the model");
         goto done;

@@ -890,6 +890,9 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     if (cs) return cs;
     const pb_hparams *hp = &m->hp;
     if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there (a prompt in chunks at once) */
+        if (fc->exact)
+            return pb_error(PB_ERR_UNSUPPORTED, "forward: exact mode (float32 on dequantized rows) runs on the CPU "
+                                                "only; open the model with gpu = 0");
         pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
         if (s) return s;
         kv->n_past += n;

@@ -779,6 +779,10 @@ static void check_model(const char *path, const char *tok_path) {
             st = pb_forward(gm, kx, fx, NULL, toks, 1, lx, false, NULL);
             CHECK(st == PB_ERR_UNSUPPORTED && strstr(pb_last_error(), "exact") && pb_kv_n_past(kx) == 0,
                   "a GPU cache refuses exact mode, changing nothing: %s", pb_last_error());
+            int32_t tx = -1;
+            st = pb_forward_top(gm, kx, fx, toks, 1, &tx);
+            CHECK(st == PB_ERR_UNSUPPORTED && strstr(pb_last_error(), "exact") && pb_kv_n_past(kx) == 0,
+                  "... through pb_forward_top too: %s", pb_last_error());
         } else {
             CHECK(0, "exact-mode check: setting up");
         }

@@ -338,11 +338,13 @@ int main(void) {
             runner rn[2];
             pthread_t th[2];
             volatile int go = 1;
-            long a0 = __atomic_load_n(&n_allocs, __ATOMIC_RELAXED), s0 = n_allocs_skipped;
+            long a0 = __atomic_load_n(&n_allocs, __ATOMIC_RELAXED),
+                 s0 = __atomic_load_n(&n_allocs_skipped, __ATOMIC_RELAXED);
             for (int i = 0; i < 2; i++)
                 rn[i] = (runner){m, &st[i], &go}, pthread_create(&th[i], NULL, run_thread, &rn[i]);
             for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-            counts[k] = __atomic_load_n(&n_allocs, __ATOMIC_RELAXED) - a0, skipped[k] = n_allocs_skipped - s0;
+            counts[k] = __atomic_load_n(&n_allocs, __ATOMIC_RELAXED) - a0,
+            skipped[k] = __atomic_load_n(&n_allocs_skipped, __ATOMIC_RELAXED) - s0;
             for (int i = 0; i < 2; i++) pb_session_free(st[i].s);
             pb_batch_free(b);
         }

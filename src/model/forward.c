@@ -844,6 +844,9 @@ static pb_status check_args(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *
     if (kv->n_past + n > kv->n_ctx)
         return pb_error(PB_ERR_CONTEXT_FULL, "forward: context full (%d + %d tokens > n_ctx %d)", kv->n_past, n,
                         kv->n_ctx);
+    if (kv->gpu && fc->exact) /* every GPU entry (forward, forward_top, forward_batch) comes through here */
+        return pb_error(PB_ERR_UNSUPPORTED, "forward: exact mode (float32 on dequantized rows) runs on the CPU "
+                                            "only; open the model with gpu = 0");
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return pb_error(PB_ERR_INVALID_ARG, "forward: token %d at index %d is outside the vocabulary (0..%d)",
@@ -890,9 +893,6 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     if (cs) return cs;
     const pb_hparams *hp = &m->hp;
     if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there (a prompt in chunks at once) */
-        if (fc->exact)
-            return pb_error(PB_ERR_UNSUPPORTED, "forward: exact mode (float32 on dequantized rows) runs on the CPU "
-                                                "only; open the model with gpu = 0");
         pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
         if (s) return s;
         kv->n_past += n;

@@ -20,8 +20,9 @@ static const char *USAGE =
     "                  [--header-timeout SEC] [--idle-timeout SEC] [--no-pack-cache] [--quiet]";
 
 static const char *HELP =
-    "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models (OpenAI-compatible), POST /tokenize,\n"
-    "GET /health, GET /metrics (Prometheus), GET /stats and the web chat UI at /. HEAD works where GET does.\n"
+    "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models and /v1/models/ID (OpenAI-compatible),\n"
+    "POST /tokenize, GET /health, GET /metrics (Prometheus), GET /stats and the web chat UI at /.\n"
+    "HEAD works where GET does.\n"
     "\n"
     "Model and generation:\n"
     "  -m, --model FILE|NAME   GGUF model, a path or a library name (default: $PB_MODEL, else models/default.gguf\n"

@@ -211,13 +211,15 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
         return pb_server_route_generate(srv, c, rq,
                                         strcmp(url, "/v1/chat/completions") == 0 ? JOB_CHAT : JOB_COMPLETION);
     }
+    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
     if (!is_get) {
-        if (strncmp(url, "/v1/", 4) == 0 && strcmp(url, "/v1/models") != 0)
+        if (strncmp(url, "/v1/", 4) == 0 && strcmp(url, "/v1/models") != 0 && !model_route)
             return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
                                         "no route for %.10s %.200s", method, url);
         return send_405(srv, c, "GET, HEAD, OPTIONS", method, url);
     }
     if (strcmp(url, "/v1/models") == 0) return pb_server_route_models(srv, c);
+    if (model_route) return pb_server_route_model(srv, c, url + 11);
     if (strcmp(url, "/health") == 0) return route_health(srv, c, authed);
     if (strcmp(url, "/metrics") == 0) return pb_server_route_metrics(srv, c);
     if (strcmp(url, "/stats") == 0) return pb_server_route_stats(srv, c);

@@ -240,6 +240,8 @@ void pb_server_models_close(pb_server *srv);
 void pb_server_models_free(pb_server *srv);
 /* GET /v1/models: every model requests may name, with the loaded one marked. */
 enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c);
+/* GET /v1/models/ID: the model object of library entry ID, or 404 model_not_found. */
+enum MHD_Result pb_server_route_model(pb_server *srv, struct MHD_Connection *c, const char *id);
 
 /* ---- server_metrics.c --------------------------------------------------------------------------- */
 

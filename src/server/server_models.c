@@ -3,6 +3,7 @@
  * parsing here; the routes call pb_server_model_acquire / _release around their use of the model. */
 #include "base/base.h"
 #include "server/server_internal.h"
+#include "tokenizer/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,21 +306,42 @@ void pb_server_models_free(pb_server *srv) {
     pthread_cond_destroy(&srv->model_cv);
 }
 
+/* The OpenAI model object of library entry i (model_mu held). */
+static cJSON *model_object(const pb_server *srv, int i) {
+    cJSON *mo = cJSON_CreateObject();
+    cJSON_AddStringToObject(mo, "id", srv->lib[i].name);
+    cJSON_AddStringToObject(mo, "object", "model");
+    cJSON_AddNumberToObject(mo, "created", 0);
+    cJSON_AddStringToObject(mo, "owned_by", "pocketbrain");
+    cJSON_AddBoolToObject(mo, "loaded", i == srv->cur && !srv->switching);
+    return mo;
+}
+
 enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     pthread_mutex_lock(&srv->model_mu);
     refresh(srv); /* models pulled or removed since the last look (skipped while a switch runs) */
-    for (int i = 0; i < srv->n_lib; i++) {
-        cJSON *mo = cJSON_CreateObject();
-        cJSON_AddStringToObject(mo, "id", srv->lib[i].name);
-        cJSON_AddStringToObject(mo, "object", "model");
-        cJSON_AddNumberToObject(mo, "created", 0);
-        cJSON_AddStringToObject(mo, "owned_by", "pocketbrain");
-        cJSON_AddBoolToObject(mo, "loaded", i == srv->cur && !srv->switching);
-        cJSON_AddItemToArray(data, mo);
-    }
+    for (int i = 0; i < srv->n_lib; i++) cJSON_AddItemToArray(data, model_object(srv, i));
     pthread_mutex_unlock(&srv->model_mu);
     return pb_server_send_json(srv, c, 200, o);
+}
+
+enum MHD_Result pb_server_route_model(pb_server *srv, struct MHD_Connection *c, const char *id) {
+    pthread_mutex_lock(&srv->model_mu);
+    refresh(srv);
+    cJSON *mo = NULL;
+    for (int i = 0; i < srv->n_lib && !mo; i++)
+        if (strcmp(srv->lib[i].name, id) == 0) mo = model_object(srv, i);
+    pthread_mutex_unlock(&srv->model_mu);
+    if (mo) return pb_server_send_json(srv, c, 200, mo);
+    /* the id comes from the path: named only when it is printable UTF-8 of a sane length */
+    bool show = strlen(id) <= 200 && pb_utf8_valid((const uint8_t *)id, strlen(id));
+    for (const char *p = id; show && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) show = false;
+    return pb_server_send_error(
+        srv, c, 404, "invalid_request_error", "model", "model_not_found",
+        "model '%s' is not available on this server (GET /v1/models lists the models it serves)",
+        show ? id : "(unprintable)");
 }

@@ -35,6 +35,19 @@ try {
   const betaText = j.choices[0].message.content;
   d = await listed();
   check(!d[0].loaded && d[1].loaded, 'now beta is the loaded one (one at a time)');
+  {
+    const get = async (id) => { const g = await fetch(srv.url + '/v1/models/' + id); return [g.status, await g.json()]; };
+    let [gs, gj] = await get('beta');
+    check(gs === 200 && gj.id === 'beta' && gj.loaded === true, `GET /v1/models/beta: the loaded one (${gs} ${JSON.stringify(gj)})`);
+    [gs, gj] = await get('alpha');
+    check(gs === 200 && gj.id === 'alpha' && gj.loaded === false, `GET /v1/models/alpha: listed, not loaded (${gs} ${JSON.stringify(gj)})`);
+    [gs, gj] = await get('gpt-4');
+    check(gs === 404 && gj.error.code === 'model_not_found' && /'gpt-4' is not available/.test(gj.error.message), `GET /v1/models/gpt-4 -> 404 model_not_found (${gs} ${gj.error && gj.error.message})`);
+    [gs, gj] = await get('%FF%0A');
+    check(gs === 404 && /\(unprintable\)/.test(gj.error.message), `a non-UTF-8 / control-byte id is not echoed (${gs} ${gj.error && gj.error.message})`);
+    const post = await fetch(srv.url + '/v1/models/beta', { method: 'POST', body: '{}' });
+    check(post.status === 405 && /GET/.test(post.headers.get('allow') || ''), `POST /v1/models/beta -> 405 with Allow (${post.status} ${post.headers.get('allow')})`);
+  }
   const h = await (await fetch(srv.url + '/health')).json();
   check(h.model === 'beta', `/health names the loaded model (${h.model})`);
   check(alphaText !== betaText, `two different models answer differently (${JSON.stringify(alphaText)} vs ${JSON.stringify(betaText)})`);

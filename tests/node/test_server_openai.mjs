@@ -15,6 +15,8 @@ try {
   const models = await client.models.list();
   check(models.data.length === 1 && typeof models.data[0].id === 'string', 'GET /v1/models lists the model');
   M = models.data[0].id;
+  const one = await client.models.retrieve(M); // GET /v1/models/ID
+  check(one.id === M && one.object === 'model' && one.loaded === true, `GET /v1/models/${M} retrieves the model (${JSON.stringify(one)})`);
 
   // non-stream chat
   const r = await client.chat.completions.create({
@@ -90,6 +92,8 @@ try {
     }
   };
   await expectError('bad API key', () => bad.models.list(), 401);
+  await expectError('retrieving a model the server does not have', () => client.models.retrieve('gpt-4'), 404);
+  await expectError('retrieving a model with a bad API key', () => bad.models.retrieve(M), 401);
   // with --api-key, /metrics, /stats and /tokenize are behind the key too (they tell what is asked and how busy it is)
   for (const [path, init] of [['/metrics', {}], ['/stats', {}], ['/tokenize', { method: 'POST', body: '{"content":"hi"}' }]]) {
     const none = await fetch(srv.url + path, init);

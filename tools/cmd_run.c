@@ -3,7 +3,9 @@
 #include "cli_common.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,6 +69,12 @@ static char *read_stream(FILE *f, size_t *len) {
         if (!b) free(buf);
         buf = b;
     }
+    if (buf && ferror(f)) { /* a directory (EISDIR), an I/O error: not an empty prompt */
+        int e = errno;
+        free(buf);
+        errno = e ? e : EIO;
+        return NULL;
+    }
     if (!buf) return NULL;
     buf[n] = 0;
     *len = n;
@@ -118,11 +126,22 @@ PB_CMD(run) {
             cli_err("run", "cannot open prompt file '%s'", file);
             return 1;
         }
+        errno = 0;
         text = read_stream(f, &len);
+        int e = errno;
         fclose(f);
+        if (!text) {
+            cli_err("run", "cannot read prompt file '%s': %s", file, strerror(e ? e : ENOMEM));
+            return 1;
+        }
     } else {
         if (!file && isatty(0)) return cli_usage_error("run", usage, "no prompt: use -p TEXT, -f FILE or a pipe");
+        errno = 0;
         text = read_stream(stdin, &len);
+        if (!text) {
+            cli_err("run", "cannot read the prompt on stdin: %s", strerror(errno ? errno : ENOMEM));
+            return 1;
+        }
     }
     if (!text) {
         cli_err("run", "cannot read the prompt");

@@ -461,6 +461,26 @@ static void test_prompt(void) {
           "prompt: numbered source with location");
     CHECK(strstr(pr.text, "Question: Where do quokkas live?") != NULL, "prompt: question last");
     pb_store_prompt_free(&pr);
+    { /* a heading the chunk's text opens with (a text file's first line, a Markdown "# Title") is not said twice */
+        pb_store_hit h2[2];
+        memset(h2, 0, sizeof h2);
+        h2[0].path = (char *)"/kb/notes.txt", h2[0].title = (char *)"The harbor is calm.";
+        h2[0].heading = (char *)"The harbor is calm.", h2[0].text = (char *)"The harbor is calm.\nShips rest here.";
+        h2[1].path = (char *)"/kb/guide.md", h2[1].title = (char *)"Guide", h2[1].heading = (char *)"Guide";
+        h2[1].text = (char *)"# Guide\n\nRead this first.";
+        h2[0].line_start = h2[0].line_end = 1, h2[1].line_start = 1, h2[1].line_end = 3;
+        CHECK(pb_store_prompt_build("Calm?", h2, 2, 4096, NULL, NULL, &pr) == PB_OK &&
+                  strstr(pr.text, "[1] (notes.txt:1)\nThe harbor is calm.\nShips") != NULL &&
+                  strstr(pr.text, "[2] (guide.md:1-3)\n# Guide\n") != NULL,
+              "prompt: a heading the text opens with is left out of the source line");
+        pb_store_prompt_free(&pr);
+        CHECK(pb_store_heading_repeats("Guide", "  ## Guide ##\nx") && pb_store_heading_repeats("A b", "A b") &&
+                  !pb_store_heading_repeats("Harbor", "Harbor is calm") &&
+                  !pb_store_heading_repeats("Island > Fauna", "## Fauna\nquokkas") &&
+                  !pb_store_heading_repeats("tag", "#tag\nx") && !pb_store_heading_repeats("", "x") &&
+                  !pb_store_heading_repeats("Guide", "Guidebook\n"),
+              "heading_repeats: whole first lines only (a '# ' marker allowed, a prefix or a '#tag' not)");
+    }
     /* a budget that fits two sources and part of the third */
     int64_t base = pb_store_estimate_tokens("x", 1);
     (void)base;

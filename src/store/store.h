@@ -270,6 +270,10 @@ void pb_store_hits_free(pb_store_hit *h, int n);
 
 /* "path:12-30", "path:12", or "path (p. 3)". */
 void pb_store_format_location(const char *path, int64_t line_start, int64_t line_end, int page, char *buf, size_t cap);
+/* True when a chunk's text begins with its whole heading as its first line (a plain text file's first line is its
+ * title, a Markdown chunk may open with its own "# Heading"): the heading then says nothing the text does not, and
+ * the prompt and search output leave it out. */
+bool pb_store_heading_repeats(const char *heading, const char *text);
 
 /* ---- embeddings (store_db.c) -------------------------------------------------------------------- */
 

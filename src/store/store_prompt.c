@@ -53,7 +53,8 @@ void pb_store_prompt_free(pb_store_prompt *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* "[n] (name:lines) heading\n" -- the file name only: the full path is in the citation table. */
+/* "[n] (name:lines) heading\n" (the heading left out where the text opens with it) -- the file name only: the full path
+ * is in the citation table. */
 static void source_header(sbuf *b, int num, const pb_store_hit *h) {
     const char *slash = strrchr(h->path, '/');
     char loc[512], head[64];
@@ -61,8 +62,11 @@ static void source_header(sbuf *b, int num, const pb_store_hit *h) {
     snprintf(head, sizeof head, "[%d] (", num);
     sb_str(b, head);
     sb_str(b, loc);
-    sb_str(b, ") ");
-    sb_str(b, h->heading);
+    sb_str(b, ")");
+    if (!pb_store_heading_repeats(h->heading, h->text)) { /* a heading the text opens with is not said twice */
+        sb_str(b, " ");
+        sb_str(b, h->heading);
+    }
     sb_str(b, "\n");
 }
 

@@ -615,6 +615,23 @@ pb_status pb_store_fuse_rrf(pb_store_hit *a, int na, pb_store_hit *b, int nb, in
     return PB_OK;
 }
 
+bool pb_store_heading_repeats(const char *heading, const char *text) {
+    if (!heading || !text || !heading[0]) return false;
+    while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+    const char *t = text;
+    int hashes = 0;
+    while (*t == '#' && hashes < 6) t++, hashes++;
+    if (hashes && (*t == ' ' || *t == '\t'))
+        while (*t == ' ' || *t == '\t') t++;
+    else
+        t = text; /* "#tag" is text, not a heading marker */
+    size_t n = strlen(heading);
+    if (strncmp(t, heading, n) != 0) return false;
+    t += n;
+    while (*t == ' ' || *t == '\t' || *t == '#') t++; /* trailing spaces, closing "##" */
+    return *t == 0 || *t == '\n' || *t == '\r';
+}
+
 void pb_store_format_location(const char *path, int64_t line_start, int64_t line_end, int page, char *buf, size_t cap) {
     if (page > 0)
         snprintf(buf, cap, "%s (p. %d)", path, page);

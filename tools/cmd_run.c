@@ -1,6 +1,7 @@
 /* cmd_run.c -- `pocketbrain run`: one prompt (argument, file or stdin) in, the answer streamed to stdout
  * (chat template by default, --raw for plain completion, --json for text + counts + timings). */
 #include "cli_common.h"
+#include "base/base.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -121,17 +122,8 @@ PB_CMD(run) {
         text = strdup(prompt);
         len = strlen(prompt);
     } else if (file && strcmp(file, "-") != 0) {
-        FILE *f = fopen(file, "rb");
-        if (!f) {
-            cli_err("run", "cannot open prompt file '%s'", file);
-            return 1;
-        }
-        errno = 0;
-        text = read_stream(f, &len);
-        int e = errno;
-        fclose(f);
-        if (!text) {
-            cli_err("run", "cannot read prompt file '%s': %s", file, strerror(e ? e : ENOMEM));
+        if (pb_read_file(file, &text, &len) != PB_OK) { /* names the open or read error (a directory: EISDIR) */
+            cli_err("run", "prompt file: %s", pb_last_error());
             return 1;
         }
     } else {

@@ -223,16 +223,17 @@ pb_status pb_read_file(const char *path, char **out, size_t *len) {
             }
             buf = nb;
         }
+        errno = 0;
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (r == 0) break;
     }
-    int err = ferror(f);
+    int err = ferror(f), e = errno;
     fclose(f);
     if (!buf) return pb_error(PB_ERR_NOMEM, "out of memory reading '%s'", path);
-    if (err) {
+    if (err) { /* a directory (EISDIR), an I/O error */
         free(buf);
-        return pb_error(PB_ERR_IO, "cannot read '%s'", path);
+        return pb_error(PB_ERR_IO, "cannot read '%s': %s", path, strerror(e ? e : EIO));
     }
     buf[n] = 0;
     *out = buf;

@@ -120,10 +120,9 @@ PB_CMD(search) {
             char loc[4200], snip[240];
             pb_store_format_location(hits[i].path, hits[i].line_start, hits[i].line_end, hits[i].page, loc, sizeof loc);
             snippet(hits[i].text, sizeof snip, snip);
-            if (pb_store_heading_repeats(hits[i].heading, hits[i].text)) /* the text opens with it */
-                printf("%d. [%.3f] %s\n   %s\n", i + 1, hits[i].score, loc, snip);
-            else
-                printf("%d. [%.3f] %s\n   %s\n   %s\n", i + 1, hits[i].score, loc, hits[i].heading, snip);
+            printf("%d. [%.3f] %s\n", i + 1, hits[i].score, loc);
+            if (!pb_store_heading_repeats(hits[i].heading, hits[i].text)) printf("   %s\n", hits[i].heading);
+            printf("   %s\n", snip);
         }
     }
     pb_store_hits_free(hits, n);

@@ -29,6 +29,9 @@ check "$([ "$n_added" -ge 40 ] && echo 0)" "documents added ($n_added)"
 "$BIN" search --db "$T/kb.sqlite" "steep green tea temperature" >"$T/out"; rc=$?
 check $rc "search exits 0"
 grep -q "tea.html:1" "$T/out"; check $? "search shows file:line of the HTML hit"
+# a knowledge base at rest is one file: ingest leaves it out of WAL mode, so the readers that follow (search,
+# a read-only folder) leave no -wal / -shm files beside it (they did after every search)
+ls "$T"/kb.sqlite-* >/dev/null 2>&1; check "$([ $? != 0 ] && echo 0)" "no -wal / -shm beside the database after ingest + search: $(ls "$T")"
 "$BIN" search --db "$T/kb.sqlite" "bind a thread to particular processors" --json -k 3 >"$T/out"
 grep -q '"rank":[123],[^}]*sched_setaffinity.2.md' "$T/out"; check $? "search --json finds sched_setaffinity in the top 3"
 n=$(grep -o '"path":"[^"]*sched_setaffinity.2.md"' "$T/out" | wc -l)

@@ -232,6 +232,7 @@ static pb_status open_db(const char *path, bool readonly, pb_store **out) {
         pb_store_close(st);
         return s;
     }
+    st->wal = true;
     *out = st;
     return PB_OK;
 }
@@ -304,6 +305,14 @@ void pb_store_close(pb_store *st) {
     if (st->put_chunk) sqlite3_finalize(st->put_chunk);
     free(st->ds_len);
     free(st->ds_score);
+    if (st->db && st->wal) {
+        /* WAL while a writer works (readers never block it); back to a plain rollback-journal file at rest, so
+         * the readers that follow (search, ask, a read-only folder) leave no -wal / -shm files beside the
+         * database (a read-only connection cannot checkpoint them away). With another connection still open the
+         * switch fails at once (no busy wait) and the database simply stays in WAL mode. */
+        sqlite3_busy_timeout(st->db, 0);
+        sqlite3_exec(st->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
+    }
     if (st->db) sqlite3_close_v2(st->db);
     free(st->path);
     free(st);

@@ -12,6 +12,7 @@ struct pb_store {
     char *path;
     int version;           /* PRAGMA user_version as last read or migrated */
     bool readonly;         /* opened by pb_store_open_readonly */
+    bool wal;              /* this writer put the database in WAL mode (pb_store_close puts it back) */
     sqlite3_stmt *put_doc; /* cached: hot in ingest */
     sqlite3_stmt *put_chunk;
     bool vocab_ready;        /* temp fts5vocab tables for query-term statistics exist */

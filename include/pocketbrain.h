@@ -94,6 +94,11 @@ typedef struct pb_model_params {
      * during pb_model_open only: the string may be freed after. Like the model file, the cache file must not be
      * truncated in place while a model using it is open (SIGBUS); replacing it by rename is safe. */
     const char *pack_cache_dir;
+    /* With pack_cache_dir: write a new cache file on a thread of its own instead of inside pb_model_open, so the
+     * model is usable at once (the first open of a 2B model waited ~7 s here for its 1.6 GB write); the write then
+     * shares the CPU and the disk with the first tokens. pb_model_info.pack_cache says PB_PACK_CACHE_WRITING until
+     * pb_model_pack_cache_wait (or pb_model_close, which waits for it). Default false. */
+    bool pack_cache_background;
 } pb_model_params;
 
 pb_model_params pb_model_default_params(void);
@@ -132,8 +137,16 @@ typedef enum pb_pack_cache_state {
     PB_PACK_CACHE_OFF = 0,     /* no cache: pack_cache_dir NULL, nothing to repack, use_mmap off, or the GPU */
     PB_PACK_CACHE_HIT = 1,     /* the weight copies were mapped from the cache file: nothing repacked */
     PB_PACK_CACHE_WRITTEN = 2, /* repacked, and the cache file written for the next open */
-    PB_PACK_CACHE_FAILED = 3   /* repacked; the cache could not be written (pack_cache_note says why) */
+    PB_PACK_CACHE_FAILED = 3,  /* repacked; the cache could not be written (pack_cache_note says why) */
+    PB_PACK_CACHE_WRITING = 4  /* repacked; the cache file is being written in the background (pack_cache_background) */
 } pb_pack_cache_state;
+
+/* A background write of the packed-weights cache (params.pack_cache_background): busy is true while it runs;
+ * wait returns when it has ended and puts its outcome (WRITTEN or FAILED, with the note) into pb_model_info.
+ * Both are no-ops for a model without one. Call wait from the thread that owns the model, not while another
+ * thread calls pb_model_get_info on it; pb_model_close waits by itself. */
+bool pb_model_pack_cache_busy(const pb_model *m);
+void pb_model_pack_cache_wait(pb_model *m);
 
 /* The file that pb_model_open would use as the packed-weights cache of the model at model_path under dir
  * (params.pack_cache_dir), so a tool that deletes a model can delete its cache too. Written into buf (cap bytes,

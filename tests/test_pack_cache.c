@@ -1,6 +1,7 @@
 /* test_pack_cache.c -- the packed-weights cache through the public API: the first open writes it, the next maps it
  * without repacking, logits are bit-identical with and without it, a corrupt / truncated / stale / foreign file
- * is detected and rebuilt, an unwritable directory still opens the model, concurrent opens agree. */
+ * is detected and rebuilt, an unwritable directory still opens the model, concurrent opens agree, and a background
+ * write (pack_cache_background) lets the model answer first. */
 #include "pb_test.h"
 
 #include "pocketbrain.h"
@@ -242,6 +243,58 @@ int main(void) {
               in.n_repacked == repacked,
           "unwritable cache dir: opens, repacks, says why ('%s')", in.pack_cache_note);
     CHECK(ok && memcmp(lg, ref, sizeof(float) * (size_t)n_vocab) == 0, "unwritable cache dir: same logits");
+
+    /* pack_cache_background: the open returns before the cache is written (state WRITING), the model answers while
+     * the writer runs, wait gives the outcome, and the next open maps the file; an unwritable directory fails there */
+    {
+        CHECK(pack_file(p, sizeof p) && unlink(p) == 0, "cache removed (background write)");
+        pb_model_params bp = pb_model_default_params();
+        bp.n_threads = 2;
+        bp.gpu = 0;
+        bp.pack_cache_dir = cache;
+        bp.pack_cache_background = true;
+        pb_model *bm = NULL;
+        pb_session *bs = NULL;
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = 64;
+        sp.n_threads = 2;
+        ok = pb_model_open(model, &bp, &bm) == PB_OK && pb_model_get_info(bm, &in) == PB_OK;
+        CHECK(ok && in.pack_cache == PB_PACK_CACHE_WRITING && strstr(in.pack_cache_note, "in the background"),
+              "background: the open returns with the write under way (state %d, '%s')", in.pack_cache,
+              in.pack_cache_note);
+        ok = ok && pb_session_new(bm, &sp, &bs) == PB_OK && pb_session_prefill(bs, toks, NTOK) == PB_OK;
+        CHECK(ok && memcmp(pb_session_logits(bs), ref, sizeof(float) * (size_t)n_vocab) == 0,
+              "background: the model answers while it writes, same logits");
+        pb_model_pack_cache_wait(bm);
+        CHECK(!pb_model_pack_cache_busy(bm) && pb_model_get_info(bm, &in) == PB_OK &&
+                  in.pack_cache == PB_PACK_CACHE_WRITTEN && strstr(in.pack_cache_note, "wrote"),
+              "background: wait gives the outcome (state %d, '%s')", in.pack_cache, in.pack_cache_note);
+        pb_model_pack_cache_wait(bm); /* a second wait: nothing left to wait for */
+        pb_session_free(bs);
+        pb_model_close(bm);
+        list_cache(&n_pack, &n_other);
+        CHECK(n_pack == 1 && n_other == 0, "background: one cache file, no temp file (%d, %d)", n_pack, n_other);
+        ok = run(cache, &in, lg);
+        CHECK(ok && in.pack_cache == PB_PACK_CACHE_HIT && memcmp(lg, ref, sizeof(float) * (size_t)n_vocab) == 0,
+              "background: the next open maps what it wrote (state %d)", in.pack_cache);
+        /* closed without a wait, right after the open: close waits for the writer (the file is complete) */
+        CHECK(pack_file(p, sizeof p) && unlink(p) == 0, "cache removed (close while writing)");
+        ok = pb_model_open(model, &bp, &bm) == PB_OK;
+        pb_model_close(bm);
+        list_cache(&n_pack, &n_other);
+        CHECK(ok && n_pack == 1 && n_other == 0, "background: close waits for the write (%d, %d)", n_pack, n_other);
+        ok = run(cache, &in, lg);
+        CHECK(ok && in.pack_cache == PB_PACK_CACHE_HIT, "background: and it is used (state %d)", in.pack_cache);
+        bp.pack_cache_dir = blocked;
+        ok = pb_model_open(model, &bp, &bm) == PB_OK;
+        pb_model_pack_cache_wait(bm);
+        CHECK(ok && pb_model_get_info(bm, &in) == PB_OK && in.pack_cache == PB_PACK_CACHE_FAILED &&
+                  strstr(in.pack_cache_note, "not written"),
+              "background, unwritable cache dir: opens, says why ('%s')", in.pack_cache_note);
+        pb_model_close(bm);
+        CHECK(!pb_model_pack_cache_busy(NULL), "busy(NULL) is false");
+        pb_model_pack_cache_wait(NULL);
+    }
 
     /* use_mmap off: the model is a heap copy packed in place, no cache involved */
     pb_model_params mp = pb_model_default_params();

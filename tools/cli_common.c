@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MIB (1024.0 * 1024.0)
 
@@ -266,6 +267,13 @@ pb_gen_params cli_opts_gen(const cli_opts *o) {
     return g;
 }
 
+void cli_close_model(const char *cmd, pb_model *m) {
+    if (pb_model_pack_cache_busy(m) && isatty(2))
+        cli_err(cmd, "first run of this model: finishing its packed-weights cache (later starts take a fraction of a "
+                     "second)...");
+    pb_model_close(m);
+}
+
 int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms) {
     *m = NULL;
     *s = NULL;
@@ -292,6 +300,7 @@ int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, d
     mp.mem_limit = o->mem_limit;
     mp.gpu = o->gpu;
     mp.pack_cache_dir = o->no_pack_cache ? NULL : cli_pack_cache_dir();
+    mp.pack_cache_background = true; /* the first answer does not wait for the cache file (cli_close_model) */
     if ((st = pb_model_open(path, &mp, m)) != PB_OK) return cli_fail(cmd, st, "cannot open model");
     if ((st = pb_session_new(*m, &sp, s)) != PB_OK) {
         pb_model_close(*m);

@@ -66,6 +66,9 @@ pb_gen_params cli_opts_gen(const cli_opts *o);
  * or --fit adjustments announced on stderr), opens the model and creates the session. Returns 0, or
  * the exit status to return (1; the message is printed). load_ms (may be NULL) gets the time taken. */
 int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms);
+/* Closes a model cli_open opened; when its packed-weights cache is still being written (a model's first run), says
+ * so on a terminal, since the process waits for it before it ends. */
+void cli_close_model(const char *cmd, pb_model *m);
 
 /* `info --mem`: prints the memory estimate for n_ctx / KV type against the memory available. */
 typedef struct cli_mem_opts {

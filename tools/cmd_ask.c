@@ -280,6 +280,7 @@ PB_CMD(ask) {
     } else {
         pb_model_params mp = pb_model_default_params();
         mp.pack_cache_dir = cli_pack_cache_dir();
+        mp.pack_cache_background = true;
         if ((s = pb_model_open(model_path, &mp, &model)))
             snprintf(reason, sizeof reason, "model '%s' failed to load: %s", model_path, pb_last_error());
         else {

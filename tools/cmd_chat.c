@@ -294,7 +294,7 @@ PB_CMD(chat) {
     }
     g_session = NULL;
     pb_session_free(c.s);
-    pb_model_close(c.m);
+    cli_close_model("chat", c.m);
     free(c.system);
     return rc;
 }

@@ -241,12 +241,13 @@ PB_CMD(run) {
                 gs.t_generate_ms > 0 ? (double)gs.n_generated * 1000.0 / gs.t_generate_ms : 0.0, gs.t_first_token_ms,
                 pb_stop_reason_name(gs.stop_reason));
     pb_model_info pi;
+    if (verbose) pb_model_pack_cache_wait(m); /* its outcome, not "writing" */
     if (verbose && pb_model_get_info(m, &pi) == PB_OK && pi.pack_cache_note[0])
         fprintf(stderr, "[pack cache: %s]\n", pi.pack_cache_note);
     free(out.s);
     free(thought.s);
     free(text);
     pb_session_free(s);
-    pb_model_close(m);
+    cli_close_model("run", m);
     return rc;
 }

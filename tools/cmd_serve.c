@@ -196,6 +196,7 @@ int cmd_serve(int argc, char **argv) {
     pb_model_params mp = pb_model_default_params();
     if (p.n_threads) mp.n_threads = p.n_threads;
     mp.pack_cache_dir = p.pack_cache_dir = no_pack_cache ? NULL : cli_pack_cache_dir();
+    mp.pack_cache_background = true; /* serving starts before the cache file is written */
     pb_model *m = NULL;
     pb_status s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);

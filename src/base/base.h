@@ -174,6 +174,12 @@ void pb_pool_run_n(pb_pool *p, int n, pb_pool_fn fn, void *ctx);
 void pb_pool_set_limit(pb_pool *p, int n);
 int pb_pool_limit(const pb_pool *p);
 
+/* One-off background work (pool.c): fn(arg) on a thread of its own; pb_thread_join waits for it and frees it
+ * (NULL: nothing). Used for the packed-weights cache write (pack_cache.c). */
+typedef struct pb_thread pb_thread;
+pb_status pb_thread_start(void (*fn)(void *), void *arg, pb_thread **out);
+void pb_thread_join(pb_thread *t);
+
 /* Splits [0, n) evenly: the range of part ith of nth. */
 static inline void pb_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     int64_t per = (n + nth - 1) / nth;

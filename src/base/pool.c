@@ -389,3 +389,36 @@ int pb_pool_limit(const pb_pool *p) {
 }
 
 void pb_pool_run(pb_pool *p, pb_pool_fn fn, void *ctx) { pb_pool_run_n(p, pb_pool_limit(p), fn, ctx); }
+
+// --- one-off threads -----------------------------------------------------------------------------------
+
+struct pb_thread {
+    pthread_t id;
+    void (*fn)(void *);
+    void *arg;
+};
+
+static void *thread_main(void *p) {
+    pb_thread *t = p;
+    t->fn(t->arg);
+    return NULL;
+}
+
+pb_status pb_thread_start(void (*fn)(void *), void *arg, pb_thread **out) {
+    *out = NULL;
+    pb_thread *t = pb_calloc(1, sizeof *t);
+    if (!t) return PB_ERR_NOMEM;
+    t->fn = fn, t->arg = arg;
+    if (pthread_create(&t->id, NULL, thread_main, t) != 0) {
+        free(t);
+        return pb_error(PB_ERR_IO, "cannot start a thread");
+    }
+    *out = t;
+    return PB_OK;
+}
+
+void pb_thread_join(pb_thread *t) {
+    if (!t) return;
+    pthread_join(t->id, NULL);
+    free(t);
+}

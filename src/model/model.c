@@ -808,7 +808,10 @@ static pb_status pack_weights(pb_model *m, const char *path) {
             pb_map_release(&m->map, t->data, t->nbytes);
         }
         pb_pool_free(pool);
-        if (cache_dir) pb_pack_cache_store(m, cache_dir, path, cm, cpk, n_c);
+        if (cache_dir && m->params.pack_cache_background)
+            pb_pack_cache_store_background(m, cache_dir, path, cm, cpk, n_c);
+        else if (cache_dir)
+            pb_pack_cache_store(m, cache_dir, path, cm, cpk, n_c);
     }
     for (int i = 0; i < n; i++) m->n_packed += all[i]->packed;
     if (m->output.t == m->tok_embd.t) m->output = m->tok_embd;
@@ -881,6 +884,7 @@ fail:
 
 void pb_model_close(pb_model *m) {
     if (!m) return;
+    pb_pack_cache_wait(m); /* the writer reads packed_mem */
     pb_model_gpu_detach(m);
     pb_vocab_free(m->vocab);
     pb_big_free(m->packed_mem, m->packed_size);
@@ -890,6 +894,12 @@ void pb_model_close(pb_model *m) {
     pb_gguf_close(m->g);
     pb_map_close(&m->map);
     free(m);
+}
+
+bool pb_model_pack_cache_busy(const pb_model *m) { return m && pb_pack_cache_busy(m); }
+
+void pb_model_pack_cache_wait(pb_model *m) {
+    if (m) pb_pack_cache_wait(m);
 }
 
 pb_status pb_model_get_info(const pb_model *m, pb_model_info *out) {

@@ -59,6 +59,8 @@ struct pb_model {
     void *packed_mem; /* their packed copies (pb_big_alloc; NULL when packed in place) */
     size_t packed_size;
     pb_map cache_map;   /* the packed-weights cache file when the packed matrices are views into it (pack_cache.c) */
+    struct pb_pc_job *pc_job; /* a packed-weights cache write on pc_thread (params.pack_cache_background), else NULL */
+    pb_thread *pc_thread;
     float *output_norm; /* [d] */
     pb_layer_w *layers; /* [n_layer] */
     float *norm_mem;    /* one block holding every norm copy */
@@ -83,5 +85,12 @@ pb_status pb_pack_cache_load(pb_model *m, const char *dir, const char *model_pat
                              int n);
 void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
                          int n);
+/* pb_pack_cache_store on a thread of its own (m->pc_thread): the matrices' bytes must stay as they are until
+ * pb_pack_cache_wait; m->info says PB_PACK_CACHE_WRITING meanwhile. Without a thread it writes before it returns. */
+void pb_pack_cache_store_background(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats,
+                                    const bool *pk, int n);
+/* Joins a background write (if any) and puts its outcome into m->info; pb_pack_cache_busy: it is still writing. */
+void pb_pack_cache_wait(pb_model *m);
+bool pb_pack_cache_busy(const pb_model *m);
 
 #endif

@@ -6,6 +6,7 @@
 #include "tensor/types.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,26 +203,70 @@ pb_status pb_pack_cache_load(pb_model *m, const char *dir, const char *model_pat
     return PB_OK;
 }
 
-void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
-                         int n) {
-    char prev[sizeof m->info.pack_cache_note];
-    snprintf(prev, sizeof prev, "%s", m->info.pack_cache_note); /* why the load missed */
-    char *path = cache_path(dir, model_path);
-    if (!path) return;
-    size_t bytes = 0;
+/* One write of the cache file: what it writes (a snapshot of the matrices' bytes and sizes, taken on the opening
+ * thread) and its outcome, which only pb_pack_cache_wait / store copy into m->info (so pb_model_get_info never
+ * reads what a writer thread is writing). */
+struct pb_pc_job {
+    char *path;
     pc_header h;
-    uint64_t plan = plan_hash(mats, pk, n, &bytes); /* before fill_header reads bytes */
-    fill_header(m, plan, n, bytes, &h);
+    int n;
+    const void **data;
+    size_t *nbytes, bytes;
+    char prev[sizeof(((pb_model_info *)0)->pack_cache_note)]; /* why the load missed */
+    int state;                                                 /* outcome: PB_PACK_CACHE_WRITTEN or _FAILED */
+    char note[sizeof(((pb_model_info *)0)->pack_cache_note)];
+    atomic_int done;
+};
+
+static void job_free(struct pb_pc_job *j) {
+    if (!j) return;
+    free(j->path);
+    free(j->data);
+    free(j->nbytes);
+    free(j);
+}
+
+static struct pb_pc_job *job_new(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats,
+                                 const bool *pk, int n) {
+    pb_error_clear(); /* a failure below names itself; none names "out of memory" */
+    struct pb_pc_job *j = pb_calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->path = cache_path(dir, model_path);
+    j->data = pb_calloc((size_t)(n > 0 ? n : 1), sizeof *j->data);
+    j->nbytes = pb_calloc((size_t)(n > 0 ? n : 1), sizeof *j->nbytes);
+    if (!j->path || !j->data || !j->nbytes || pb_mkdirs(dir) != PB_OK) {
+        job_free(j);
+        return NULL;
+    }
+    snprintf(j->prev, sizeof j->prev, "%s", m->info.pack_cache_note);
+    uint64_t plan = plan_hash(mats, pk, n, &j->bytes); /* before fill_header reads bytes */
+    fill_header(m, plan, n, j->bytes, &j->h);
+    j->n = n;
+    for (int i = 0; i < n; i++) j->data[i] = mats[i]->data, j->nbytes[i] = mats[i]->t->nbytes;
+    return j;
+}
+
+/* Appends src to the string in dst (cap bytes), cut to fit. */
+static void append(char *dst, size_t cap, const char *src) {
+    size_t w = strlen(dst), n = strlen(src);
+    if (w + 1 >= cap) return;
+    if (n > cap - 1 - w) n = cap - 1 - w;
+    memcpy(dst + w, src, n);
+    dst[w + n] = 0;
+}
+
+/* The write itself: thread-safe (touches only the job and the file system). */
+static void job_run(void *arg) {
+    struct pb_pc_job *j = arg;
     static const uint8_t zeros[PC_DATA_OFF]; /* never written: the zero page, not 2 MiB of memory */
     pb_atomic_file f;
-    pb_status s = pb_mkdirs(dir);
-    if (s == PB_OK) s = pb_atomic_open(path, &f);
+    pb_status s = pb_atomic_open(j->path, &f);
     if (s == PB_OK) {
-        s = pb_atomic_write(&f, &h, sizeof h);
-        if (s == PB_OK) s = pb_atomic_write(&f, zeros, PC_DATA_OFF - sizeof h);
-        for (int i = 0; i < n && s == PB_OK; i++) {
-            size_t nb = mats[i]->t->nbytes;
-            s = pb_atomic_write(&f, mats[i]->data, nb);
+        s = pb_atomic_write(&f, &j->h, sizeof j->h);
+        if (s == PB_OK) s = pb_atomic_write(&f, zeros, PC_DATA_OFF - sizeof j->h);
+        for (int i = 0; i < j->n && s == PB_OK; i++) {
+            size_t nb = j->nbytes[i];
+            s = pb_atomic_write(&f, j->data[i], nb);
             if (s == PB_OK && PB_PAD(nb, 64) > nb) s = pb_atomic_write(&f, zeros, PB_PAD(nb, 64) - nb);
         }
         if (s == PB_OK)
@@ -232,11 +277,62 @@ void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, p
     /* the written pages sit in the page cache as small folios, which the next open's mapping could not map as huge
      * pages (measured: 79% huge, decode ~10% slower than the anonymous copy); dropped, the next open reads the file
      * back in 2 MiB folios (95% huge) */
-    if (s == PB_OK) pb_file_drop_cache(path);
-    if (s == PB_OK)
-        note(m, PB_PACK_CACHE_WRITTEN, "wrote %s (%.0f MiB)%s%s", path, (double)bytes / (1024.0 * 1024.0),
-             prev[0] ? "; before: " : "", prev);
-    else
-        note(m, PB_PACK_CACHE_FAILED, "not written (%.200s); weights repacked in memory", pb_last_error());
-    free(path);
+    if (s == PB_OK) {
+        pb_file_drop_cache(j->path);
+        j->state = PB_PACK_CACHE_WRITTEN;
+        snprintf(j->note, sizeof j->note, "wrote %s (%.0f MiB)", j->path, (double)j->bytes / (1024.0 * 1024.0));
+        if (j->prev[0]) { /* why the load missed, as much as fits */
+            append(j->note, sizeof j->note, "; before: ");
+            append(j->note, sizeof j->note, j->prev);
+        }
+    } else {
+        j->state = PB_PACK_CACHE_FAILED;
+        snprintf(j->note, sizeof j->note, "not written (%.200s); weights repacked in memory", pb_last_error());
+    }
+    atomic_store(&j->done, 1);
 }
+
+static void job_finish(pb_model *m, struct pb_pc_job *j) {
+    note(m, j->state, "%s", j->note);
+    job_free(j);
+}
+
+void pb_pack_cache_store(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats, const bool *pk,
+                         int n) {
+    struct pb_pc_job *j = job_new(m, dir, model_path, mats, pk, n);
+    if (!j) {
+        note(m, PB_PACK_CACHE_FAILED, "not written (%.200s); weights repacked in memory",
+             pb_last_error()[0] ? pb_last_error() : "out of memory");
+        return;
+    }
+    job_run(j);
+    job_finish(m, j);
+}
+
+void pb_pack_cache_store_background(pb_model *m, const char *dir, const char *model_path, pb_wmat *const *mats,
+                                    const bool *pk, int n) {
+    struct pb_pc_job *j = job_new(m, dir, model_path, mats, pk, n);
+    if (!j) {
+        note(m, PB_PACK_CACHE_FAILED, "not written (%.200s); weights repacked in memory",
+             pb_last_error()[0] ? pb_last_error() : "out of memory");
+        return;
+    }
+    if (pb_thread_start(job_run, j, &m->pc_thread) != PB_OK) { /* no thread: write it now */
+        job_run(j);
+        job_finish(m, j);
+        return;
+    }
+    m->pc_job = j;
+    note(m, PB_PACK_CACHE_WRITING, "writing %s (%.0f MiB) in the background", j->path,
+         (double)j->bytes / (1024.0 * 1024.0));
+}
+
+void pb_pack_cache_wait(pb_model *m) {
+    if (!m->pc_thread) return;
+    pb_thread_join(m->pc_thread);
+    m->pc_thread = NULL;
+    job_finish(m, m->pc_job);
+    m->pc_job = NULL;
+}
+
+bool pb_pack_cache_busy(const pb_model *m) { return m->pc_job && !atomic_load(&m->pc_job->done); }

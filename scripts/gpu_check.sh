@@ -1,7 +1,9 @@
 #!/bin/sh
 # gpu_check.sh -- one call on a CUDA machine: build with `make CUDA=1` (warnings are errors), run the GPU parity
-# tests (tests/gpu_parity.c) on the peer tiny Gemma 2 files and the transformers-made tiny Gemma 1/2/3 models,
-# then `pocketbrain bench --gpu` on synthesized gemma-2-2b files. Writes logs and JSON under OUT (default /tmp/gpu).
+# tests (tests/gpu_parity.c) on the peer tiny Gemma 2 files, the transformers-made tiny Gemma 1/2/3/4 models and
+# synth tiny Gemma 1-4 files (a Gemma 4 MoE model refused by name with --gpu, run on the CPU without; a synth E2B
+# Q4_K_M, head_dim 512, the wide attention form, in a parity run of its own: E2B=0 skips it), then
+# `pocketbrain bench --gpu` on synthesized gemma-2-2b files. Writes logs and JSON under OUT (default /tmp/gpu).
 #   sh scripts/gpu_check.sh [FIXTURES_DIR] [TYPES]   FIXTURES_DIR holds gemma2-tiny-v.*.gguf + tokens.bin
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
 # Environment: PB_PAR + PB_BIN (prebuilt parity binary and CLI: no build here), FLOATCHECK=1 (parity again with
@@ -61,8 +63,39 @@ done
 # row lengths of 640 (Q5_0/Q8_0 fallbacks beside Q4_K/Q6_K: q/k/v of mixed types, one launch a matrix)
 $PB synth --arch gemma3 --size 270m --type q4_k_m -o /tmp/synth-gemma3-270m-q4_k_m.gguf --threads "$J" >/dev/null 2>&1 &&
   set -- "$@" /tmp/synth-gemma3-270m-q4_k_m.gguf
+# Gemma 4 (dense): the transformers-made E2B-like (PLE, KV sharing, double-wide MLP, 4:1 layers) and k_eq_v models,
+# synth tiny files; the MoE model goes to gpu_parity too, which then checks only its refusal and fallback
+for a in gemma4_e2b gemma4_keqv gemma4_moe; do
+  for t in f32 f16 q8_0; do
+    [ $a = gemma4_moe ] && [ $t != f32 ] && continue
+    $PB convert tests/data/model/$a "/tmp/tiny-$a-$t.gguf" --type $t >/dev/null 2>&1 && set -- "$@" "/tmp/tiny-$a-$t.gguf" ||
+      echo "convert $a $t failed"
+  done
+done
+for t in f16 q8_0 q4_0 q4_k_m; do
+  $PB synth --arch gemma4 --size tiny --type $t -o "/tmp/synth-gemma4-$t.gguf" >/dev/null 2>&1 &&
+    set -- "$@" "/tmp/synth-gemma4-$t.gguf" || echo "synth gemma4 tiny $t failed"
+done
+# the MoE model through the CLI: --gpu exits 1 naming it, the default runs it on the CPU
+if [ -f /tmp/tiny-gemma4_moe-f32.gguf ]; then
+  $PB run -m /tmp/tiny-gemma4_moe-f32.gguf -p hi -n 2 --raw --temp 0 --gpu >/dev/null 2>"$OUT/moe-gpu.err"; rc1=$?
+  $PB run -m /tmp/tiny-gemma4_moe-f32.gguf -p hi -n 2 --raw --temp 0 >/dev/null 2>"$OUT/moe-auto.err"; rc2=$?
+  if [ $rc1 = 1 ] && grep -q MoE "$OUT/moe-gpu.err" && [ $rc2 = 0 ]; then echo "gemma4 MoE: --gpu refused by name, auto on the CPU: ok"
+  else echo "gemma4 MoE: NOT OK (--gpu rc $rc1, auto rc $rc2): $(head -c 300 "$OUT/moe-gpu.err" "$OUT/moe-auto.err")"; fi
+fi
 timeout ${PAR_TIMEOUT:-300} $PAR "$@" 2>&1 | tee "$OUT/parity.log" | grep -v "^ok"
 echo "parity: $(grep -c '^ok' "$OUT/parity.log") ok, $(grep -c '^not ok' "$OUT/parity.log") not ok"
+# Gemma 4 E2B at its real shapes (head_dim 512 on the full layers: the wide attention form; 2 x 4.7 GB of weights,
+# the CPU side in exact mode too: minutes): its own run and log
+if [ "${E2B:-1}" != 0 ]; then
+  f=/tmp/synth-gemma4-e2b-q4_k_m.gguf
+  [ -f "$f" ] || $PB synth --arch gemma4 --size e2b --type q4_k_m -o "$f" --threads "$J" >/dev/null 2>&1 || echo "synth e2b failed"
+  if [ -f "$f" ]; then
+    timeout ${E2B_TIMEOUT:-540} $PAR "$f" >"$OUT/parity-e2b.log" 2>&1
+    echo "parity (gemma4 e2b q4_k_m, rc $?): $(grep -c '^ok' "$OUT/parity-e2b.log") ok, $(grep -c '^not ok' "$OUT/parity-e2b.log") not ok"
+    grep "^not ok\|gemma4:" "$OUT/parity-e2b.log" | head -8
+  fi
+fi
 # the batch checks again with every row on its own context's one-token graph and stream (PB_CUDA_BATCH=0): contexts
 # stepping concurrently, as two GPU sessions do; a race inside one step shows up here first (docs/CUDA.md)
 PB_PAR_ONLY=batch PB_CUDA_BATCH=0 timeout ${PAR_TIMEOUT:-300} $PAR "$@" >"$OUT/parity-concurrent.log" 2>&1

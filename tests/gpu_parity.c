@@ -18,6 +18,10 @@
  *  - sparse sampling on the GPU: the device top-M kernel against a full sort on random vocabularies (ids and raw
  *    values bit for bit, gathered values too), and sampled sessions (top-k, top-p, min-p, penalties, bias) reading
  *    the best logits from the device against the same sessions pulling every logit (PB_CUDA_TOPK=0).
+ * Gemma 4 files run the same checks (their prompts and batches are one-token steps on the GPU, so "at once = token
+ * by token" holds by construction there; the logits against the CPU are the real test: per-layer head dims, KV
+ * sharing, k_eq_v, V norm, PLE, layer scale, the wide attention form on head_dim > 256), after a note of the
+ * geometry; a Gemma 4 MoE file is only checked to be refused by name with gpu = 1 and to fall back with gpu = -1.
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
@@ -671,6 +675,39 @@ static int batch_bench(const char *path) {
     return 0;
 }
 
+/* A Gemma 4 model's geometry (what its GPU step exercises), noted; true for a MoE model, whose refusal by name
+ * (gpu = 1) and fallback to the CPU (gpu = -1) are then checked instead of the GPU runs. */
+static bool gemma4_note(const char *path, const pb_model *cm) {
+    const pb_hparams *hp = pb_model_hparams(cm);
+    if (hp->arch != PB_ARCH_GEMMA4) return false;
+    int shared = 0, keqv = 0, wide = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        shared += hp->kv_src[il] != il;
+        keqv += hp->kv_src[il] == il && !cm->layers[il].wv.t; /* no attn_v: V is the raw K projection */
+        wide += hp->head_dim_l[il] > 256;
+    }
+    NOTE("gemma4: %d layers, head_dim swa %d / full %d (%d layers on the wide attention form), %d KV-shared, PLE %d, "
+         "MoE experts %d, %d k_eq_v layers",
+         hp->n_layer, hp->hd_swa, hp->hd_full, wide, shared, hp->n_embd_per_layer, hp->n_expert, keqv);
+    if (hp->n_expert == 0) return false;
+    pb_model_params p = pb_model_default_params();
+    pb_model *m = NULL;
+    p.gpu = 1;
+    pb_status st = pb_model_open(path, &p, &m);
+    CHECK(st == PB_ERR_UNSUPPORTED && !m && strstr(pb_last_error(), "MoE"), "gemma4 MoE, gpu = 1: refused by name (%s)",
+          pb_last_error());
+    pb_model_close(m);
+    m = NULL;
+    p.gpu = -1;
+    st = pb_model_open(path, &p, &m);
+    pb_model_info info = {0};
+    if (!st) pb_model_get_info(m, &info);
+    CHECK(st == PB_OK && !info.gpu && strstr(info.gpu_note, "MoE"), "gemma4 MoE, gpu = -1: on the CPU (note '%s')",
+          info.gpu_note);
+    pb_model_close(m);
+    return true;
+}
+
 static void check_model(const char *path, const char *tok_path) {
     NOTE("model %s", path);
     pb_model_params cp = pb_model_default_params(), gp = pb_model_default_params();
@@ -680,6 +717,10 @@ static void check_model(const char *path, const char *tok_path) {
     pb_status st = pb_model_open(path, &cp, &cm);
     CHECK(st == PB_OK, "open on the CPU: %s", st ? pb_last_error() : path);
     if (st) return;
+    if (gemma4_note(path, cm)) {
+        pb_model_close(cm);
+        return;
+    }
     st = pb_model_open(path, &gp, &gm);
     CHECK(st == PB_OK, "open on the GPU: %s", st ? pb_last_error() : path);
     if (st) {
@@ -760,7 +801,9 @@ static void check_model(const char *path, const char *tok_path) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");
     }
-    if (hp->head_dim % 32 == 0) { /* (q8_0 rows need head_dim % 32 == 0 anyway) */
+    bool hd32 = true; /* (q8_0 rows need every layer's head_dim % 32 == 0 anyway) */
+    for (int il = 0; il < hp->n_layer; il++) hd32 = hd32 && hp->head_dim_l[il] % 32 == 0;
+    if (hd32) {
         pb_session_params sp = pb_session_default_params();
         sp.n_ctx = 64;
         sp.kv_type = PB_KV_Q8_0;

@@ -27,6 +27,8 @@ enum {
 #define MAX_LAYERS 256
 #define MAX_REP    8  // query heads per kv head the attention kernel holds
 #define MAX_EPL    8  // head_dim / 32 values per lane (head_dim <= 256)
+#define WIDE_EPL   16 // Gemma 4's wide attention form: head_dim <= 512 (E2B's full layers) ...
+#define WIDE_REP   4  // ... with 4 query heads a block (a kv head's heads over gridDim.z blocks)
 #define MAX_SPLITS 64 // key splits of one attention row
 #define MV_WARPS   4  // warps per mat-vec block (32 x MV_WARPS / sw rows a block)
 
@@ -62,16 +64,31 @@ struct dmat {
 };
 
 struct pb_cu_layer_d {
-    dmat wq, wk, wv, wo, gate, up, down;
+    dmat wq, wk, wv, wo, gate, up, down; // Gemma 4: wk / wv with N = 0 where the layer has none (KV-shared, k_eq_v)
     float *attn_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm, *q_norm, *k_norm;
     int swa;
+    // Gemma 4 (pb_cu_model.g4): head dim, kv heads, the layer whose cache it reads, the PLE block (N = 0: none) and
+    // its post norm, the layer output scale
+    int hd, hkv, kv_src;
+    dmat inp_gate, proj;
+    float *ple_post_norm;
+    float out_scale;
 };
+
+// Device arrays of a model: per layer up to 2 x 9 matrix parts (q, m) and 7 norms; the embeddings, output, PLE and
+// RoPE tables besides.
+#define MEM_MAX (25 * MAX_LAYERS + 16)
 
 struct pb_cu_model {
     pb_cu_desc hp; // scalars only (pointers inside are the host's)
     pb_cu_layer_d layers[MAX_LAYERS];
     dmat tok_embd, output;
     float *output_norm, *rope_g, *rope_l;
+    // Gemma 4 (enqueue_step_g4): g4 set, the PLE token table (GGUF type, one row read a step) and model projection
+    // (N = 0: no PLE), the projection's chunk norm [P]
+    int g4;
+    dmat ple_tok, ple_proj;
+    float *ple_proj_norm;
     // Quantized weights dotted with int8 activations (dp4a), as the CPU's default path, when int8 (the model has
     // quantized matrices and PB_CUDA_FLOAT=1 was not set at open: that keeps the float32 dots on dequantized
     // weights, the CPU's exact mode). need0 / needK: some matrix takes q8_0 / q8_K activations.
@@ -102,7 +119,7 @@ struct pb_cu_model {
     struct bt_bufs *bt;
     int bt_failed; // the scratch did not fit: batches run row by row
     pthread_mutex_t bt_mu;
-    void *mem[8 * MAX_LAYERS + 16];
+    void *mem[MEM_MAX]; // every device array of the weights (model_alloc refuses past MEM_MAX)
     int n_mem;
     size_t bytes;
     char name[256];
@@ -195,6 +212,8 @@ static void split_block(int t, const uint8_t *src, uint8_t *q, uint8_t *m) {
 static int model_alloc(pb_cu_model *g, void **p, size_t n, char *err, size_t cap) {
     *p = NULL;
     if (n == 0) return ST_OK;
+    if (g->n_mem >= MEM_MAX)
+        return fail(err, cap, ST_INTERNAL, "cuda: more than %d device arrays for one model", (int)MEM_MAX);
     CU(cudaMalloc(p, n));
     g->mem[g->n_mem++] = *p;
     g->bytes += n;
@@ -211,6 +230,8 @@ static int upload_floats(pb_cu_model *g, float **dst, const float *src, size_t n
 }
 
 static int upload_mat(pb_cu_model *g, dmat *d, const pb_cu_mat *s, const char *what, char *err, size_t cap) {
+    memset(d, 0, sizeof *d);
+    if (!s->data) return ST_OK; // absent (Gemma 4: K/V of a KV-shared layer, V of a k_eq_v layer, no PLE): N = 0
     if (!type_name(s->type))
         return fail(err, cap, ST_UNSUPPORTED,
                     "cuda: %s has tensor type id %d, which the GPU backend does not support "
@@ -269,6 +290,7 @@ static int upload_mat(pb_cu_model *g, dmat *d, const pb_cu_mat *s, const char *w
 }
 
 static size_t device_bytes(const pb_cu_mat *s) {
+    if (!s->data) return 0;
     int fblk;
     size_t fb = file_block(s->type, &fblk);
     if (!fb) return 0;
@@ -296,17 +318,29 @@ extern "C" void pb_cu_model_free(pb_cu_model *g) {
     free(g);
 }
 
-// Which activation formats the matrices need and whether the int8 path runs (see pb_cu_model.int8).
-static void choose_path(pb_cu_model *g, int n_layer) {
-    const char *fl = getenv("PB_CUDA_FLOAT");
-    const dmat *all[7 * MAX_LAYERS + 1];
+#define MV_MATS (9 * MAX_LAYERS + 2)
+
+// Every matrix a mat-vec of the step reads (absent ones, N = 0, left out): the output, each layer's q, k, v, o, gate,
+// up, down and (Gemma 4 PLE) inp_gate and proj, the PLE model projection; gg[i]: read by the GeGLU kernel (gate, up).
+static int mv_mats(pb_cu_model *g, dmat **all, bool *gg) {
     int na = 0;
-    all[na++] = &g->output;
-    for (int il = 0; il < n_layer; il++) {
+    gg[na] = false, all[na++] = &g->output; /* tied: a copy of tok_embd's description (k_embed ignores ahead) */
+    for (int il = 0; il < g->hp.n_layer; il++) {
         pb_cu_layer_d *t = &g->layers[il];
-        all[na++] = &t->wq, all[na++] = &t->wk, all[na++] = &t->wv, all[na++] = &t->wo;
-        all[na++] = &t->gate, all[na++] = &t->up, all[na++] = &t->down;
+        dmat *ms[] = {&t->wq, &t->wk, &t->wv, &t->wo, &t->gate, &t->up, &t->down, &t->inp_gate, &t->proj};
+        for (int i = 0; i < 9; i++)
+            if (ms[i]->N > 0) gg[na] = i == 4 || i == 5, all[na++] = ms[i];
     }
+    if (g->ple_proj.N > 0) gg[na] = false, all[na++] = &g->ple_proj;
+    return na;
+}
+
+// Which activation formats the matrices need and whether the int8 path runs (see pb_cu_model.int8).
+static void choose_path(pb_cu_model *g) {
+    const char *fl = getenv("PB_CUDA_FLOAT");
+    dmat *all[MV_MATS];
+    bool gg[MV_MATS];
+    const int na = mv_mats(g, all, gg);
     for (int i = 0; i < na; i++) {
         const int t = all[i]->type;
         if (t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q8_0) g->need0 = 1;
@@ -317,12 +351,79 @@ static void choose_path(pb_cu_model *g, int n_layer) {
 
 static void set_ahead(pb_cu_model *g);
 
+// Gemma 4's geometry against what the step takes: each layer's head dim even and <= 32 x WIDE_EPL (the wide
+// attention form past 32 x MAX_EPL), at most MAX_REP query heads a kv head, a KV-shared layer reading an earlier
+// layer of its own kind with its head dim and kv heads.
+static int check_g4(const pb_cu_desc *d, char *err, size_t cap) {
+    for (int il = 0; il < d->n_layer; il++) {
+        const pb_cu_layer *L = &d->layers[il];
+        if (L->head_dim < 2 || L->head_dim > 32 * WIDE_EPL || L->head_dim % 2)
+            return fail(err, cap, ST_UNSUPPORTED,
+                        "cuda: layer %d head_dim %d (the GPU attention takes even sizes up "
+                        "to %d)",
+                        il, L->head_dim, 32 * WIDE_EPL);
+        if (L->n_head_kv < 1 || d->n_head % L->n_head_kv || d->n_head / L->n_head_kv > MAX_REP)
+            return fail(err, cap, ST_UNSUPPORTED,
+                        "cuda: layer %d: %d query heads over %d kv heads (at most %d a kv head)", il, d->n_head,
+                        L->n_head_kv, MAX_REP);
+        const int src = L->kv_src;
+        if (src < 0 || src > il ||
+            (src < il && (d->layers[src].head_dim != L->head_dim || d->layers[src].n_head_kv != L->n_head_kv ||
+                          d->layers[src].swa != L->swa || d->layers[src].kv_src != src)))
+            return fail(err, cap, ST_UNSUPPORTED, "cuda: layer %d reads the KV cache of layer %d, of another shape", il,
+                        src);
+        if (src == il && !L->wk.data)
+            return fail(err, cap, ST_UNSUPPORTED, "cuda: layer %d computes K/V but has no attn_k", il);
+        if (d->n_embd_per_layer > 0 && (!L->inp_gate.data || !L->proj.data || !L->ple_post_norm))
+            return fail(err, cap, ST_UNSUPPORTED, "cuda: layer %d lacks its per-layer-input block", il);
+    }
+    if (d->n_embd_per_layer > 0 && (!d->ple_tok.data || !d->ple_proj.data || !d->ple_proj_norm))
+        return fail(err, cap, ST_UNSUPPORTED, "cuda: per-layer inputs without their token table or projection");
+    return ST_OK;
+}
+
+// Device bytes of Gemma 4's arrays besides the seven matrices a layer (PLE matrices and norms, the token table).
+static size_t g4_bytes(const pb_cu_desc *d) {
+    if (!d->gemma4) return 0;
+    size_t n = device_bytes(&d->ple_tok) + device_bytes(&d->ple_proj) + (size_t)d->n_embd_per_layer * 4;
+    for (int il = 0; il < d->n_layer; il++) {
+        const pb_cu_layer *L = &d->layers[il];
+        n += device_bytes(&L->inp_gate) + device_bytes(&L->proj) + (size_t)d->n_embd * 4 * 5 +
+             (size_t)L->head_dim * 4 * 2;
+    }
+    return n + (size_t)(d->hd_full + d->hd_swa) * 2;
+}
+
+// Gemma 4's per-layer arrays of layer il (geometry, PLE block) into t.
+static int upload_g4_layer(pb_cu_model *g, const pb_cu_layer *s, pb_cu_layer_d *t, int il, char *err, size_t cap) {
+    char what[64];
+    int st;
+    t->hd = s->head_dim, t->hkv = s->n_head_kv, t->kv_src = s->kv_src, t->out_scale = s->out_scale;
+    snprintf(what, sizeof what, "blk.%d.inp_gate", il);
+    if ((st = upload_mat(g, &t->inp_gate, &s->inp_gate, what, err, cap))) return st;
+    snprintf(what, sizeof what, "blk.%d.proj", il);
+    if ((st = upload_mat(g, &t->proj, &s->proj, what, err, cap))) return st;
+    return upload_floats(g, &t->ple_post_norm, s->ple_post_norm, (size_t)g->hp.n_embd, err, cap);
+}
+
+// Gemma 4's model-wide arrays: the PLE token table and projection, the projection's norm.
+static int upload_g4_model(pb_cu_model *g, const pb_cu_desc *d, char *err, size_t cap) {
+    int st;
+    g->g4 = 1;
+    if ((st = upload_mat(g, &g->ple_tok, &d->ple_tok, "per_layer_token_embd", err, cap))) return st;
+    if ((st = upload_mat(g, &g->ple_proj, &d->ple_proj, "per_layer_model_proj", err, cap))) return st;
+    return upload_floats(g, &g->ple_proj_norm, d->ple_proj_norm, (size_t)d->n_embd_per_layer, err, cap);
+}
+
 extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *err, size_t cap) {
     *out = NULL;
     if (!pb_cu_available(err, cap)) return ST_UNSUPPORTED;
     if (d->n_layer > MAX_LAYERS)
         return fail(err, cap, ST_UNSUPPORTED, "cuda: %d layers (at most %d)", d->n_layer, MAX_LAYERS);
-    if (d->head_dim > 32 * MAX_EPL || d->head_dim % 2)
+    if (d->gemma4) {
+        const int st0 = check_g4(d, err, cap);
+        if (st0) return st0;
+    } else if (d->head_dim > 32 * MAX_EPL || d->head_dim % 2)
         return fail(err, cap, ST_UNSUPPORTED, "cuda: head_dim %d (the GPU attention takes even sizes up to %d)",
                     d->head_dim, 32 * MAX_EPL);
     if (d->n_head % d->n_head_kv || d->n_head / d->n_head_kv > MAX_REP)
@@ -335,6 +436,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         const pb_cu_mat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (int i = 0; i < 7; i++) need += device_bytes(ms[i]);
     }
+    need += g4_bytes(d); // Gemma 4: PLE table and matrices, per-layer norms
     size_t fr = 0, tot = 0;
     CU(cudaSetDevice(0));
     CU(cudaMemGetInfo(&fr, &tot));
@@ -359,8 +461,12 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     else if ((st = upload_mat(g, &g->output, &d->output, "output", err, cap)))
         goto bad;
     if ((st = upload_floats(g, &g->output_norm, d->output_norm, (size_t)d->n_embd, err, cap))) goto bad;
-    if ((st = upload_floats(g, &g->rope_g, d->rope_inv_global, (size_t)hd / 2, err, cap))) goto bad;
-    if ((st = upload_floats(g, &g->rope_l, d->rope_inv_local, (size_t)hd / 2, err, cap))) goto bad;
+    // Gemma 4: each table sized by its own layers' head dim (hd_full, hd_swa)
+    if ((st = upload_floats(g, &g->rope_g, d->rope_inv_global, (size_t)(d->gemma4 ? d->hd_full : hd) / 2, err, cap)))
+        goto bad;
+    if ((st = upload_floats(g, &g->rope_l, d->rope_inv_local, (size_t)(d->gemma4 ? d->hd_swa : hd) / 2, err, cap)))
+        goto bad;
+    if (d->gemma4 && (st = upload_g4_model(g, d, err, cap))) goto bad;
     for (int il = 0; il < d->n_layer; il++) {
         const pb_cu_layer *s = &d->layers[il];
         pb_cu_layer_d *t = &g->layers[il];
@@ -376,11 +482,13 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if ((st = upload_floats(g, &t->post_attn_norm, s->post_attn_norm, dd, err, cap))) goto bad;
         if ((st = upload_floats(g, &t->ffn_norm, s->ffn_norm, dd, err, cap))) goto bad;
         if ((st = upload_floats(g, &t->post_ffw_norm, s->post_ffw_norm, dd, err, cap))) goto bad;
-        if ((st = upload_floats(g, &t->q_norm, s->q_norm, (size_t)hd, err, cap))) goto bad;
-        if ((st = upload_floats(g, &t->k_norm, s->k_norm, (size_t)hd, err, cap))) goto bad;
+        const size_t hdl = (size_t)(d->gemma4 ? s->head_dim : hd); /* Gemma 4: the layer's own head dim */
+        if ((st = upload_floats(g, &t->q_norm, s->q_norm, hdl, err, cap))) goto bad;
+        if ((st = upload_floats(g, &t->k_norm, s->k_norm, hdl, err, cap))) goto bad;
         t->swa = s->swa;
+        if (d->gemma4 && (st = upload_g4_layer(g, s, t, il, err, cap))) goto bad;
     }
-    choose_path(g, d->n_layer);
+    choose_path(g);
     {
         const char *pdl = getenv("PB_CUDA_PDL"), *sw = getenv("PB_CUDA_SW"), *pf = getenv("PB_CUDA_PF"),
                    *fu = getenv("PB_CUDA_FUSE"), *wi = getenv("PB_CUDA_WIDE");
@@ -722,15 +830,9 @@ static int choose_sw(int nunits, int N, int n_sm, int force, int wide) {
 // the plain kernel, gate and up the GeGLU one; a matrix in a launch of several only prefetches its own rows (ahead
 // unused) and runs with the first matrix's sw. Not called during a graph capture.
 static void set_ahead(pb_cu_model *g) {
-    dmat *all[7 * MAX_LAYERS + 1];
-    bool gg[7 * MAX_LAYERS + 1];
-    int na = 0;
-    gg[na] = false, all[na++] = &g->output; /* tied: a copy of tok_embd's description (k_embed ignores ahead) */
-    for (int il = 0; il < g->hp.n_layer; il++) {
-        pb_cu_layer_d *t = &g->layers[il];
-        dmat *ms[] = {&t->wq, &t->wk, &t->wv, &t->wo, &t->gate, &t->up, &t->down};
-        for (int i = 0; i < 7; i++) gg[na] = i == 4 || i == 5, all[na++] = ms[i];
-    }
+    dmat *all[MV_MATS];
+    bool gg[MV_MATS];
+    const int na = mv_mats(g, all, gg);
     for (int i = 0; i < na; i++) {
         dmat *d = all[i];
         const bool fl = d->type == T_F32 || d->type == T_F16 || d->type == T_BF16 || d->type >= T_SCALAR;
@@ -980,6 +1082,51 @@ __global__ void k_embed(const dmat E, const int *params, float scale, float *x, 
     }
 }
 
+// Gemma 4's residual tail (forward.c block(): after the MLP, after the PLE block): x += [RMSNorm(o; post_w)] o, then
+// x *= scale (the layer output scale where it applies, else 1); then with next_w xn = RMSNorm(x; next_w) and xn's
+// int8 forms into qo (the next layer's input), without it x's own int8 forms into qo (the PLE gate's input: it reads
+// x, not a normed row). One block, any d (the loop form of k_add_norm).
+__global__ void k_g4_add(float *x, const float *o, const float *post_w, float scale, const float *next_w, float *xn,
+                         int d, float eps, const qout qo) {
+    __shared__ double sh[32];
+    pdl_start();
+    pdl_wait();
+    const int t = threadIdx.x, bd = blockDim.x;
+    const float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
+    for (int i = t; i < d; i += bd) {
+        float xv = x[i] + (post_w ? (o[i] * r) * post_w[i] : o[i]);
+        if (scale != 1.0f) xv *= scale;
+        x[i] = xv;
+    }
+    __syncthreads(); // x: this block's writes, read by every thread below
+    const float *qx = x;
+    if (next_w) {
+        const float rn = rms_factor(x, d, eps, sh);
+        for (int i = t; i < d; i += bd) xn[i] = (x[i] * rn) * next_w[i];
+        __syncthreads();
+        qx = xn;
+    }
+    if (qo.q0 || qo.qK) quant_act(qx, d, qo, t >> 5, bd >> 5);
+}
+
+// Gemma 4's per-layer inputs (forward.c ple_inputs) of the step's token, chunk blockIdx.x (layer l) of pli, which holds
+// the model projection of the scaled embedding: pli[l P + i] = (RMSNorm(pli[l P ..] * ps; w)[i] + E[tok][l P + i] *
+// ts) * r2 (ps = d^-0.5, ts = sqrt(P), r2 = 2^-0.5, computed on the host as the CPU does).
+__global__ void k_ple_in(float *pli, const dmat E, const int *params, const float *w, int P, float ps, float ts,
+                         float r2, float eps) {
+    __shared__ double sh[32];
+    pdl_start();
+    pdl_wait();
+    float *c = pli + (size_t)blockIdx.x * P;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) c[i] *= ps;
+    __syncthreads();
+    const float r = rms_factor(c, P, eps, sh);
+    const int tok = params[0];
+    const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        c[i] = ((c[i] * r) * w[i] + deq_elem(E.type, q, m, (int64_t)blockIdx.x * P + i) * ts) * r2;
+}
+
 // One head of hd values at src: [RMSNorm with weights nw (Gemma 3 q/k norm)], then RoPE (NeoX halves) at position p
 // with inverse frequencies inv, into out (shared memory); buf: hd floats of shared scratch. Every thread of the
 // block calls it; it ends with a barrier.
@@ -1094,47 +1241,66 @@ static __device__ void rope_heads(const float *src, const float *inv, int hd, in
 // reads that slot: pos % cap is a position outside every window). The last of kv head g's S blocks to
 // finish (a counter a kv head in cnt, zero between launches: that block resets it; threadfence-reduction style)
 // then merges the head's n_rep query heads into att (merge_head, with its int8 forms where qo is set).
+// Template: EPL values a lane (head_dim <= 32 EPL), REP query heads a block. Gemma 1-3 run k_attn<MAX_EPL, MAX_REP,
+// false>, the code as it was before the template (the same bits and order). G4 (Gemma 4, decided per layer on the
+// host): a block takes query heads blockIdx.z * REP.. of its kv head (gridDim.z = ceil(n_rep / REP); the counter
+// waits for all S x gridDim.z blocks of the kv head), every q head goes through rope_head (q norm when qn is set),
+// k NULL: a KV-shared layer (nothing written; kc / vc are its producer's cache), v may be the raw K projection
+// (k_eq_v), vnorm: V's weightless RMS norm before it is written (every z block of the split that holds pos writes the
+// same row, so each one reads its own write).
+template <int EPL, int REP, bool G4>
 __global__ void __launch_bounds__(128)
     k_attn(const float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn, const float *kn,
            const float *inv, float eps, float *part, const int *params, int n_rep, int hd, int cap, int ring,
-           int window, float scale, float softcap, float *att, const qout qo, int *cnt) {
-    __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
-    __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL], ks[1][32 * MAX_EPL];
+           int window, float scale, float softcap, float *att, const qout qo, int *cnt, int vnorm) {
+    __shared__ float sm[4][REP][2 + 32 * EPL];
+    __shared__ float qs[REP][32 * EPL], rbuf[32 * EPL], ks[1][32 * EPL];
     __shared__ double rsh[32];
-    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP], wM[MAX_REP], wW[MAX_REP][4];
+    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP], wM[REP], wW[REP][4];
     __shared__ int last;
     pdl_start();
     pdl_wait();
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
     const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
-    if (qn)
+    const int r0 = G4 ? (int)blockIdx.z * REP : 0, nr = G4 ? min(REP, n_rep - r0) : n_rep; // this block's heads
+    if constexpr (G4) {
+        for (int r = 0; r < nr; r++)
+            rope_head(q + ((size_t)g * n_rep + r0 + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+    } else if (qn)
         for (int r = 0; r < n_rep; r++)
             rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
     else
         rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
-    if (s == (pos - lo) / per) { // this split holds pos: kv head g's row of this position into the cache first
+    if (s == (pos - lo) / per && (!G4 || k)) { // this split holds pos: kv head g's row of this position first
         const int slot = ring ? pos % cap : pos;
-        if (kn)
+        float rv = 1.0f;
+        if constexpr (G4) {
+            rope_head(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
+            if (vnorm) rv = rms_factor(v + (size_t)g * hd, hd, eps, rsh);
+        } else if (kn)
             rope_head(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
         else
             rope_heads(k + (size_t)g * hd, inv, hd, 1, (float)pos, ks);
         __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x) {
             kd[i] = __float2half_rn(ks[0][i]);
-            vd[i] = __float2half_rn(v[(size_t)g * hd + i]);
+            if constexpr (G4)
+                vd[i] = __float2half_rn(vnorm ? v[(size_t)g * hd + i] * rv : v[(size_t)g * hd + i]);
+            else
+                vd[i] = __float2half_rn(v[(size_t)g * hd + i]);
         }
         __syncthreads(); // the block's own cache writes are visible to its loads after the barrier
     }
-    float qr[MAX_REP][MAX_EPL], acc[MAX_REP][MAX_EPL], mx[MAX_REP], l[MAX_REP];
+    float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
 #pragma unroll
-    for (int r = 0; r < MAX_REP; r++) {
+    for (int r = 0; r < REP; r++) {
         mx[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < MAX_EPL; i++) {
+        for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
-            qr[r][i] = r < n_rep && e < hd ? qs[r][e] : 0.0f;
+            qr[r][i] = r < nr && e < hd ? qs[r][e] : 0.0f;
             acc[r][i] = 0.0f;
         }
     }
@@ -1144,9 +1310,9 @@ __global__ void __launch_bounds__(128)
         const int s0 = ring ? k % cap : k, s1 = two ? (ring ? (k + 4) % cap : k + 4) : s0;
         const __half *kr0 = kc + ((size_t)g * cap + s0) * hd, *vr0 = vc + ((size_t)g * cap + s0) * hd;
         const __half *kr1 = kc + ((size_t)g * cap + s1) * hd, *vr1 = vc + ((size_t)g * cap + s1) * hd;
-        float kv[2][MAX_EPL], vv[2][MAX_EPL];
+        float kv[2][EPL], vv[2][EPL];
 #pragma unroll
-        for (int i = 0; i < MAX_EPL; i++) {
+        for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
             kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
             vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
@@ -1157,11 +1323,11 @@ __global__ void __launch_bounds__(128)
         for (int j = 0; j < 2; j++) {
             if (j == 1 && !two) break;
 #pragma unroll
-            for (int r = 0; r < MAX_REP; r++) {
-                if (r >= n_rep) break;
+            for (int r = 0; r < REP; r++) {
+                if (r >= nr) break;
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < MAX_EPL; i++) d += qr[r][i] * kv[j][i];
+                for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[j][i];
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
                 float sc = d * scale;
@@ -1170,23 +1336,23 @@ __global__ void __launch_bounds__(128)
                 mx[r] = mn;
                 l[r] = l[r] * c + p;
 #pragma unroll
-                for (int i = 0; i < MAX_EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
+                for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < MAX_REP; r++) {
-        if (r >= n_rep) break;
+    for (int r = 0; r < REP; r++) {
+        if (r >= nr) break;
         if (lane == 0) {
             sm[w][r][0] = mx[r];
             sm[w][r][1] = l[r];
         }
 #pragma unroll
-        for (int i = 0; i < MAX_EPL; i++)
+        for (int i = 0; i < EPL; i++)
             if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
     }
     __syncthreads();
-    if (threadIdx.x < n_rep) { /* each head's common max and the 4 warps' weights, once */
+    if (threadIdx.x < nr) { /* each head's common max and the 4 warps' weights, once */
         const int r = threadIdx.x;
         float M = -INFINITY;
         for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
@@ -1194,7 +1360,7 @@ __global__ void __launch_bounds__(128)
         for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_rep * (hd + 2); idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
         const int r = idx / (hd + 2), e = idx % (hd + 2);
         const float M = wM[r];
         float out;
@@ -1207,15 +1373,17 @@ __global__ void __launch_bounds__(128)
             for (int ww = 0; ww < 4; ww++)
                 if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
         }
-        part[(((size_t)g * S + s) * n_rep + r) * (hd + 2) + e] = out;
+        part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = out;
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&cnt[g], 1) == S - 1;
+    const int nblk = G4 ? S * (int)gridDim.z : S; // blocks of kv head g
+    if (threadIdx.x == 0) last = atomicAdd(&cnt[g], 1) == nblk - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]); // sm: free again (every thread is past it)
+    // sm: free again (every thread is past it); it holds n_rep x hd floats in every instantiated form
+    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -1302,6 +1470,7 @@ struct pb_cu_ctx {
     // The GeGLU output's int8 forms, made by the GeGLU mat-vec's blocks while others of that launch still read its
     // input's forms in aq0 / aqK: a buffer of their own (qout_geglu), read by the down mat-vec.
     float *gq0, *gd0, *gqK, *gdK;
+    float *pli, *ple_g; // Gemma 4 PLE: the step's per-layer inputs [n_layer x P], a layer's gate [P] (0 bytes: none)
     int *params, *all_params; // device: {token, pos}; all tokens of a call
     int *h_params;            // pinned host staging of all_params
     float *h_logits;          // pinned host logits
@@ -1366,6 +1535,8 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
     size_t kmax = (size_t)hp->n_embd > qd ? (size_t)hp->n_embd : qd;
     if ((size_t)hp->n_ff > kmax) kmax = (size_t)hp->n_ff;
+    const size_t P = g->g4 ? (size_t)hp->n_embd_per_layer : 0; /* Gemma 4 PLE width (scalars: the layer maxima) */
+    if (P > kmax) kmax = P;
     size_t fl[] = {(size_t)hp->n_embd,
                    (size_t)hp->n_embd,
                    qd,
@@ -1388,11 +1559,15 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
                    (size_t)hp->n_ff / 4 + 1,
                    (size_t)hp->n_ff / 32 + 1,
                    (size_t)hp->n_ff / 4 + 1,
-                   (size_t)hp->n_ff / 256 + 1};
+                   (size_t)hp->n_ff / 256 + 1,
+                   (size_t)hp->n_layer * P,
+                   P};
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         c->cap[il] = cap_in[il];
-        c->kv_bytes[il] = (size_t)cap_in[il] * kvd * sizeof(__half);
+        /* the host cache's rows: Gemma 4 layers of their own width (none on KV-shared layers: cap 0) */
+        const size_t kvl = g->g4 ? (size_t)g->layers[il].hkv * (size_t)g->layers[il].hd : kvd;
+        c->kv_bytes[il] = (size_t)cap_in[il] * kvl * sizeof(__half);
         total += 2 * ((c->kv_bytes[il] + 255) / 256 * 256);
     }
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) total += (fl[i] * sizeof(float) + 255) / 256 * 256;
@@ -1432,9 +1607,10 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
         p += (c->kv_bytes[il] + 255) / 256 * 256;
     }
     {
-        float **bufs[] = {&c->x,        &c->xn,       &c->q,        &c->k,   &c->v,   &c->att, &c->o,   &c->gate,
-                          &c->logits,   &c->part,     &c->hid,      &c->aq0, &c->ad0, &c->aqK, &c->adK, &c->up,
-                          &c->gcnt_mem, &c->acnt_mem, &c->ncnt_mem, &c->gq0, &c->gd0, &c->gqK, &c->gdK};
+        float **bufs[] = {&c->x,    &c->xn,     &c->q,        &c->k,        &c->v,        &c->att, &c->o,
+                          &c->gate, &c->logits, &c->part,     &c->hid,      &c->aq0,      &c->ad0, &c->aqK,
+                          &c->adK,  &c->up,     &c->gcnt_mem, &c->acnt_mem, &c->ncnt_mem, &c->gq0, &c->gd0,
+                          &c->gqK,  &c->gdK,    &c->pli,      &c->ple_g};
         for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
             *bufs[i] = (float *)p;
             p += (fl[i] * sizeof(float) + 255) / 256 * 256;
@@ -1584,6 +1760,114 @@ static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *
     launch_mv(m, c->up, s);
 }
 
+// ---- Gemma 4's token step (the CPU's forward.c block(), ple_inputs(), ple_block()) ----------------------------------
+
+// The per-layer inputs of the step's token into c->pli (after k_embed: x the scaled embedding, xn its norm with xn's
+// int8 forms): x's int8 forms, the projection, k_ple_in, then xn's forms again for the first layer's q/k/v.
+static void enqueue_ple_in(pb_cu_ctx *c, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const int P = hp->n_embd_per_layer, d = hp->n_embd;
+    launch_quant(c, c->x, d, s);
+    launch_mv(mv1(c, g->ple_proj, c->pli, c->x), c->up, s);
+    const float ps = 1.0f / sqrtf((float)d), ts = sqrtf((float)P), r2 = 1.0f / sqrtf(2.0f);
+    launch_k(g->pdl != 0, k_ple_in, hp->n_layer, 128, s, c->pli, g->ple_tok, (const int *)c->params,
+             (const float *)g->ple_proj_norm, P, ps, ts, r2, hp->norm_eps);
+    launch_quant(c, c->xn, d, s);
+}
+
+// Layer il's attention: q (and k, v where it has its own cache; V = the raw K on k_eq_v layers) then k_attn over
+// the cache of kv_src, the narrow form for head_dim <= 256, the wide one (WIDE_REP heads a block) above.
+static void enqueue_attn_g4(pb_cu_ctx *c, int il, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const pb_cu_layer_d *L = &g->layers[il];
+    const int hd = L->hd, hkv = L->hkv, n_rep = hp->n_head / hkv, src = L->kv_src;
+    const bool own = src == il, keqv = own && L->wv.N == 0;
+    mv_args a = mv1(c, L->wq, c->q, c->xn);
+    if (own) {
+        a.mat[1] = L->wk, a.y[1] = c->k, a.n_mat = 2;
+        if (!keqv) a.mat[2] = L->wv, a.y[2] = c->v, a.n_mat = 3;
+    }
+    launch_mv(a, c->up, s);
+    qout mq = qout_of(c);
+    const bool fuse = !g->no_mq && (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
+    if (!fuse) mq.q0 = NULL, mq.qK = NULL;
+    const pb_cu_layer_d *Ls = &g->layers[src];
+    const float *k = own ? c->k : NULL, *v = keqv ? c->k : c->v, *kn = own ? L->k_norm : NULL;
+    const float *inv = L->swa ? g->rope_l : g->rope_g;
+    const int ring = Ls->swa ? 1 : 0, win = L->swa ? hp->sliding_window : 0;
+    if (hd <= 32 * MAX_EPL)
+        launch_k(g->pdl != 0, k_attn<MAX_EPL, MAX_REP, true>, dim3(hkv, c->S, 1), 128, s, (const float *)c->q, k, v,
+                 c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps, c->part,
+                 (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap, c->att,
+                 mq, c->acnt, g->hp.v_norm);
+    else
+        launch_k(g->pdl != 0, k_attn<WIDE_EPL, WIDE_REP, true>, dim3(hkv, c->S, (n_rep + WIDE_REP - 1) / WIDE_REP), 128,
+                 s, (const float *)c->q, k, v, c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps,
+                 c->part, (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap,
+                 c->att, mq, c->acnt, g->hp.v_norm);
+    if (!fuse) launch_quant(c, c->att, hp->n_head * hd, s);
+}
+
+// Layer il after the attention: o + post-attention norm + residual + pre-FFN norm, the GeGLU and down mat-vecs, the
+// post-FFN norm and residual, the PLE block (gelu(inp_gate x) * pli[il], proj, its post norm, residual), the layer
+// output scale, the next norm (k_g4_add).
+static void enqueue_ffn_g4(pb_cu_ctx *c, int il, int nt, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const pb_cu_layer_d *L = &g->layers[il];
+    const bool pdl = g->pdl != 0;
+    const int d = hp->n_embd, P = hp->n_embd_per_layer, F = L->gate.N;
+    add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s);
+    mv_args gu = mv1(c, L->gate, c->gate, c->xn);
+    gu.mat[1] = L->up;
+    gu.n_mat = 2;
+    gu.geglu = 1;
+    const qout gq = qout_of(c);
+    const int G = gq.qK ? 256 : 32;
+    const bool qfuse = !g->no_gq && (gq.q0 || gq.qK) && F % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
+    mv_args dn = mv1(c, L->down, c->o, c->gate);
+    if (qfuse) {
+        gu.yq = qout_geglu(c), gu.cnt = c->gcnt, gu.qgroup = G;
+        dn.xa = qact{(const int8_t *)c->gq0, c->gd0, (const int8_t *)c->gqK, c->gdK};
+    }
+    launch_mv(gu, c->up, s);
+    if (!qfuse) launch_quant(c, c->gate, F, s);
+    launch_mv(dn, c->up, s);
+    const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
+    const float *post = L->post_ffw_norm;
+    if (L->inp_gate.N > 0) {
+        launch_k(pdl, k_g4_add, 1, nt, s, c->x, (const float *)c->o, post, 1.0f, (const float *)NULL, c->xn, d,
+                 hp->norm_eps, qout_of(c));
+        launch_mv(mv1(c, L->inp_gate, c->ple_g, c->x), c->up, s);
+        launch_k(pdl, k_geglu, (P + 255) / 256, 256, s, c->ple_g, (const float *)c->pli + (size_t)il * P, P);
+        launch_quant(c, c->ple_g, P, s);
+        launch_mv(mv1(c, L->proj, c->o, c->ple_g), c->up, s);
+        post = L->ple_post_norm;
+    }
+    launch_k(pdl, k_g4_add, 1, nt, s, c->x, (const float *)c->o, post, L->out_scale, next, c->xn, d, hp->norm_eps,
+             qout_of(c));
+}
+
+static void enqueue_step_g4(pb_cu_ctx *c, bool with_output, int nt) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    cudaStream_t s = c->stream;
+    launch_k(g->pdl != 0, k_embed, 1, nt, s, g->tok_embd, (const int *)c->params, hp->embd_scale, c->x,
+             (const float *)g->layers[0].attn_norm, c->xn, hp->n_embd, hp->norm_eps, qout_of(c));
+    if (hp->n_embd_per_layer > 0) enqueue_ple_in(c, s);
+    for (int il = 0; il < hp->n_layer; il++) {
+        enqueue_attn_g4(c, il, s);
+        enqueue_ffn_g4(c, il, nt, s);
+    }
+    if (with_output) {
+        mv_args a = mv1(c, g->output, c->logits, c->xn);
+        a.softcap = hp->final_softcap;
+        launch_mv(a, c->up, s);
+    }
+}
+
 // Enqueues one token step (params already in c->params); with_output adds the output mat-vec.
 static void enqueue_step(pb_cu_ctx *c, bool with_output) {
     const pb_cu_model *g = c->g;
@@ -1592,6 +1876,10 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
     const int d = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, n_rep = H / Hkv;
     int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32;          /* 256 measured slower (13.5 vs 7.9 us a norm, run 5) */
     if (g->normt && d <= NORM_NPT * g->normt) nt = g->normt; /* PB_CUDA_NORMT (A/B runs) */
+    if (g->g4) { /* Gemma 4: per-layer geometry, KV sharing, PLE (a step of its own; Gemma 1-3 below unchanged) */
+        enqueue_step_g4(c, with_output, nt);
+        return;
+    }
     const bool pdl = g->pdl != 0;
     launch_k(pdl, k_embed, 1, nt, s, g->tok_embd, (const int *)c->params, hp->embd_scale, c->x,
              (const float *)g->layers[0].attn_norm, c->xn, d, hp->norm_eps, qout_of(c));
@@ -1610,11 +1898,11 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         qout mq = qout_of(c);
         const bool fuse = !g->no_mq && (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
-        launch_k(pdl, k_attn, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const float *)c->k, (const float *)c->v,
-                 c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
-                 (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part, (const int *)c->params, n_rep,
-                 hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, c->att, mq,
-                 c->acnt);
+        launch_k(pdl, k_attn<MAX_EPL, MAX_REP, false>, dim3(Hkv, c->S), 128, s, (const float *)c->q,
+                 (const float *)c->k, (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm,
+                 (const float *)L->k_norm, (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part,
+                 (const int *)c->params, n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale,
+                 hp->attn_softcap, c->att, mq, c->acnt, 0);
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s);
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);

@@ -21,19 +21,35 @@ typedef struct pb_cu_mat {
 } pb_cu_mat;
 
 typedef struct pb_cu_layer {
-    pb_cu_mat wq, wk, wv, wo, gate, up, down;
+    pb_cu_mat wq, wk, wv, wo, gate, up, down; /* Gemma 4: wk, wv data NULL on KV-shared layers, wv on k_eq_v ones */
     const float *attn_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm; /* [d]; post norms NULL on Gemma 1 */
-    const float *q_norm, *k_norm;                                       /* [head_dim]; NULL unless Gemma 3 */
-    int swa;                                                            /* sliding-window layer */
+    const float *q_norm, *k_norm; /* [head_dim]; NULL unless Gemma 3/4 (k_norm NULL on KV-shared layers) */
+    int swa;                      /* sliding-window layer */
+    /* Gemma 4 (desc.gemma4 set; else ignored): this layer's head dim, kv heads and MLP width, the layer whose cache
+     * it reads (kv_src == own index: its own; another: a KV-shared layer, q only), the PLE block (inp_gate [d, P],
+     * proj [P, d], ple_post_norm [d]; data NULL where the model has no PLE) and the layer output scale (1: none) */
+    int head_dim, n_head_kv, n_ff, kv_src;
+    pb_cu_mat inp_gate, proj;
+    const float *ple_post_norm;
+    float out_scale;
 } pb_cu_layer;
 
 typedef struct pb_cu_desc {
-    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, sliding_window;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, sliding_window; /* Gemma 4: the layer maxima */
     float norm_eps, attn_softcap, final_softcap, query_scale, embd_scale;
-    const float *rope_inv_global, *rope_inv_local; /* [head_dim / 2] */
-    pb_cu_mat tok_embd, output;                    /* output may equal tok_embd (tied) */
-    const float *output_norm;                      /* [d] */
-    const pb_cu_layer *layers;                     /* [n_layer] */
+    /* [head_dim / 2] for Gemma 1-3; Gemma 4: rope_inv_global [hd_full / 2] (full layers, rope_freqs applied),
+     * rope_inv_local [hd_swa / 2] (sliding layers) */
+    const float *rope_inv_global, *rope_inv_local;
+    pb_cu_mat tok_embd, output; /* output may equal tok_embd (tied) */
+    const float *output_norm;   /* [d] */
+    const pb_cu_layer *layers;  /* [n_layer] */
+    /* Gemma 4 (0 / NULL before it): per-layer geometry in the layers, hd_swa / hd_full the head dims of sliding /
+     * full layers, v_norm: V heads RMS-normed without weights where the cache row is written; PLE of width P
+     * (n_embd_per_layer, 0: none): ple_tok the token table [L*P, n_vocab] (uploaded in its GGUF type), ple_proj the
+     * model projection [d, L*P], ple_proj_norm [P] */
+    int gemma4, hd_swa, hd_full, v_norm, n_embd_per_layer;
+    pb_cu_mat ple_tok, ple_proj;
+    const float *ple_proj_norm;
 } pb_cu_desc;
 
 typedef struct pb_cu_model pb_cu_model;

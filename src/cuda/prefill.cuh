@@ -772,7 +772,8 @@ static void pf_free(struct pf_bufs *p) {
 static bool pf_usable(const pb_cu_ctx *c) {
     const char *e = getenv("PB_CUDA_PREFILL");
     if (e && atoi(e) == 0) return false;
-    return !c->g->fuse && c->g->hp.n_embd <= NORM_NPT * 1024;
+    // Gemma 4 (per-layer geometry, KV sharing, PLE): prompts and batches as one-token steps (not written yet)
+    return !c->g->fuse && !c->g->g4 && c->g->hp.n_embd <= NORM_NPT * 1024;
 }
 
 // Scratch for chunks of up to nc tokens whose attention takes up to S key splits (a prompt: PF_NC and the context's

@@ -9,27 +9,47 @@
 #include <stdlib.h>
 
 static pb_cu_mat cmat(const pb_wmat *w) {
+    if (!w->t) return (pb_cu_mat){NULL, 0, 0, 0}; /* Gemma 4: no K/V on KV-shared layers, no V on k_eq_v ones */
     pb_cu_mat c = {w->t->data, w->t->type, w->t->ne[0], w->t->ne[1]}; /* the file's rows (never repacked ones) */
     return c;
+}
+
+/* Refuses what the GPU step does not run (Gemma 4 MoE layers) by name: gpu = 1 fails, auto leaves the model on the
+ * CPU with the reason in info.gpu_note. Returns true when the model may go to the GPU. */
+static bool gpu_runs(pb_model *m, pb_status *st) {
+    *st = PB_OK;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        if (!m->layers[il].gate_inp.t) continue;
+        char why[160];
+        snprintf(why, sizeof why, "the GPU backend does not run Gemma 4 MoE layers (blk.%d.ffn_gate_inp, %d experts)",
+                 il, m->hp.n_expert);
+        if (m->params.gpu > 0) *st = pb_error(PB_ERR_UNSUPPORTED, "gpu: %s", why);
+        snprintf(m->info.gpu_note, sizeof m->info.gpu_note, "%s; the model runs on the CPU", why);
+        return false;
+    }
+    return true;
+}
+
+static pb_cu_layer layer_desc(const pb_model *m, int il) {
+    const pb_hparams *hp = &m->hp;
+    const pb_layer_w *w = &m->layers[il];
+    return (pb_cu_layer){
+        cmat(&w->wq),        cmat(&w->wk),   cmat(&w->wv),   cmat(&w->wo),           cmat(&w->gate),
+        cmat(&w->up),        cmat(&w->down), w->attn_norm,   w->post_attn_norm,      w->ffn_norm,
+        w->post_ffw_norm,    w->q_norm,      w->k_norm,      hp->swa_layer[il] != 0, hp->head_dim_l[il],
+        hp->n_head_kv_l[il], hp->n_ff_l[il], hp->kv_src[il], cmat(&w->inp_gate),     cmat(&w->proj),
+        w->ple_post_norm,    w->out_scale};
 }
 
 pb_status pb_model_gpu_attach(pb_model *m) {
     if (m->params.gpu == 0) return PB_OK;
     const pb_hparams *hp = &m->hp;
-    if (hp->arch == PB_ARCH_GEMMA4) { /* per-layer geometry, PLE, KV sharing and MoE are CPU-only so far */
-        static const char why[] = "the GPU backend runs Gemma 1/2/3; Gemma 4 runs on the CPU";
-        if (m->params.gpu > 0) return pb_error(PB_ERR_UNSUPPORTED, "gpu: %s", why);
-        snprintf(m->info.gpu_note, sizeof m->info.gpu_note, "%s", why);
-        return PB_OK;
-    }
+    pb_status rs;
+    if (!gpu_runs(m, &rs)) return rs;
     pb_cu_layer *ls = pb_calloc((size_t)hp->n_layer, sizeof *ls);
     if (!ls) return PB_ERR_NOMEM;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const pb_layer_w *w = &m->layers[il];
-        ls[il] = (pb_cu_layer){cmat(&w->wq),     cmat(&w->wk),   cmat(&w->wv), cmat(&w->wo),          cmat(&w->gate),
-                               cmat(&w->up),     cmat(&w->down), w->attn_norm, w->post_attn_norm,     w->ffn_norm,
-                               w->post_ffw_norm, w->q_norm,      w->k_norm,    hp->swa_layer[il] != 0};
-    }
+    for (int il = 0; il < hp->n_layer; il++) ls[il] = layer_desc(m, il);
+    const bool g4 = hp->arch == PB_ARCH_GEMMA4;
     pb_cu_desc d = {hp->n_layer,
                     hp->n_embd,
                     hp->n_head,
@@ -48,7 +68,15 @@ pb_status pb_model_gpu_attach(pb_model *m) {
                     cmat(&m->tok_embd),
                     cmat(&m->output),
                     m->output_norm,
-                    ls};
+                    ls,
+                    g4,
+                    hp->hd_swa,
+                    hp->hd_full,
+                    g4 && hp->has_v_norm,
+                    hp->n_embd_per_layer,
+                    cmat(&m->ple_tok),
+                    cmat(&m->ple_proj),
+                    m->ple_proj_norm};
     char err[320];
     struct pb_cu_model *g = NULL;
     int st = pb_cu_model_open(&d, &g, err, sizeof err);
@@ -130,7 +158,7 @@ pb_status pb_kv_gpu_pull(const pb_kv_cache *kv) {
     char err[320];
     for (int il = 0; il < kv->n_layer; il++) {
         int st =
-            pb_cu_kv_download(kv->gpu, il, kv->k[il], kv->v[il], kv->row_bytes * (size_t)kv->cap[il], err, sizeof err);
+            pb_cu_kv_download(kv->gpu, il, kv->k[il], kv->v[il], kv->row_b[il] * (size_t)kv->cap[il], err, sizeof err);
         if (st) return pb_error((pb_status)st, "gpu: %s", err);
     }
     return PB_OK;
@@ -141,7 +169,7 @@ pb_status pb_kv_gpu_push(pb_kv_cache *kv) {
     char err[320];
     for (int il = 0; il < kv->n_layer; il++) {
         int st =
-            pb_cu_kv_upload(kv->gpu, il, kv->k[il], kv->v[il], kv->row_bytes * (size_t)kv->cap[il], err, sizeof err);
+            pb_cu_kv_upload(kv->gpu, il, kv->k[il], kv->v[il], kv->row_b[il] * (size_t)kv->cap[il], err, sizeof err);
         if (st) return pb_error((pb_status)st, "gpu: %s", err);
     }
     return PB_OK;

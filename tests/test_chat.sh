@@ -117,6 +117,16 @@ cp "$T/bad.pbs" "$T/bad.orig"
 if [ $rc = 1 ] && grep -q "not a pocketbrain session file" "$T/err" && cmp -s "$T/bad.pbs" "$T/bad.orig"; then
   ok "corrupt --session file: clear error, file untouched"
 else nok "corrupt session rc=$rc: $(cat "$T/err")"; fi
+# a --session FILE that cannot be saved (missing directory, a directory or a link at the name) is refused at the
+# start, before any turn (was: the whole conversation, then "cannot save the session" at exit, the chat lost)
+for bad in "nodir/s.pbs" "adir" "alink.pbs"; do
+  mkdir -p "$T/adir"; ln -sf chat.pbs "$T/alink.pbs" # a link to a good session: resumed, then not saved
+  (cd "$T" && printf 'Hi\n' | "$ABS_BIN" chat -m "$ABS_M" -t 1 -n 4 --session "$bad" >"$T/out" 2>"$T/err"); rc=$?
+  if [ $rc = 1 ] && grep -q -- "--session: .*'$bad'.*the conversation could not be saved there" "$T/err" && \
+    ! grep -q "answer" "$T/out" && [ ! -L "$T/chat.pbs" ]; then
+    ok "--session $bad: refused before the first turn, named"
+  else nok "--session $bad rc=$rc: $(cat "$T/err") / $(cat "$T/out")"; fi
+done
 # piped mode (no tty): answers and commands work without a terminal
 printf 'Hi\n/stats\n/quit\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/pipe" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "answer 4 tok" "$T/pipe" && grep -q "1 turns" "$T/pipe"; then ok "chat works from a pipe"; else nok "pipe: $(cat "$T/pipe")"; fi

@@ -1,5 +1,6 @@
 /* cmd_chat.c -- `pocketbrain chat`: interactive multi-turn chat (libedit line editing), answers streamed
  * as they are generated, slash commands, Ctrl-C stops the answer (not the program), --session resumes. */
+#include "base/base.h"
 #include "cli_common.h"
 
 #include <editline/readline.h>
@@ -237,6 +238,15 @@ PB_CMD(chat) {
         } else {
             return cli_usage_error("chat", usage, "unexpected argument '%s'", a);
         }
+    }
+    if (c.session_file) { /* the conversation is saved there at exit: find out now that it cannot be (a missing or
+                            * read-only directory, a directory or link at the name), not after an hour of chat */
+        pb_atomic_file probe;
+        if (pb_atomic_open(c.session_file, &probe) != PB_OK) {
+            cli_err("chat", "--session: %s; the conversation could not be saved there", pb_last_error());
+            return 1;
+        }
+        pb_atomic_abort(&probe);
     }
     int rc = cli_open("chat", &c.o, &c.m, &c.s, NULL);
     if (rc) return rc;

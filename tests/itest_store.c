@@ -236,6 +236,49 @@ static void test_chunking(void) {
     CHECK(pb_store_estimate_tokens("", 0) == 0, "estimate: empty = 0");
 }
 
+/* A counter that adds up the bytes it is asked to count (the default estimate underneath). */
+static int64_t count_bytes(void *user, const char *t, size_t n) {
+    *(uint64_t *)user += n;
+    return pb_store_estimate_tokens(t, n);
+}
+
+/* A paragraph without sentence ends (a one-line log, minified text) is split in time linear in its length: the
+ * search for each piece's end counted to the end of the paragraph, so a 19 MB one-line file took over ten minutes
+ * to ingest. The bytes handed to the counter now stay a bounded multiple of the text's length. */
+static void test_chunk_one_line(void) {
+    const int n_words = 400000;
+    size_t cap = (size_t)n_words * 8 + 1, o = 0;
+    char *txt = malloc(cap);
+    if (!txt) {
+        CHECK(0, "one line: out of memory");
+        return;
+    }
+    for (int i = 0; i < n_words; i++) o += (size_t)snprintf(txt + o, cap - o, "w%d ", i % 9973);
+    pb_extracted e;
+    CHECK(pb_store_extract("log.txt", PB_DOC_TEXT, (const uint8_t *)txt, o, &e) == PB_OK, "one line: extracted");
+    pb_chunk_params p = pb_chunk_default_params();
+    uint64_t counted = 0;
+    p.count = count_bytes;
+    p.count_user = &counted;
+    pb_store_chunk *c;
+    int64_t n;
+    CHECK(pb_store_chunk_doc(&e, e.title, &p, &c, &n) == PB_OK && n > 1000, "one line: chunked (%lld chunks)",
+          (long long)n);
+    bool sizes = true, covered = true;
+    for (int64_t i = 0; i < n; i++) {
+        sizes &= c[i].n_tokens <= p.target_tokens + p.overlap_tokens; /* a piece plus the overlap before it */
+        if (i > 0) covered &= c[i].byte_start <= c[i - 1].byte_end; /* no gap between consecutive chunks */
+    }
+    covered &= n > 0 && c[0].byte_start == 0 && c[n - 1].byte_end + 1 >= o;
+    CHECK(sizes, "one line: every chunk within the token target");
+    CHECK(covered, "one line: the chunks cover the whole text");
+    CHECK(counted < (uint64_t)o * 400, "one line: %.0f bytes counted per byte of text (linear: under 400)",
+          (double)counted / (double)o);
+    pb_store_chunks_free(c, n);
+    pb_store_extracted_free(&e);
+    free(txt);
+}
+
 static void test_query_safety(pb_store *st) {
     const char *evil[] = {"\"unbalanced",
                           "NEAR(a b)",
@@ -620,6 +663,7 @@ int main(void) {
     mkdir(tmpdir, 0755);
     test_html();
     test_chunking();
+    test_chunk_one_line();
     test_prompt();
     test_migration(":memory:", "memory");
     test_migration(path_of("old.sqlite"), "disk");

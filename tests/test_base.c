@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -248,6 +249,42 @@ static void test_atomic_targets(void) {
     rmdir(dir);
 }
 
+/* A FIFO named where a file is read (a model, a session file) is refused at once: open() without O_NONBLOCK
+ * blocked until a writer came (info, run -m, chat --session hung for ever). */
+static void fifo_hung(int sig) {
+    (void)sig;
+    static const char msg[] = "not ok - pb_map_open on a FIFO still blocked after 5 s\n";
+    (void)!write(1, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+static void test_map_special(void) {
+    char dir[] = "/tmp/pb-map-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "make a FIFO where a model is read");
+    signal(SIGALRM, fifo_hung);
+    alarm(5);
+    pb_map m;
+    pb_status s = pb_map_open(fifo, true, &m);
+    CHECK(s == PB_ERR_IO && strstr(pb_last_error(), "not a regular file"), "pb_map_open refuses a FIFO at once: %s",
+          pb_last_error());
+    s = pb_map_open_huge(fifo, &m);
+    CHECK(s == PB_ERR_IO && strstr(pb_last_error(), "not a regular file"),
+          "pb_map_open_huge refuses a FIFO at once: %s", pb_last_error());
+    pb_file_drop_cache(fifo); /* must not block either */
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    CHECK(pb_map_open("/dev/null", true, &m) == PB_ERR_IO && strstr(pb_last_error(), "not a regular file"),
+          "a device is refused: %s", pb_last_error());
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void) {
     pb_status s = pb_error(PB_ERR_FORMAT, "gguf: field %s at offset %d", "x", 12);
     CHECK(s == PB_ERR_FORMAT && strcmp(pb_last_error(), "gguf: field x at offset 12") == 0, "pb_error sets text");
@@ -277,6 +314,7 @@ int main(void) {
     unlink(path);
     CHECK(pb_atomic_open("/nonexistent-dir/x", &f) == PB_ERR_IO, "atomic open in missing dir fails cleanly");
     test_atomic_targets();
+    test_map_special();
 
     pb_pool *pool;
     CHECK(pb_pool_new(4, &pool) == PB_OK, "pool new");

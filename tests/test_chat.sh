@@ -117,6 +117,30 @@ cp "$T/bad.pbs" "$T/bad.orig"
 if [ $rc = 1 ] && grep -q "not a pocketbrain session file" "$T/err" && cmp -s "$T/bad.pbs" "$T/bad.orig"; then
   ok "corrupt --session file: clear error, file untouched"
 else nok "corrupt session rc=$rc: $(cat "$T/err")"; fi
+# a --session FILE that cannot be saved (missing directory, a directory or a link at the name) is refused at the
+# start, before any turn (was: the whole conversation, then "cannot save the session" at exit, the chat lost)
+for bad in "nodir/s.pbs" "adir" "alink.pbs"; do
+  mkdir -p "$T/adir"; ln -sf chat.pbs "$T/alink.pbs" # a link to a good session: resumed, then not saved
+  (cd "$T" && printf 'Hi\n' | "$ABS_BIN" chat -m "$ABS_M" -t 1 -n 4 --session "$bad" >"$T/out" 2>"$T/err"); rc=$?
+  if [ $rc = 1 ] && grep -q -- "--session: .*'$bad'.*the conversation could not be saved there" "$T/err" && \
+    ! grep -q "answer" "$T/out" && [ ! -L "$T/chat.pbs" ]; then
+    ok "--session $bad: refused before the first turn, named"
+  else nok "--session $bad rc=$rc: $(cat "$T/err") / $(cat "$T/out")"; fi
+done
+# the terminal closed (SIGHUP) or a kill (SIGTERM) after a turn: --session is saved, then the process ends by the
+# signal (was: killed at once, the conversation since the start lost)
+for sig in HUP TERM; do
+  rm -f "$T/in.fifo" "$T/hup.pbs"; mkfifo "$T/in.fifo"
+  (printf 'Hi\n'; sleep 30) >"$T/in.fifo" & writer=$!
+  (cd "$T" && exec "$ABS_BIN" chat -m "$ABS_M" -t 1 -n 4 --session hup.pbs <"$T/in.fifo" >"$T/out" 2>"$T/err") & pid=$!
+  for i in $(seq 1 150); do grep -q "answer 4 tok" "$T/out" 2>/dev/null && break; sleep 0.1; done
+  kill -$sig $pid; wait $pid; rc=$?
+  kill $writer 2>/dev/null; wait $writer 2>/dev/null
+  (cd "$T" && printf '/stats\n' | "$ABS_BIN" chat -m "$ABS_M" -t 1 --session hup.pbs >"$T/res" 2>&1)
+  if [ $rc -gt 128 ] && grep -q "saved hup.pbs" "$T/out" && grep -q "resumed hup.pbs: [0-9]* tokens, 1 turns" "$T/res"; then
+    ok "SIG$sig after a turn: --session saved (1 turn resumed), status $rc"
+  else nok "SIG$sig: status $rc, out: $(cat "$T/out") err: $(cat "$T/err") resume: $(cat "$T/res")"; fi
+done
 # piped mode (no tty): answers and commands work without a terminal
 printf 'Hi\n/stats\n/quit\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/pipe" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "answer 4 tok" "$T/pipe" && grep -q "1 turns" "$T/pipe"; then ok "chat works from a pipe"; else nok "pipe: $(cat "$T/pipe")"; fi

@@ -124,3 +124,22 @@ check "verify --hash-only with the right hash: exit 0 (rc=$rc)" sh -c "[ $rc = 0
 : >"$T/empty"
 run "$PB" verify "$T/empty" --hash-only --sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 check "verify --hash-only of an empty file gives the empty-input SHA-256 (rc=$rc)" [ "$rc" = 0 ]
+
+# ---- a FIFO where a model or session file is read: refused at once, never a wait for a writer ----
+# (open() without O_NONBLOCK blocked: info, run -m, chat --session, quantize, bench, tokenize --vocab hung)
+mkfifo "$T/fifo.gguf"
+for cmd in "info" "info --mem" "run -p hi -m" "bench -n 1 -m" "tokenize hi --vocab"; do
+  # shellcheck disable=SC2086
+  run timeout 20 "$PB" $cmd "$T/fifo.gguf" </dev/null
+  check "$cmd FIFO: exit 1 at once, 'not a regular file' (rc=$rc)" \
+    sh -c "[ $rc = 1 ] && grep -q \"'$T/fifo.gguf' is not a regular file\" '$T/err'"
+done
+run timeout 20 "$PB" chat --session "$T/fifo.gguf" </dev/null
+check "chat --session FIFO: exit 1 at once, the FIFO named (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q \"'$T/fifo.gguf' is a FIFO\" '$T/err'"
+run timeout 20 "$PB" quantize "$T/fifo.gguf" "$T/fq.gguf" q8_0
+check "quantize FIFO input: exit 1 at once, no output (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q 'not a regular file' '$T/err' && ! ls '$T'/fq.gguf* >/dev/null 2>&1"
+run timeout 20 "$PB" run -p hi -n 1 --thermal "$T/fifo.gguf" </dev/null
+check "run --thermal FIFO: exit 1 at once, the temperature file named (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q \"cannot read a temperature .* from '$T/fifo.gguf'\" '$T/err'"

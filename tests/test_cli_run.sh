@@ -63,6 +63,9 @@ check "missing model file: exit 1 with a message" '[ $rc = 1 ] && grep -q "nonex
 # memory admission
 $R -p hi -n 2 -c 8192 --mem-limit 40M >"$T/out" 2>"$T/err"; rc=$?
 check "--mem-limit too small: refused with the numbers and the largest n_ctx" '[ $rc = 1 ] && grep -q "MiB" "$T/err" && grep -q "largest n_ctx that fits is [0-9]" "$T/err"'
+$R -p hi -n 2 --mem-limit 1M >"$T/out" 2>"$T/err"; rc=$?
+check "--mem-limit below the weights: says no n_ctx fits (was: 'the largest n_ctx that fits is 0 (use --ctx 0' -- the default context)" \
+  '[ $rc = 1 ] && grep -q "the weights and scratch alone do not fit, at any n_ctx" "$T/err" && ! grep -q -- "--ctx 0" "$T/err"'
 $R -p hi -n 2 -c 8192 --mem-limit 40M --fit >"$T/out" 2>"$T/err"; rc=$?
 check "--fit lowers n_ctx / uses a q8_0 KV cache and says so" '[ $rc = 0 ] && grep -q -- "--fit: using a q8_0 KV cache and n_ctx [0-9]*" "$T/err" && [ -s "$T/out" ]'
 $BIN info --mem -c 8192 "$M" >"$T/info" 2>&1; rc=$?

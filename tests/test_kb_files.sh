@@ -47,6 +47,11 @@ done
 "$PB" ingest --db "$T/typo.sqlite" "$T/no-such-folder" >/dev/null 2>"$T/err"; rc=$?
 chk "$([ $rc = 1 ] && [ ! -e "$T/typo.sqlite" ] && grep -q "no-such-folder" "$T/err" && echo 0)" \
   "ingest of a missing path: exit 1, named, no database created (rc=$rc $(cat "$T/err"))"
+# only special files named (a FIFO, a device): nothing to ingest, no empty database left (was: created, exit 3)
+mkfifo "$T/in.fifo"
+"$PB" ingest --db "$T/typo2.sqlite" "$T/in.fifo" /dev/zero >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 1 ] && [ ! -e "$T/typo2.sqlite" ] && grep -q "in.fifo: not a regular file or folder; nothing to ingest" "$T/err" && echo 0)" \
+  "ingest of a FIFO and a device only: exit 1, named, no database created (rc=$rc $(cat "$T/err"))"
 mkfifo "$T/fifo.sqlite"
 timeout 20 "$PB" ingest --db "$T/fifo.sqlite" "$T/src" >/dev/null 2>"$T/err"; rc=$?
 chk "$([ $rc = 1 ] && [ -p "$T/fifo.sqlite" ] && grep -q "FIFO" "$T/err" && echo 0)" "a FIFO as --db is refused ($(cat "$T/err"))"

@@ -38,6 +38,20 @@ PB_MODELS= XDG_DATA_HOME="$T/xdg" "$PB" models --json >"$T/out" 2>"$T/err"
 check "library location: \$XDG_DATA_HOME/pocketbrain/models when PB_MODELS is empty" has "\"library\":[[:space:]]*\"$T/xdg/pocketbrain/models\"" "$T/out"
 env -u PB_MODELS -u XDG_DATA_HOME HOME="$T/home" "$PB" models --json >"$T/out" 2>"$T/err"
 check "library location: ~/.local/share/pocketbrain/models without either" has "\"library\":[[:space:]]*\"$T/home/.local/share/pocketbrain/models\"" "$T/out"
+# HOME unset (cron, systemd, env -i): the account's home, never a library relative to the working directory
+# (was "./.local/share/...": pull put the model under one directory, run from another did not find it)
+PBA=$(cd "$(dirname "$PB")" && pwd)/$(basename "$PB")
+(cd "$T" && env -u PB_MODELS -u XDG_DATA_HOME -u HOME "$PBA" models --json) >"$T/out" 2>"$T/err"
+check "library location without \$HOME: an absolute path" has "\"library\":[[:space:]]*\"/[^\"]*/.local/share/pocketbrain/models\"" "$T/out"
+env -u PB_MODELS XDG_DATA_HOME=rel HOME="$T/home" "$PB" models --json >"$T/out" 2>"$T/err"
+check "a relative \$XDG_DATA_HOME is ignored (the XDG spec), as the cache's is" has "\"library\":[[:space:]]*\"$T/home/.local/share/pocketbrain/models\"" "$T/out"
+# a library that is not a directory: named, exit 1 (was "no models in FILE yet", exit 0)
+printf 'x\n' >"$T/afile"
+PB_MODELS="$T/afile" "$PB" models >"$T/out" 2>"$T/err"; rc=$?
+check "PB_MODELS naming a file: models exits 1 naming it (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q \"cannot read the model library '$T/afile': Not a directory (set by \\\$PB_MODELS)\" '$T/err'"
+PB_MODELS="$T/afile" "$PB" models --json >"$T/out" 2>"$T/err"; rc=$?
+check "PB_MODELS naming a file: models --json exits 1 too (rc=$rc)" [ "$rc" = 1 ]
 
 mkdir -p "$T/lib"
 cp models/default.gguf "$T/lib/tiny.gguf"

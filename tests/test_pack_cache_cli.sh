@@ -48,3 +48,22 @@ before=$(n_files "$T/xdgr/pocketbrain")
 PB_MODELS=$T/lib XDG_CACHE_HOME=$T/xdgr $BIN rm tiny >"$T/rm.out" 2>&1; rc=$?
 check "rm NAME removes the model's cache file too (rc $rc, cache files $before -> $(n_files "$T/xdgr/pocketbrain")): $(cat "$T/rm.out")" \
   '[ $rc = 0 ] && [ "$before" = 1 ] && [ $(n_files "$T/xdgr/pocketbrain") = 0 ] && [ ! -e "$T/lib/tiny.gguf" ]'
+
+# A signal while the first open writes the cache (Ctrl-C, kill, a closed terminal) leaves no temp file in the cache
+# directory (was: "<model>.pbpack.tmp.<hex>", as large as the weights, left there for good). Polls for the temp
+# file and signals it; a run that wrote its cache before it was seen is tried again.
+for sig in HUP INT TERM; do
+  caught=0
+  for try in 1 2 3 4 5 6 7 8; do
+    rm -rf "$T/xsig"
+    XDG_CACHE_HOME=$T/xsig $R >/dev/null 2>&1 &
+    pid=$!
+    for i in $(seq 1 400); do ls "$T/xsig/pocketbrain" 2>/dev/null | grep -q tmp && { caught=1; break; }; sleep 0.005; done
+    kill -$sig $pid 2>/dev/null
+    wait $pid; rc=$?
+    [ $caught = 1 ] && break
+  done
+  if [ $caught = 0 ]; then ok "SIG$sig during the cache write: not caught in 8 tries (the write was too fast), nothing to check"
+  else check "SIG$sig during the first open's cache write: status $rc, no temp file left" \
+    '[ $rc -gt 128 ] && [ -z "$(ls "$T/xsig/pocketbrain" | grep tmp)" ]'; fi
+done

@@ -47,6 +47,14 @@ printf 'short' >"$TMP/short.txt"
 head -c 100 "$TMP/base.f32" >"$TMP/trunc.f32"
 "$BIN" perplexity -m "$MODEL" -f "$TEXT" --ctx 64 --chunks 2 --kl-base "$TMP/trunc.f32" >/dev/null 2>"$TMP/e3" &&
   nok "truncated --kl-base accepted" || ok "truncated --kl-base: $(head -1 "$TMP/e3")"
+# --kl-base that is a directory or a FIFO: refused at once (a FIFO blocked for ever; a directory "had" 2^63 bytes and
+# failed with "short read" after the first chunk)
+mkdir -p "$TMP/kldir"; mkfifo "$TMP/kl.fifo"
+for k in kldir kl.fifo; do
+  timeout 20 "$BIN" perplexity -m "$MODEL" -f "$TEXT" --ctx 64 --chunks 2 --kl-base "$TMP/$k" >/dev/null 2>"$TMP/e5"; rc=$?
+  [ $rc = 1 ] && grep -q -- "--kl-base $TMP/$k: not a regular file" "$TMP/e5" && ok "--kl-base $k: refused at once" ||
+    nok "--kl-base $k: status $rc, $(cat "$TMP/e5")"
+done
 "$BIN" perplexity -m "$MODEL" -f "$TEXT" --ctx 63 >/dev/null 2>"$TMP/e4"
 [ $? = 2 ] && ok "odd --ctx is a usage error" || nok "odd --ctx: $(cat "$TMP/e4")"
 [ "$fails" = 0 ]

@@ -83,6 +83,26 @@ wait $pid; rc=$?
 if [ $rc -ne 0 ] && [ ! -e "$O/int.gguf" ] && [ -z "$(ls "$O" | grep tmp)" ]; then ok "SIGINT mid-run: status $rc, no output, no temp file"
 elif [ $rc = 0 ]; then nok "SIGINT test: quantize finished before the signal"
 else nok "SIGINT left files: $(ls "$O")"; fi
+# A closed terminal or ssh session (SIGHUP), a closed pipe (SIGPIPE): the same (they used to end it with the temp
+# file -- a partial model -- left behind). Under nohup (SIGHUP ignored) it goes on to the end.
+for sig in HUP PIPE; do
+  "$PB" quantize "$O/f32.gguf" "$O/sig.gguf" q2_k --threads 1 >/dev/null 2>&1 &
+  pid=$!
+  for i in $(seq 1 1000); do ls "$O" | grep -q tmp && break; sleep 0.005; done
+  kill -$sig $pid 2>/dev/null
+  wait $pid; rc=$?
+  if [ $rc -gt 128 ] && [ ! -e "$O/sig.gguf" ] && [ -z "$(ls "$O" | grep tmp)" ]; then ok "SIG$sig mid-run: status $rc, no output, no temp file"
+  elif [ $rc = 0 ]; then nok "SIG$sig test: quantize finished before the signal"
+  else nok "SIG$sig left files (status $rc): $(ls "$O" | tr '\n' ' ')"; rm -f "$O"/sig.gguf*; fi
+done
+nohup "$PB" quantize "$O/f32.gguf" "$O/sig.gguf" q2_k --threads 1 >/dev/null 2>&1 &
+pid=$!
+for i in $(seq 1 1000); do ls "$O" | grep -q tmp && break; sleep 0.005; done
+kill -HUP $pid 2>/dev/null
+wait $pid; rc=$?
+if [ $rc = 0 ] && [ -s "$O/sig.gguf" ]; then ok "under nohup SIGHUP is still ignored: quantize finishes"
+else nok "nohup quantize: status $rc, files: $(ls "$O" | tr '\n' ' ')"; fi
+rm -f "$O/sig.gguf"
 # The input truncated in place while it is read (it is mapped): the CLI says what happened and what to do instead,
 # removes its temp file and ends by SIGBUS (status 135), never a bare "Bus error" with a temp file left behind.
 cp "$O/f32.gguf" "$T/in.gguf"

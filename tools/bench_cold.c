@@ -21,7 +21,7 @@
 /* Evicts path's pages from the page cache; returns the fraction still resident afterwards (0..1), or -1
  * when it cannot be told. Only clean pages no other process maps can go: the figure says what happened. */
 static double evict(const char *path) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block: fstat below finds no size */
     if (fd < 0) return -1;
     struct stat st;
     double frac = -1;

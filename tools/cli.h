@@ -70,7 +70,9 @@ const char *cli_default_model(void);
 /* llama.cpp's general.file_type value as a name ("Q4_K_M"), "unknown" when not known (tools/cmd_info.c). */
 const char *cli_ftype_name(uint32_t ft);
 
-/* Installs SIGINT/SIGTERM handlers that remove temp files (pb_atomic_cleanup_all) and exit 130. */
+/* Installs handlers for SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ and SIGQUIT that remove the temp files
+ * (pb_atomic_cleanup_all), then end the process by the same signal; of the last four, one inherited as
+ * ignored (nohup) stays ignored. */
 void cli_install_cleanup_handlers(void);
 
 #endif

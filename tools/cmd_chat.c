@@ -1,5 +1,6 @@
 /* cmd_chat.c -- `pocketbrain chat`: interactive multi-turn chat (libedit line editing), answers streamed
  * as they are generated, slash commands, Ctrl-C stops the answer (not the program), --session resumes. */
+#include "base/base.h"
 #include "cli_common.h"
 
 #include <editline/readline.h>
@@ -32,7 +33,7 @@ static const char *const commands_help =
     "  /quit           leave (also /exit, Ctrl-D)";
 
 static pb_session *volatile g_session;
-static volatile sig_atomic_t g_generating, g_interrupted;
+static volatile sig_atomic_t g_generating, g_interrupted, g_hangup;
 
 static void on_sigint(int sig) {
     (void)sig;
@@ -40,6 +41,25 @@ static void on_sigint(int sig) {
         pb_session_cancel(g_session); /* one atomic store: signal-safe */
     else
         g_interrupted = 1;
+}
+
+/* SIGHUP (the terminal or ssh session closed) and SIGTERM: stop the answer, leave the loop, save --session, then
+ * end by the signal. They used to end the process at once: the conversation since the last save was lost. */
+static void on_hangup(int sig) {
+    g_hangup = sig;
+    if (g_generating && g_session) pb_session_cancel(g_session);
+}
+
+static void set_hangup(void) {
+    static const int sigs[] = {SIGHUP, SIGTERM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa, old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue; /* nohup */
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_hangup; /* no SA_RESTART: a read waiting for the next line returns */
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 typedef struct chat {
@@ -69,7 +89,7 @@ static int getc_interruptible(FILE *f) {
         ssize_t n = read(fileno(f ? f : stdin), &ch, 1);
         if (n == 1) return ch;
         if (n == 0) return EOF;
-        if (errno != EINTR) return EOF;
+        if (errno != EINTR || g_hangup) return EOF;
         if (g_interrupted) return '\n';
     }
 }
@@ -96,7 +116,7 @@ static char *read_line(chat *c) {
         }
     }
     static char buf[1 << 16];
-    if (!fgets(buf, sizeof buf, stdin)) return NULL;
+    if (g_hangup || !fgets(buf, sizeof buf, stdin) || g_hangup) return NULL;
     return strdup(buf);
 }
 
@@ -238,6 +258,15 @@ PB_CMD(chat) {
             return cli_usage_error("chat", usage, "unexpected argument '%s'", a);
         }
     }
+    if (c.session_file) { /* the conversation is saved there at exit: find out now that it cannot be (a missing or
+                            * read-only directory, a directory or link at the name), not after an hour of chat */
+        pb_atomic_file probe;
+        if (pb_atomic_open(c.session_file, &probe) != PB_OK) {
+            cli_err("chat", "--session: %s; the conversation could not be saved there", pb_last_error());
+            return 1;
+        }
+        pb_atomic_abort(&probe);
+    }
     int rc = cli_open("chat", &c.o, &c.m, &c.s, NULL);
     if (rc) return rc;
     c.system = c.o.system ? strdup(c.o.system) : NULL;
@@ -256,6 +285,7 @@ PB_CMD(chat) {
     }
     g_session = c.s;
     set_sigint(true);
+    set_hangup();
     if (c.tty) {
         rl_catch_signals = 0; /* our handler decides what Ctrl-C means */
         rl_getc_function = getc_interruptible;
@@ -280,7 +310,7 @@ PB_CMD(chat) {
         else
             turn(&c, line);
         free(line);
-        if (!go) break;
+        if (!go || g_hangup) break;
     }
     if (c.tty) printf("\n");
     rc = 0;
@@ -296,5 +326,10 @@ PB_CMD(chat) {
     pb_session_free(c.s);
     cli_close_model("chat", c.m);
     free(c.system);
+    if (g_hangup) { /* saved (or said why not): now end as the signal would have */
+        fflush(NULL);
+        signal((int)g_hangup, SIG_DFL);
+        raise((int)g_hangup);
+    }
     return rc;
 }

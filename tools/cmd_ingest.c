@@ -124,13 +124,20 @@ PB_CMD(ingest) {
         return cli_usage_error("ingest", usage, "--overlap must be smaller than --chunk-tokens");
     }
     /* A typo must not leave an empty knowledge base behind: with no database yet and not one named path
-     * there, stop before creating anything. */
+     * that could be ingested (a file or a folder: a FIFO, device or socket is skipped), stop before creating
+     * anything. */
     struct stat dsb;
     if (lstat(db, &dsb) != 0 && errno == ENOENT) {
-        int n_there = 0;
-        for (int i = 0; i < n_paths; i++) n_there += access(paths[i], F_OK) == 0;
+        int n_there = 0, err = ENOENT;
+        for (int i = 0; i < n_paths; i++) {
+            struct stat psb;
+            if (stat(paths[i], &psb) != 0) continue;
+            if (S_ISREG(psb.st_mode) || S_ISDIR(psb.st_mode)) n_there++;
+            else err = 0;
+        }
         if (n_there == 0) {
-            cli_err("ingest", "%s: %s; nothing to ingest, no database created", paths[0], strerror(ENOENT));
+            cli_err("ingest", "%s: %s; nothing to ingest, no database created", paths[0],
+                    err ? strerror(err) : "not a regular file or folder");
             free(paths);
             return 1;
         }

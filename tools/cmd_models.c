@@ -32,6 +32,7 @@ PB_CMD(models) {
             return cli_usage_error("models", models_usage, "unexpected argument '%s'", argv[i]);
         }
     }
+    if (!lib_dir_usable("models")) return 1;
     int n;
     lib_entry *v = lib_list(&n);
     if (json) {

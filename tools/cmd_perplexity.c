@@ -10,10 +10,12 @@
 #include "base/base.h"
 #include "model/model.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *usage =
     "pocketbrain perplexity -m MODEL -f TEXT [--ctx N] [--batch N] [--chunks N] [--threads N]\n"
@@ -211,14 +213,23 @@ PB_CMD(perplexity) {
                 hp->n_ctx_train);
 
     if (kl_base) {
-        base_f = fopen(kl_base, "rb");
-        if (!base_f) {
-            cli_err("perplexity", "cannot open --kl-base %s", kl_base);
+        /* a regular file only: a FIFO blocked the open for ever, a directory "had" 2^63 bytes by fseek/ftell and
+         * failed with "short read" after the first chunk's work */
+        struct stat kst;
+        if (stat(kl_base, &kst) != 0) {
+            cli_err("perplexity", "--kl-base %s: %s", kl_base, strerror(errno));
             goto done;
         }
-        fseek(base_f, 0, SEEK_END);
-        long long have = ftell(base_f);
-        fseek(base_f, 0, SEEK_SET);
+        if (!S_ISREG(kst.st_mode)) {
+            cli_err("perplexity", "--kl-base %s: not a regular file", kl_base);
+            goto done;
+        }
+        base_f = fopen(kl_base, "rb");
+        if (!base_f) {
+            cli_err("perplexity", "cannot open --kl-base %s: %s", kl_base, strerror(errno));
+            goto done;
+        }
+        long long have = (long long)kst.st_size;
         long long want = (long long)n_scored * n_vocab * 4;
         if (have < want) {
             cli_err("perplexity",

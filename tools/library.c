@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +24,17 @@
 const char *lib_dir(void) {
     static _Thread_local char dir[PATH_MAX]; /* per thread: the server rescans the library from request threads */
     const char *env = getenv("PB_MODELS"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (!home || !*home) { /* HOME unset (cron, systemd, env -i): the account's home, never "." -- a library
+                            * relative to the working directory moved with it (pull into one, run from another) */
+        const struct passwd *pw = getpwuid(getuid());
+        home = pw && pw->pw_dir && pw->pw_dir[0] == '/' ? pw->pw_dir : "/";
+    }
     if (env && *env)
         snprintf(dir, sizeof dir, "%s", env);
-    else if (xdg && *xdg)
+    else if (xdg && xdg[0] == '/') /* the XDG spec: a relative value is invalid and ignored */
         snprintf(dir, sizeof dir, "%s/pocketbrain/models", xdg);
     else
-        snprintf(dir, sizeof dir, "%s/.local/share/pocketbrain/models", home && *home ? home : ".");
+        snprintf(dir, sizeof dir, "%s/.local/share/pocketbrain/models", home);
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
     return dir;
@@ -182,6 +188,19 @@ bool lib_get(const char *name, lib_entry *e) {
 
 static int by_name(const void *a, const void *b) {
     return strcmp(((const lib_entry *)a)->name, ((const lib_entry *)b)->name);
+}
+
+bool lib_dir_usable(const char *cmd) {
+    const char *dir = lib_dir();
+    DIR *d = opendir(dir);
+    if (d) {
+        closedir(d);
+        return true;
+    }
+    if (errno == ENOENT) return true; /* no library yet: empty */
+    cli_err(cmd, "cannot read the model library '%s': %s%s", dir, strerror(errno),
+            getenv("PB_MODELS") && *getenv("PB_MODELS") ? " (set by $PB_MODELS)" : "");
+    return false;
 }
 
 lib_entry *lib_list(int *n) {

@@ -1,6 +1,7 @@
 /* library.h -- the model library of the CLI: where pulled models live ($PB_MODELS, else
- * $XDG_DATA_HOME/pocketbrain/models, else ~/.local/share/pocketbrain/models), their manifests, per-model
- * locks, and resolving `-m NAME` to a file. No network here (tools/fetch.c downloads). */
+ * $XDG_DATA_HOME/pocketbrain/models, else ~/.local/share/pocketbrain/models; ~ is $HOME, else the account's
+ * home), their manifests, per-model locks, and resolving `-m NAME` to a file. No network here (tools/fetch.c
+ * downloads). */
 #ifndef PB_LIBRARY_H
 #define PB_LIBRARY_H
 
@@ -45,6 +46,9 @@ bool lib_get(const char *name, lib_entry *e);
 /* Every model in the library, sorted by name (malloc'd array, *n entries; free() it). NULL + *n = 0 when
  * the directory does not exist or is empty. */
 lib_entry *lib_list(int *n);
+/* true when the library directory is readable or does not exist yet (an empty library); false with a message
+ * naming cmd, the directory and the reason when it is something else (a file, unreadable). */
+bool lib_dir_usable(const char *cmd);
 
 /* Per-model lock (flock on "<dir>/.<name>.lock"): wait = block until free, else fail at once. Returns the
  * descriptor (>= 0), -1 on error (errno), -2 when busy and !wait. lib_unlock(-1) is a no-op. */

@@ -70,6 +70,10 @@ static void on_sigbus(int sig) {
 
 int main(int argc, char **argv) {
     signal(SIGBUS, on_sigbus);
+    /* for every command from the start: opening a model may write the packed-weights cache (a temp file as large
+     * as the weights), which a Ctrl-C, kill or closed terminal used to leave behind in ~/.cache for good;
+     * commands that handle SIGINT themselves (run, chat, ingest, pull, serve) install theirs later */
+    cli_install_cleanup_handlers();
     if (argc < 2) {
         print_help(stderr);
         return 2;
@@ -287,6 +291,16 @@ static void on_signal(int sig) {
 }
 
 void cli_install_cleanup_handlers(void) {
+    /* every signal whose default ends the process: Ctrl-C, kill, a closed terminal or ssh session (SIGHUP), a
+     * progress line into a closed pipe (SIGPIPE), the file size limit (SIGXFSZ), Ctrl-\ (SIGQUIT). SIGHUP and
+     * SIGPIPE used to end quantize / convert / logits with their temp file (a partial model) left behind. */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    static const int sigs[] = {SIGHUP, SIGPIPE, SIGXFSZ, SIGQUIT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        /* one that arrived ignored stays ignored: nohup's SIGHUP, a shell's SIGQUIT for background jobs */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        signal(sigs[i], on_signal);
+    }
 }

@@ -12,15 +12,31 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Opens path for reading only if it is a regular file. O_NONBLOCK on the open: a FIFO named as a model or
+ * session file would otherwise block open() until some writer came (info, run -m, chat --session hung);
+ * cleared again once fstat says regular (it means nothing for regular files on Linux, but not everywhere).
+ * Returns the fd, or -1 with the error set: "cannot open" or "not a regular file". */
+static int open_regular(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        pb_error(PB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        pb_error(PB_ERR_IO, "'%s' is not a regular file", path);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 pb_status pb_map_open(const char *path, bool use_mmap, pb_map *out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pb_error(PB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return pb_error(PB_ERR_IO, "'%s' is not a regular file", path);
-    }
+    int fd = open_regular(path, &st);
+    if (fd < 0) return PB_ERR_IO;
     size_t size = (size_t)st.st_size;
     out->dev = (uint64_t)st.st_dev;
     out->ino = (uint64_t)st.st_ino;
@@ -91,12 +107,12 @@ char *pb_realpath(const char *path) { return path ? realpath(path, NULL) : NULL;
 
 pb_status pb_map_open_huge(const char *path, pb_map *out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pb_error(PB_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+    int fd = open_regular(path, &st);
+    if (fd < 0) return PB_ERR_IO;
+    if (st.st_size == 0) {
         close(fd);
-        return pb_error(PB_ERR_IO, "'%s' is not a non-empty regular file", path);
+        return pb_error(PB_ERR_IO, "'%s' is an empty file", path);
     }
     size_t size = (size_t)st.st_size, A = (size_t)2 << 20;
     /* reserve size + 2 MiB, map the file at the first 2 MiB boundary inside, give the rest back */
@@ -484,7 +500,7 @@ size_t pb_current_rss(void) {
 
 void pb_file_drop_cache(const char *path) {
 #ifdef POSIX_FADV_DONTNEED
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* a FIFO: no wait for a writer */
     if (fd < 0) return;
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);

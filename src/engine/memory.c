@@ -154,6 +154,13 @@ pb_status pb_session_admit(const char *model_path, pb_session_params *params, si
     fill(e, &hp, weights, n_ctx, n_batch, params->kv_type, avail);
     if (avail == 0) return PB_OK; /* unknown: nothing to compare with */
     if (e->total <= avail) return PB_OK;
+    if (!fit && e->max_n_ctx < 1) /* no context at all fits: "use --ctx 0" (the default context) was no advice */
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "needs %.0f MiB (weights %.0f + KV %.0f for n_ctx %d %s + scratch %.0f) but %.0f MiB are "
+                        "available: the weights and scratch alone do not fit, at any n_ctx (use a smaller model or "
+                        "quantization, or free memory / raise the limit)",
+                        (double)e->total / MIB, (double)e->weights / MIB, (double)e->kv / MIB, n_ctx,
+                        kv_name(params->kv_type), (double)e->scratch / MIB, (double)avail / MIB);
     if (!fit)
         return pb_error(PB_ERR_MEMORY_LIMIT,
                         "needs %.0f MiB (weights %.0f + KV %.0f for n_ctx %d %s + scratch %.0f) but %.0f MiB are "

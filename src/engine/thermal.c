@@ -14,7 +14,7 @@
 
 /* Millidegrees from a sysfs-style file ("45000\n"); false when unreadable or not a number. */
 static bool read_mc(const char *path, int *out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO: no wait for a writer, read gives 0 */
     if (fd < 0) return false;
     char buf[32];
     ssize_t n;

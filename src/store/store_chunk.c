@@ -2,6 +2,7 @@
  * overlap, heading paths and source positions (bytes, lines, pages). No database or I/O here. */
 #include "store/store.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,16 @@ static size_t sentence_end(const char *t, size_t a, size_t b) {
     return b;
 }
 
+/* The end of the n-th word from a (exclusive), at most b. */
+static size_t words_end(const char *t, size_t a, size_t b, int64_t n) {
+    size_t i = a;
+    for (int64_t w = 0; w < n && i < b; w++) {
+        while (i < b && is_ws(t[i])) i++;
+        while (i < b && !is_ws(t[i])) i++;
+    }
+    return i;
+}
+
 /* Adds a paragraph, split into pieces of at most target tokens at sentence, then word boundaries. */
 static void add_paragraph(units *us, size_t a, size_t b) {
     const char *t = us->e->text;
@@ -114,18 +125,22 @@ static void add_paragraph(units *us, size_t a, size_t b) {
     }
     size_t start = a;
     while (start < b) {
+        /* A piece never holds more than target words (every word is at least one token, for the estimate and for
+         * a tokenizer), so the search for its end looks no further than 2 * target + 16 words: looking to the end
+         * of the paragraph made a paragraph without sentence ends quadratic (a 19 MB one-line file: > 10 min). */
+        size_t lim = words_end(t, start, b, target < INT64_MAX / 4 ? 2 * target + 16 : INT64_MAX);
         size_t end = start, best = start;
-        while (end < b) {
-            size_t next = sentence_end(t, end, b);
+        while (end < lim) {
+            size_t next = sentence_end(t, end, lim);
             if (count(us->p, t + start, next - start) > target) break;
             best = end = next;
         }
         if (best == start) { /* one sentence is too long: cut at word boundaries */
             size_t i = start;
-            while (i < b) {
+            while (i < lim) {
                 size_t j = i;
-                while (j < b && is_ws(t[j])) j++;
-                while (j < b && !is_ws(t[j])) j++;
+                while (j < lim && is_ws(t[j])) j++;
+                while (j < lim && !is_ws(t[j])) j++;
                 if (best > start && count(us->p, t + start, j - start) > target) break;
                 best = i = j;
             }

@@ -11,6 +11,7 @@
 #include "tokenizer/utf8.h"
 
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,11 +268,22 @@ pb_gen_params cli_opts_gen(const cli_opts *o) {
     return g;
 }
 
-void cli_close_model(const char *cmd, pb_model *m) {
-    if (pb_model_pack_cache_busy(m) && isatty(2))
-        cli_err(cmd, "first run of this model: finishing its packed-weights cache (later starts take a fraction of a "
-                     "second)...");
+void cli_close_model(const char *cmd, pb_model *m, bool interrupted) {
+    cli_wait_pack_cache(cmd, m, interrupted);
     pb_model_close(m);
+}
+
+void cli_wait_pack_cache(const char *cmd, pb_model *m, bool interrupted) {
+    if (pb_model_pack_cache_busy(m)) {
+        /* the command's own SIGINT handler (cancel a generation) has nothing left to cancel: Ctrl-C, kill or a
+         * closed terminal during the wait ends the process and removes the half-written cache file */
+        cli_install_cleanup_handlers();
+        if (interrupted) raise(SIGINT);
+        if (isatty(2))
+            cli_err(cmd, "first run of this model: finishing its packed-weights cache (later starts take a fraction "
+                         "of a second; Ctrl-C skips it)...");
+    }
+    pb_model_pack_cache_wait(m);
 }
 
 int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms) {

@@ -67,8 +67,11 @@ pb_gen_params cli_opts_gen(const cli_opts *o);
  * the exit status to return (1; the message is printed). load_ms (may be NULL) gets the time taken. */
 int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, double *load_ms);
 /* Closes a model cli_open opened; when its packed-weights cache is still being written (a model's first run), says
- * so on a terminal, since the process waits for it before it ends. */
-void cli_close_model(const char *cmd, pb_model *m);
+ * so on a terminal, since the process waits for it before it ends, unless interrupted (a Ctrl-C already came): then
+ * the process ends at once by SIGINT, the half-written cache file removed, as a Ctrl-C during the write does. */
+void cli_close_model(const char *cmd, pb_model *m, bool interrupted);
+/* cli_close_model's wait alone (the model stays open; pb_model_info then says how the write ended). */
+void cli_wait_pack_cache(const char *cmd, pb_model *m, bool interrupted);
 
 /* `info --mem`: prints the memory estimate for n_ctx / KV type against the memory available. */
 typedef struct cli_mem_opts {

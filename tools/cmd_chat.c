@@ -324,7 +324,7 @@ PB_CMD(chat) {
     }
     g_session = NULL;
     pb_session_free(c.s);
-    cli_close_model("chat", c.m);
+    cli_close_model("chat", c.m, false);
     free(c.system);
     if (g_hangup) { /* saved (or said why not): now end as the signal would have */
         fflush(NULL);

@@ -26,9 +26,11 @@ static const char *const help =
     "  -v, --verbose          print token counts and speeds on stderr\n";
 
 static pb_session *volatile g_session;
+static volatile sig_atomic_t g_interrupted; /* a Ctrl-C came: the close does not wait for the cache write */
 
 static void on_sigint(int sig) {
     (void)sig;
+    g_interrupted = 1;
     if (g_session) pb_session_cancel(g_session); /* async-signal-safe: one atomic store */
 }
 
@@ -241,13 +243,13 @@ PB_CMD(run) {
                 gs.t_generate_ms > 0 ? (double)gs.n_generated * 1000.0 / gs.t_generate_ms : 0.0, gs.t_first_token_ms,
                 pb_stop_reason_name(gs.stop_reason));
     pb_model_info pi;
-    if (verbose) pb_model_pack_cache_wait(m); /* its outcome, not "writing" */
+    if (verbose) cli_wait_pack_cache("run", m, g_interrupted != 0); /* its outcome, not "writing" */
     if (verbose && pb_model_get_info(m, &pi) == PB_OK && pi.pack_cache_note[0])
         fprintf(stderr, "[pack cache: %s]\n", pi.pack_cache_note);
     free(out.s);
     free(thought.s);
     free(text);
     pb_session_free(s);
-    cli_close_model("run", m);
+    cli_close_model("run", m, g_interrupted != 0);
     return rc;
 }

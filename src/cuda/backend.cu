@@ -439,8 +439,8 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
-    int sw; // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
-    int pf; // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
+    int sw;  // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
+    int pf;  // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
     int pro; // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
     float softcap;
     const float *x;
@@ -564,7 +564,7 @@ static __device__ __forceinline__ void row_part2(const dmat &M0, const dmat &M1,
 // with an 8-byte spill before -> 56 without; Q4_K + Q6_K v 62 -> 64; Q6_K 64, Q4_0 / Q5_0 / Q8_0 56 unchanged;
 // k_mv_geglu Q4_K 51 -> 50, Q6_K 64 with a 4-byte spill -> 64 without. Two units a matrix in the GeGLU took it to 63
 // (Q4_K: 8 blocks an SM instead of 9, so gate+up's 1,152 blocks no longer fit one wave of 132 SMs) and 96 (Q6_K).
-#define MV_PRO 2
+#define MV_PRO   2
 #define MV_PRO_G 1
 
 // row_part, with the pdl_wait before the activations are touched: where the path and type allow (int8, unit_load8)

@@ -407,8 +407,7 @@ template <> __device__ __forceinline__ wunit8<T_Q4_K> unit_load8<T_Q4_K>(const u
     const uint8_t *blk = q + (size_t)b * 144;
     return {*(const uint4 *)blk, *(const uint4 *)(blk + 16 + 32 * j + 16 * hf)};
 }
-template <>
-__device__ __forceinline__ float unit_dot8_loaded<T_Q4_K>(const wunit8<T_Q4_K> &wu, int u, const qact &x) {
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q4_K>(const wunit8<T_Q4_K> &wu, int u, const qact &x) {
     const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
     const uint4 hd = wu.hd, w = wu.w;
     const float2 dd = __half22float2(*(const __half2 *)&hd.x);
@@ -468,12 +467,11 @@ template <> struct wunit8<T_Q6_K> {
 template <> __device__ __forceinline__ wunit8<T_Q6_K> unit_load8<T_Q6_K>(const uint8_t *q, const uint8_t *m, int u) {
     const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
     const uint8_t *qb = q + (size_t)b * 192, *mb = m + (size_t)b * 20;
-    return {*(const uint4 *)(qb + 64 * h + l),    *(const uint4 *)(qb + 64 * h + 32 + l),
+    return {*(const uint4 *)(qb + 64 * h + l),       *(const uint4 *)(qb + 64 * h + 32 + l),
             *(const uint4 *)(qb + 128 + 32 * h + l), *(const uint32_t *)(mb + 8 * h),
-            *(const uint32_t *)(mb + 8 * h + 4),  *(const float *)(mb + 16)};
+            *(const uint32_t *)(mb + 8 * h + 4),     *(const float *)(mb + 16)};
 }
-template <>
-__device__ __forceinline__ float unit_dot8_loaded<T_Q6_K>(const wunit8<T_Q6_K> &wu, int u, const qact &x) {
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q6_K>(const wunit8<T_Q6_K> &wu, int u, const qact &x) {
     const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
     const uint4 A = wu.A, C = wu.C, Hh = wu.Hh;
     const uint32_t sw0 = wu.sw0, sw1 = wu.sw1;

@@ -104,6 +104,9 @@ struct pb_cu_model {
     // its own k_add_norm launch: measured 8% slower in run 9, the one block's tail longer than the launch it saves),
     // PB_CUDA_WIDE=0 (no rows over several warps: see choose_sw).
     int sw_force, pf, fuse, wide;
+    // PB_CUDA_PRO=0: the mat-vecs load their lanes' first weight units after waiting for their input (pdl_wait), as
+    // before 2026-12-05; default on: before it (row_part_w; the same bits either way)
+    int pro;
     // PB_CUDA_MQ=0: the attention merge leaves its output's int8 forms to a k_quant; PB_CUDA_GQ=0: the GeGLU
     // mat-vec's groups likewise (A/B and fault isolation runs)
     int no_mq, no_gq;
@@ -506,6 +509,8 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         if (g->pf != 1 && g->pf != 2) g->pf = 0;
         g->fuse = fu && atoi(fu) == 1;
         g->wide = !(wi && atoi(wi) == 0);
+        const char *pr = getenv("PB_CUDA_PRO");
+        g->pro = !(pr && atoi(pr) == 0);
         const char *mq = getenv("PB_CUDA_MQ"), *gq = getenv("PB_CUDA_GQ");
         g->no_mq = mq && atoi(mq) == 0;
         g->no_gq = gq && atoi(gq) == 0;
@@ -548,8 +553,9 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
-    int sw; // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
-    int pf; // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
+    int sw;  // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
+    int pf;  // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
+    int pro; // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
     float softcap;
     const float *x;
     qact xa;  // x quantized (int8 path)
@@ -666,6 +672,80 @@ static __device__ __forceinline__ void row_part2(const dmat &M0, const dmat &M1,
     r0 = a0, r1 = a1;
 }
 
+// Weight units a lane loads before it waits for its input: MV_PRO of its row in k_mv (row_part_w; a Q4_K row of
+// 2304 values at 16 lanes a row is 4-5 units a lane, so about half of them), MV_PRO_G of each of gate and up in
+// k_mv_geglu (row_part2_w: two units in flight as well). ptxas (-Xptxas -v, 2026-12-05): k_mv Q4_K 48 registers
+// with an 8-byte spill before -> 56 without; Q4_K + Q6_K v 62 -> 64; Q6_K 64, Q4_0 / Q5_0 / Q8_0 56 unchanged;
+// k_mv_geglu Q4_K 51 -> 50, Q6_K 64 with a 4-byte spill -> 64 without. Two units a matrix in the GeGLU took it to 63
+// (Q4_K: 8 blocks an SM instead of 9, so gate+up's 1,152 blocks no longer fit one wave of 132 SMs) and 96 (Q6_K).
+#define MV_PRO   2
+#define MV_PRO_G 1
+
+// row_part, with the pdl_wait before the activations are touched: where the path and type allow (int8, unit_load8)
+// and pro is set, lane sl's first MV_PRO units are loaded before pdl_wait (weights never depend on the previous
+// kernel), then dotted after it; the same units in the same order into the same float, so the same bits. pro 0:
+// the same peeled loop with pdl_wait first (the order of loads before 2026-12-05).
+template <int T, bool I8>
+static __device__ __forceinline__ float row_part_w(const dmat &M, int row, const float *x, const qact &xa, int sl,
+                                                   int sw, int pro) {
+    if constexpr (I8 && has_load8<T>::value) {
+        const uint8_t *q = M.q + (size_t)row * M.qrow, *m = M.m + (size_t)row * M.mrow;
+        const int n = M.nunits8;
+        wunit8<T> w[MV_PRO];
+        if (!pro) pdl_wait();
+#pragma unroll
+        for (int k = 0; k < MV_PRO; k++)
+            if (sl + k * sw < n) w[k] = unit_load8<T>(q, m, sl + k * sw);
+        if (pro) pdl_wait();
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < MV_PRO; k++)
+            if (sl + k * sw < n) acc += unit_dot8_loaded<T>(w[k], sl + k * sw, xa);
+#pragma unroll 4
+        for (int u = sl + MV_PRO * sw; u < n; u += sw) acc += unit_dot8<T>(q, m, u, xa);
+        return acc;
+    } else {
+        pdl_wait();
+        return row_part<T, I8>(M, row, x, xa, sl, sw);
+    }
+}
+
+// row_part2 with the pdl_wait, as row_part_w: both matrices' first MV_PRO_G units of the lane loaded before it.
+template <int T, bool I8>
+static __device__ __forceinline__ void row_part2_w(const dmat &M0, const dmat &M1, int row, const float *x,
+                                                   const qact &xa, int sl, int sw, int pro, float &r0, float &r1) {
+    if constexpr (I8 && has_load8<T>::value) {
+        const uint8_t *q0 = M0.q + (size_t)row * M0.qrow, *m0 = M0.m + (size_t)row * M0.mrow;
+        const uint8_t *q1 = M1.q + (size_t)row * M1.qrow, *m1 = M1.m + (size_t)row * M1.mrow;
+        const int n = M0.nunits8;
+        wunit8<T> w0[MV_PRO_G], w1[MV_PRO_G];
+        if (!pro) pdl_wait();
+#pragma unroll
+        for (int k = 0; k < MV_PRO_G; k++)
+            if (sl + k * sw < n) {
+                w0[k] = unit_load8<T>(q0, m0, sl + k * sw);
+                w1[k] = unit_load8<T>(q1, m1, sl + k * sw);
+            }
+        if (pro) pdl_wait();
+        float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < MV_PRO_G; k++)
+            if (sl + k * sw < n) {
+                a0 += unit_dot8_loaded<T>(w0[k], sl + k * sw, xa);
+                a1 += unit_dot8_loaded<T>(w1[k], sl + k * sw, xa);
+            }
+#pragma unroll 2
+        for (int u = sl + MV_PRO_G * sw; u < n; u += sw) {
+            a0 += unit_dot8<T>(q0, m0, u, xa);
+            a1 += unit_dot8<T>(q1, m1, u, xa);
+        }
+        r0 = a0, r1 = a1;
+    } else {
+        pdl_wait();
+        row_part2<T, I8>(M0, M1, row, x, xa, sl, sw, r0, r1);
+    }
+}
+
 static __device__ __forceinline__ float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -692,19 +772,19 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
         else if (a.n_mat > 2 && r2 < a.mat[2].N)
             prefetch_row(a.mat[2], r2, sl, sw);
     }
-    pdl_wait();
-    float s = 0.0f, *y = NULL;
+    float s = 0.0f, *y = NULL; /* each branch waits for the input (pdl_wait) after its first weight loads */
     int row = row0;
     if (row < a.mat[0].N) {
-        s = row_part<TA, I8>(a.mat[0], row, a.x, a.xa, sl, sw);
+        s = row_part_w<TA, I8>(a.mat[0], row, a.x, a.xa, sl, sw, a.pro);
         y = a.y[0];
     } else if (a.n_mat > 1 && (row -= a.mat[0].N) < a.mat[1].N) {
-        s = row_part<TA, I8>(a.mat[1], row, a.x, a.xa, sl, sw);
+        s = row_part_w<TA, I8>(a.mat[1], row, a.x, a.xa, sl, sw, a.pro);
         y = a.y[1];
     } else if (a.n_mat > 2 && (row -= a.mat[1].N) < a.mat[2].N) {
-        s = row_part<TB, I8>(a.mat[2], row, a.x, a.xa, sl, sw);
+        s = row_part_w<TB, I8>(a.mat[2], row, a.x, a.xa, sl, sw, a.pro);
         y = a.y[2];
-    }
+    } else
+        pdl_wait();
     s = row_total(s, sw, wsum);
     if (y && sl == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
     if (!a.nx) return;
@@ -734,9 +814,11 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
         prefetch_rows(a.mat[0], row, sl, sw, a.pf);
         prefetch_rows(a.mat[1], row, sl, sw, a.pf);
     }
-    pdl_wait();
-    float g = 0.0f, u = 0.0f;
-    if (row < a.mat[0].N) row_part2<T, I8>(a.mat[0], a.mat[1], row, a.x, a.xa, sl, sw, g, u);
+    float g = 0.0f, u = 0.0f; /* pdl_wait inside row_part2_w, after the lane's first weight loads */
+    if (row < a.mat[0].N)
+        row_part2_w<T, I8>(a.mat[0], a.mat[1], row, a.x, a.xa, sl, sw, a.pro, g, u);
+    else
+        pdl_wait();
     g = row_total(g, sw, wsum);
     u = row_total(u, sw, wsum);
     if (row < a.mat[0].N && sl == 0) a.y[0][row] = gelu_tanh(g) * u;
@@ -1675,6 +1757,7 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     m.int8 = c->g->int8;
     m.pdl = c->g->pdl;
     m.pf = c->g->pf;
+    m.pro = c->g->pro;
     m.xa.q0 = (const int8_t *)c->aq0;
     m.xa.d0 = c->ad0;
     m.xa.qK = (const int8_t *)c->aqK;

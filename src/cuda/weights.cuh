@@ -280,8 +280,23 @@ static __device__ __forceinline__ int bits4_x10(uint32_t b) {
     return (int)(((b & 15u) * 0x00204081u & 0x01010101u) << 4);
 }
 
+// The types whose unit_dot8 is split into a weight half and an activation half: unit_load8 reads the unit's weight
+// bytes (quants and block scales, as loaded: no arithmetic on them yet) into a few registers, unit_dot8_loaded dots
+// them with the activations. unit_dot8 of these types is the two in turn (one arithmetic definition), so a mat-vec
+// may issue a unit's weight loads early (before it waits for its input: weights never depend on the previous
+// kernel) and get the same bits. Q4_1, Q5_1 and Q5_K keep their one-piece unit_dot8 below.
+template <int T> struct wunit8;
+template <int T> struct has_load8 {
+    static constexpr bool value = T == T_Q4_0 || T == T_Q5_0 || T == T_Q8_0 || T == T_Q4_K || T == T_Q6_K;
+};
+
+template <int T> static __device__ __forceinline__ wunit8<T> unit_load8(const uint8_t *q, const uint8_t *m, int u);
+template <int T> static __device__ __forceinline__ float unit_dot8_loaded(const wunit8<T> &w, int u, const qact &x);
+
 template <int T>
-static __device__ __forceinline__ float unit_dot8(const uint8_t *q, const uint8_t *m, int u, const qact &x);
+static __device__ __forceinline__ float unit_dot8(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+    return unit_dot8_loaded<T>(unit_load8<T>(q, m, u), u, x);
+}
 
 // legacy blocks: qs byte i = element i (low nibble) and i + 16 (high); activations as 8 ints.
 static __device__ __forceinline__ void load_q8_32(const int8_t *q0, int u, int a[8]) {
@@ -318,12 +333,17 @@ static __device__ __forceinline__ int sum_q8_32(const int a[8]) {
     return s;
 }
 
-template <>
-__device__ __forceinline__ float unit_dot8<T_Q4_0>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
-    const uint4 w = ((const uint4 *)q)[u];
+template <> struct wunit8<T_Q4_0> {
+    uint4 w;
+    float d;
+};
+template <> __device__ __forceinline__ wunit8<T_Q4_0> unit_load8<T_Q4_0>(const uint8_t *q, const uint8_t *m, int u) {
+    return {((const uint4 *)q)[u], ((const float *)m)[u]};
+}
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q4_0>(const wunit8<T_Q4_0> &w, int u, const qact &x) {
     int a[8];
     load_q8_32(x.q0, u, a);
-    return ((const float *)m)[u] * x.d0[u] * (float)(nib_dot32(w, a) - 8 * sum_q8_32(a));
+    return w.d * x.d0[u] * (float)(nib_dot32(w.w, a) - 8 * sum_q8_32(a));
 }
 
 template <>
@@ -335,14 +355,18 @@ __device__ __forceinline__ float unit_dot8<T_Q4_1>(const uint8_t *q, const uint8
     return x.d0[u] * (dm.x * (float)nib_dot32(w, a) + dm.y * (float)sum_q8_32(a));
 }
 
-template <>
-__device__ __forceinline__ float unit_dot8<T_Q5_0>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
-    const uint4 w = ((const uint4 *)q)[u];
-    const float d = ((const float *)m)[2 * u];
-    const uint32_t qh = ((const uint32_t *)m)[2 * u + 1];
+template <> struct wunit8<T_Q5_0> {
+    uint4 w;
+    float d;
+    uint32_t qh;
+};
+template <> __device__ __forceinline__ wunit8<T_Q5_0> unit_load8<T_Q5_0>(const uint8_t *q, const uint8_t *m, int u) {
+    return {((const uint4 *)q)[u], ((const float *)m)[2 * u], ((const uint32_t *)m)[2 * u + 1]};
+}
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q5_0>(const wunit8<T_Q5_0> &w, int u, const qact &x) {
     int a[8];
     load_q8_32(x.q0, u, a);
-    return d * x.d0[u] * (float)(nib5_dot32(w, qh, a) - 16 * sum_q8_32(a));
+    return w.d * x.d0[u] * (float)(nib5_dot32(w.w, w.qh, a) - 16 * sum_q8_32(a));
 }
 
 template <>
@@ -355,27 +379,37 @@ __device__ __forceinline__ float unit_dot8<T_Q5_1>(const uint8_t *q, const uint8
     return x.d0[u] * (d * (float)nib5_dot32(w, qh, a) + mn * (float)sum_q8_32(a));
 }
 
-template <>
-__device__ __forceinline__ float unit_dot8<T_Q8_0>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
-    const int4 w0 = ((const int4 *)q)[2 * u], w1 = ((const int4 *)q)[2 * u + 1];
+template <> struct wunit8<T_Q8_0> {
+    int4 w0, w1;
+    float d;
+};
+template <> __device__ __forceinline__ wunit8<T_Q8_0> unit_load8<T_Q8_0>(const uint8_t *q, const uint8_t *m, int u) {
+    return {((const int4 *)q)[2 * u], ((const int4 *)q)[2 * u + 1], ((const float *)m)[u]};
+}
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q8_0>(const wunit8<T_Q8_0> &w, int u, const qact &x) {
     int a[8];
     load_q8_32(x.q0, u, a);
-    int s = dp4a(w0.x, a[0], 0);
-    s = dp4a(w0.y, a[1], s), s = dp4a(w0.z, a[2], s), s = dp4a(w0.w, a[3], s);
-    s = dp4a(w1.x, a[4], s), s = dp4a(w1.y, a[5], s), s = dp4a(w1.z, a[6], s), s = dp4a(w1.w, a[7], s);
-    return ((const float *)m)[u] * x.d0[u] * (float)s;
+    int s = dp4a(w.w0.x, a[0], 0);
+    s = dp4a(w.w0.y, a[1], s), s = dp4a(w.w0.z, a[2], s), s = dp4a(w.w0.w, a[3], s);
+    s = dp4a(w.w1.x, a[4], s), s = dp4a(w.w1.y, a[5], s), s = dp4a(w.w1.z, a[6], s), s = dp4a(w.w1.w, a[7], s);
+    return w.d * x.d0[u] * (float)s;
 }
 
 // K-quants on the int8 path: wide units, one 16-byte load of weight quants a lane (units8_of: 8 a Q4_K block,
 // 4 a Q6_K block; Q5_K keeps the 16 units of unit_dot). Q4_K unit i of block b: 64-value chunk j = i / 2, qs bytes
 // 16 (i % 2) .. + 15 of the chunk's 32: low nibbles values 64j + 16(i%2) + 0..15 (scale 2j), high ones + 32 (scale
 // 2j + 1). The block's first 16 bytes (d, dmin, the 12 packed 6-bit scales and mins) come in one load too.
-template <>
-__device__ __forceinline__ float unit_dot8<T_Q4_K>(const uint8_t *q, const uint8_t *, int u, const qact &x) {
+template <> struct wunit8<T_Q4_K> {
+    uint4 hd, w; // the block's d, dmin and packed scales/mins; the unit's 16 bytes of quants
+};
+template <> __device__ __forceinline__ wunit8<T_Q4_K> unit_load8<T_Q4_K>(const uint8_t *q, const uint8_t *, int u) {
     const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
     const uint8_t *blk = q + (size_t)b * 144;
-    const uint4 hd = *(const uint4 *)blk;
-    const uint4 w = *(const uint4 *)(blk + 16 + 32 * j + 16 * hf);
+    return {*(const uint4 *)blk, *(const uint4 *)(blk + 16 + 32 * j + 16 * hf)};
+}
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q4_K>(const wunit8<T_Q4_K> &wu, int u, const qact &x) {
+    const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
+    const uint4 hd = wu.hd, w = wu.w;
     const float2 dd = __half22float2(*(const __half2 *)&hd.x);
     // the scales/mins of sub-blocks 0..3 (j < 2) or 4..7 (j >= 2), one byte each (scale_min_k4, 4 at once)
     const uint32_t S = j < 2 ? hd.y & 0x3F3F3F3Fu : (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
@@ -425,14 +459,23 @@ __device__ __forceinline__ float unit_dot8<T_Q5_K>(const uint8_t *q, const uint8
 // Q6_K wide unit i (4 a block): half h = i / 2 (128 values), l = 16 (i % 2): ql[64h + l ..+16], ql[64h + 32 + l
 // ..+16] and qh[32h + l ..+16] (three 16-byte loads) give values 128h + l + {0, 32, 64, 96} + 0..15 with scales
 // 8h + l/16 + {0, 2, 4, 6}.
-template <>
-__device__ __forceinline__ float unit_dot8<T_Q6_K>(const uint8_t *q, const uint8_t *m, int u, const qact &x) {
+template <> struct wunit8<T_Q6_K> {
+    uint4 A, C, Hh;    // ql, ql + 32, qh of the unit
+    uint32_t sw0, sw1; // the 8 int8 scales of the unit's half
+    float d;
+};
+template <> __device__ __forceinline__ wunit8<T_Q6_K> unit_load8<T_Q6_K>(const uint8_t *q, const uint8_t *m, int u) {
     const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
     const uint8_t *qb = q + (size_t)b * 192, *mb = m + (size_t)b * 20;
-    const uint4 A = *(const uint4 *)(qb + 64 * h + l), C = *(const uint4 *)(qb + 64 * h + 32 + l);
-    const uint4 Hh = *(const uint4 *)(qb + 128 + 32 * h + l);
-    const uint32_t sw0 = *(const uint32_t *)(mb + 8 * h), sw1 = *(const uint32_t *)(mb + 8 * h + 4);
-    const float d = *(const float *)(mb + 16);
+    return {*(const uint4 *)(qb + 64 * h + l),       *(const uint4 *)(qb + 64 * h + 32 + l),
+            *(const uint4 *)(qb + 128 + 32 * h + l), *(const uint32_t *)(mb + 8 * h),
+            *(const uint32_t *)(mb + 8 * h + 4),     *(const float *)(mb + 16)};
+}
+template <> __device__ __forceinline__ float unit_dot8_loaded<T_Q6_K>(const wunit8<T_Q6_K> &wu, int u, const qact &x) {
+    const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
+    const uint4 A = wu.A, C = wu.C, Hh = wu.Hh;
+    const uint32_t sw0 = wu.sw0, sw1 = wu.sw1;
+    const float d = wu.d;
     const int o = 8 * (l >> 4);
     const int sc0 = (int)(int8_t)(sw0 >> o), sc2 = (int)(int8_t)(sw0 >> (o + 16));
     const int sc4 = (int)(int8_t)(sw1 >> o), sc6 = (int)(int8_t)(sw1 >> (o + 16));

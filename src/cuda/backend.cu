@@ -104,8 +104,9 @@ struct pb_cu_model {
     // its own k_add_norm launch: measured 8% slower in run 9, the one block's tail longer than the launch it saves),
     // PB_CUDA_WIDE=0 (no rows over several warps: see choose_sw).
     int sw_force, pf, fuse, wide;
-    // PB_CUDA_PRO=0: the mat-vecs load their lanes' first weight units after waiting for their input (pdl_wait), as
-    // before 2026-12-05; default on: before it (row_part_w; the same bits either way)
+    // PB_CUDA_PRO=1: the mat-vecs load their lanes' first weight units before waiting for their input (pdl_wait;
+    // row_part_w, the same bits either way); default off (after it, as before 2026-12-05) until a GPU run has
+    // measured it: written on 2026-12-05 without a GPU lent to check it
     int pro;
     // PB_CUDA_MQ=0: the attention merge leaves its output's int8 forms to a k_quant; PB_CUDA_GQ=0: the GeGLU
     // mat-vec's groups likewise (A/B and fault isolation runs)
@@ -510,7 +511,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         g->fuse = fu && atoi(fu) == 1;
         g->wide = !(wi && atoi(wi) == 0);
         const char *pr = getenv("PB_CUDA_PRO");
-        g->pro = !(pr && atoi(pr) == 0);
+        g->pro = pr && atoi(pr) == 1;
         const char *mq = getenv("PB_CUDA_MQ"), *gq = getenv("PB_CUDA_GQ");
         g->no_mq = mq && atoi(mq) == 0;
         g->no_gq = gq && atoi(gq) == 0;

@@ -286,6 +286,66 @@ static void test_tiny(const char *tmp) {
     pb_gguf_close(ref);
 }
 
+/* Reads n floats of a logits file (0 when it holds another count). */
+static size_t read_floats(const char *path, float *x, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t got = fread(x, sizeof(float), n, f);
+    bool more = fgetc(f) != EOF;
+    fclose(f);
+    return more ? 0 : got;
+}
+
+/* Gemma 4 attends with scale 1, so its q / k norm gains carry 1/sqrt(head_dim): with gains near 1 (as synth made them
+ * until 2026-12-05) every score was ~N(0, head_dim), the softmax one-hot and the model so ill-conditioned that the GPU
+ * parity runs could not tell a fault from rounding (f16 weights moved the logits by 9% of their range). Now the
+ * gains are head_dim^-1/4 and the same f16 rounding moves them by about as much as a Gemma 3's. */
+static void test_gemma4_conditioning(const char *tmp) {
+    char f32[1024], f16[1024], l32[1024], l16[1024], args[4096];
+    const char *tok = pbt_fixture("model/tokens.bin");
+    if (!tok) return;
+    snprintf(f32, sizeof f32, "%s/g4-f32.gguf", tmp);
+    snprintf(f16, sizeof f16, "%s/g4-f16.gguf", tmp);
+    snprintf(l32, sizeof l32, "%s/g4-f32.logits", tmp);
+    snprintf(l16, sizeof l16, "%s/g4-f16.logits", tmp);
+    bool ok = true;
+    const char *files[2][2] = {{f32, l32}, {f16, l16}}, *types[2] = {"f32", "f16"};
+    for (int i = 0; i < 2 && ok; i++) {
+        snprintf(args, sizeof args, "synth --arch gemma4 --size tiny --type %s -o '%s'", types[i], files[i][0]);
+        ok = run_cli(args, logf_) == 0;
+        snprintf(args, sizeof args, "logits -m '%s' --tokens '%s' -o '%s' --exact", files[i][0], tok,
+                 files[i][1]);
+        ok = ok && run_cli(args, logf_) == 0;
+    }
+    CHECK(ok, "synth gemma4 tiny f32 / f16, logits --exact of the peer tokens");
+    pb_gguf *g = NULL;
+    if (ok && pb_gguf_open(f32, &g) == PB_OK) {
+        double m, sd, k;
+        const pb_gguf_tensor *t = pb_gguf_find_tensor(g, "blk.0.attn_q_norm.weight");
+        stats(t, &m, &sd, &k);
+        double want = pow((double)t->ne[0], -0.25);
+        CHECK(fabs(m - want) < 0.03 * want, "gemma4 attn_q_norm gains: mean %.4f (head_dim %lld^-1/4 = %.4f)", m,
+              (long long)t->ne[0], want);
+        pb_gguf_close(g);
+    }
+    size_t cap = (size_t)128 * 262144;
+    float *a = malloc(cap * sizeof(float)), *b = malloc(cap * sizeof(float));
+    size_t na = ok && a ? read_floats(l32, a, cap) : 0, nb = ok && b ? read_floats(l16, b, cap) : 0;
+    if (na && na == nb) {
+        float lo = a[0], hi = a[0], md = 0.0f;
+        for (size_t i = 0; i < na; i++) {
+            lo = fminf(lo, a[i]), hi = fmaxf(hi, a[i]);
+            md = fmaxf(md, fabsf(a[i] - b[i]));
+        }
+        CHECK(md <= 0.01f * (hi - lo), "gemma4 tiny: f16 weights move the exact logits by %.2g of their range %.3g "
+              "(<= 1%%; 9%% with unit q / k norm gains)", (double)(md / (hi - lo)), (double)(hi - lo));
+    } else {
+        CHECK(0, "read the logits files (%zu, %zu floats)", na, nb);
+    }
+    free(a);
+    free(b);
+}
+
 int main(void) {
     char tmp[512]; /* make_tmpdir's buffers are reused */
     const char *t = make_tmpdir("synth");
@@ -297,6 +357,7 @@ int main(void) {
     snprintf(logf_, sizeof logf_, "%s/cli.log", tmp);
     test_table_2b();
     test_tiny(tmp);
+    test_gemma4_conditioning(tmp);
     rm_rf(tmp);
     TEST_DONE();
 }

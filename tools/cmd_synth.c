@@ -63,10 +63,18 @@ static pb_status synth_rows(void *user, int64_t ti, int64_t r0, int64_t r1, floa
     synth *sy = user;
     const cv_tensor *t = &sy->plan[ti];
     const int64_t ne0 = t->ne[0];
-    const float std = tensor_std(t);
+    float std = tensor_std(t);
+    float bias = t->kind == CV_NORM || t->kind == CV_VEC ? 1.0f : 0.0f;
+    if (t->kind == CV_VEC && (strstr(t->name, "attn_q_norm") || strstr(t->name, "attn_k_norm"))) {
+        /* Gemma 4 attends with scale 1: its q / k norm gains carry the 1/sqrt(head_dim) (trained models learn it).
+         * With gains near 1 a score is ~N(0, head_dim), every softmax one-hot, and the model so ill-conditioned
+         * that rounding the weights to f16 moved the tiny model's logits by 9% of their range (Gemma 3's: 0.07%):
+         * gains head_dim^-1/4 each give N(0, 1) scores. */
+        bias = powf((float)t->ne[0], -0.25f);
+        std *= bias;
+    }
     /* Irwin-Hall n=4 of U(0, 65536) has sd 65536*sqrt(1/3); the x4 tail adds 15/512 to the variance. */
     const float scale = std / (65536.0f * 0.57735027f * sqrtf(1.0f + 15.0f / 512.0f));
-    const float bias = t->kind == CV_NORM || t->kind == CV_VEC ? 1.0f : 0.0f;
     if (t->kind == CV_GEN) { /* Gemma 4 rope_freqs: what the converter writes */
         cv_gemma4_gen(&sy->hp, t, r0, r1, buf);
         return PB_OK;

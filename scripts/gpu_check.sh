@@ -16,7 +16,6 @@
 # decode token step's kernels, this CLI and PB_BIN_BASE's), PROFILE_KERNELS (regexes of kernel names: ncu's
 # speed-of-light, memory, occupancy and warp-state sections of one launch each, this CLI).
 set -u
-export PB_CUDA_GEMMA4=${PB_CUDA_GEMMA4:-1} # the Gemma 4 step (off by default until its parity run passes)
 OUT=${OUT:-/tmp/gpu}
 FIX=${1:-${PB_SHARED:-../shared}/fixtures/peer/model}
 TYPES=${2-q4_k_m q4_0 q8_0 f16} # an empty TYPES ("") benches nothing

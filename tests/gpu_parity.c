@@ -839,7 +839,6 @@ static void check_model(const char *path, const char *tok_path) {
 }
 
 int main(int argc, char **argv) {
-    setenv("PB_CUDA_GEMMA4", "1", 0); /* the Gemma 4 step is off by default until this run passes on a GPU */
     if (argc < 2) {
         fprintf(stderr, "usage: gpu_parity MODEL.gguf [TOKENS.bin] ...\n");
         return 2;

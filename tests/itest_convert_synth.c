@@ -313,8 +313,7 @@ static void test_gemma4_conditioning(const char *tmp) {
     for (int i = 0; i < 2 && ok; i++) {
         snprintf(args, sizeof args, "synth --arch gemma4 --size tiny --type %s -o '%s'", types[i], files[i][0]);
         ok = run_cli(args, logf_) == 0;
-        snprintf(args, sizeof args, "logits -m '%s' --tokens '%s' -o '%s' --exact", files[i][0], tok,
-                 files[i][1]);
+        snprintf(args, sizeof args, "logits -m '%s' --tokens '%s' -o '%s' --exact", files[i][0], tok, files[i][1]);
         ok = ok && run_cli(args, logf_) == 0;
     }
     CHECK(ok, "synth gemma4 tiny f32 / f16, logits --exact of the peer tokens");
@@ -337,8 +336,10 @@ static void test_gemma4_conditioning(const char *tmp) {
             lo = fminf(lo, a[i]), hi = fmaxf(hi, a[i]);
             md = fmaxf(md, fabsf(a[i] - b[i]));
         }
-        CHECK(md <= 0.01f * (hi - lo), "gemma4 tiny: f16 weights move the exact logits by %.2g of their range %.3g "
-              "(<= 1%%; 9%% with unit q / k norm gains)", (double)(md / (hi - lo)), (double)(hi - lo));
+        CHECK(md <= 0.01f * (hi - lo),
+              "gemma4 tiny: f16 weights move the exact logits by %.2g of their range %.3g "
+              "(<= 1%%; 9%% with unit q / k norm gains)",
+              (double)(md / (hi - lo)), (double)(hi - lo));
     } else {
         CHECK(0, "read the logits files (%zu, %zu floats)", na, nb);
     }

@@ -267,7 +267,7 @@ static void test_chunk_one_line(void) {
     bool sizes = true, covered = true;
     for (int64_t i = 0; i < n; i++) {
         sizes &= c[i].n_tokens <= p.target_tokens + p.overlap_tokens; /* a piece plus the overlap before it */
-        if (i > 0) covered &= c[i].byte_start <= c[i - 1].byte_end; /* no gap between consecutive chunks */
+        if (i > 0) covered &= c[i].byte_start <= c[i - 1].byte_end;   /* no gap between consecutive chunks */
     }
     covered &= n > 0 && c[0].byte_start == 0 && c[n - 1].byte_end + 1 >= o;
     CHECK(sizes, "one line: every chunk within the token target");

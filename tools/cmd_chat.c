@@ -259,7 +259,7 @@ PB_CMD(chat) {
         }
     }
     if (c.session_file) { /* the conversation is saved there at exit: find out now that it cannot be (a missing or
-                            * read-only directory, a directory or link at the name), not after an hour of chat */
+                           * read-only directory, a directory or link at the name), not after an hour of chat */
         pb_atomic_file probe;
         if (pb_atomic_open(c.session_file, &probe) != PB_OK) {
             cli_err("chat", "--session: %s; the conversation could not be saved there", pb_last_error());

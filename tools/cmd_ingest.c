@@ -132,8 +132,10 @@ PB_CMD(ingest) {
         for (int i = 0; i < n_paths; i++) {
             struct stat psb;
             if (stat(paths[i], &psb) != 0) continue;
-            if (S_ISREG(psb.st_mode) || S_ISDIR(psb.st_mode)) n_there++;
-            else err = 0;
+            if (S_ISREG(psb.st_mode) || S_ISDIR(psb.st_mode))
+                n_there++;
+            else
+                err = 0;
         }
         if (n_there == 0) {
             cli_err("ingest", "%s: %s; nothing to ingest, no database created", paths[0],

@@ -58,7 +58,7 @@ struct pb_model {
     int n_packed;     /* matrices repacked at open */
     void *packed_mem; /* their packed copies (pb_big_alloc; NULL when packed in place) */
     size_t packed_size;
-    pb_map cache_map;   /* the packed-weights cache file when the packed matrices are views into it (pack_cache.c) */
+    pb_map cache_map; /* the packed-weights cache file when the packed matrices are views into it (pack_cache.c) */
     struct pb_pc_job *pc_job; /* a packed-weights cache write on pc_thread (params.pack_cache_background), else NULL */
     pb_thread *pc_thread;
     float *output_norm; /* [d] */

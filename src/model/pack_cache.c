@@ -213,7 +213,7 @@ struct pb_pc_job {
     const void **data;
     size_t *nbytes, bytes;
     char prev[sizeof(((pb_model_info *)0)->pack_cache_note)]; /* why the load missed */
-    int state;                                                 /* outcome: PB_PACK_CACHE_WRITTEN or _FAILED */
+    int state;                                                /* outcome: PB_PACK_CACHE_WRITTEN or _FAILED */
     char note[sizeof(((pb_model_info *)0)->pack_cache_note)];
     atomic_int done;
 };

@@ -301,7 +301,7 @@ static size_t read_floats(const char *path, float *x, size_t n) {
  * parity runs could not tell a fault from rounding (f16 weights moved the logits by 9% of their range). Now the
  * gains are head_dim^-1/4 and the same f16 rounding moves them by about as much as a Gemma 3's. */
 static void test_gemma4_conditioning(const char *tmp) {
-    char f32[512], f16[512], l32[512], l16[512], args[2048];
+    char f32[600], f16[600], l32[600], l16[600], args[3000];
     const char *tok = pbt_fixture("model/tokens.bin");
     if (!tok) return;
     snprintf(f32, sizeof f32, "%s/g4-f32.gguf", tmp);

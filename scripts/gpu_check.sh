@@ -44,6 +44,8 @@ else
   tail -5 "$OUT/build.log"; exit 1
 fi
 fi
+# PARITY=0: no parity runs at all (a timing-only call: the bench and the switches below)
+if [ "${PARITY:-1}" != 0 ]; then
 echo "== parity tests"
 set --
 for q in f16 q8_0 q4_0 q4_k_m q5_k_m q6_k; do
@@ -110,6 +112,7 @@ if [ -x "$TEB" ] && [ -f "$FIX/gemma2-tiny-v.q8_0.gguf" ]; then
   echo "engine batch test on the GPU: rc $?, $(grep -c '^ok' "$OUT/engine-batch.log") ok, $(grep -c '^not ok' "$OUT/engine-batch.log") not ok"
   grep "^not ok" "$OUT/engine-batch.log" | head -5
 fi
+fi # PARITY
 if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1): same checks
   PB_CUDA_PDL=1 $PAR "$@" >"$OUT/parity-pdl.log" 2>&1
   echo "parity (PB_CUDA_PDL=1): $(grep -c '^ok' "$OUT/parity-pdl.log") ok, $(grep -c '^not ok' "$OUT/parity-pdl.log") not ok"
@@ -253,10 +256,45 @@ if [ -n "${PROFILE_KERNELS:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; th
     echo "== ncu sections: the 61st launch matching $k (details in $OUT/ncu-sections.txt)"
     timeout 120 ncu --clock-control none --cache-control none --graph-profiling node --kernel-name-base demangled \
       -k "regex:$k" --launch-skip 60 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      --section Occupancy --section WarpStateStats --section LaunchStats $PB bench --gpu -m "$f" -p 0 -n 8 -r 1 \
+      --section Occupancy --section WarpStateStats --section LaunchStats $PB bench --gpu -m "$f" -p ${PROFILE_P:-0} -n 8 -r 1 \
       >/tmp/ncu-sec.txt 2>&1
     cat /tmp/ncu-sec.txt >>"$OUT/ncu-sections.txt"
     grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|Grid Size" \
       /tmp/ncu-sec.txt | head -12
   done
+fi
+if [ -n "${PFPROFILE:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then
+  # the prompt path's kernels: every launch of one pp512 run (a warm-up chunk and one timed), times summed by name
+  echo "== ncu: the prompt path's kernels, pp512 (-r 1), summed by kernel"
+  timeout 300 ncu --clock-control none --csv --metrics gpu__time_duration.sum $PB bench --gpu -m "$f" -p 512 -n 0 -r 1 \
+    >"$OUT/ncu-pf.csv" 2>/tmp/ncu-pf.err || tail -3 /tmp/ncu-pf.err
+  python3 - "$OUT/ncu-pf.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: sys.exit("no ncu rows")
+h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+t = collections.defaultdict(float); n = collections.Counter()
+for r in rows[1:]:
+    try: v = float(r[vi].replace(",", ""))
+    except ValueError: continue
+    us = v / 1000.0 if r[ui] in ("nsecond", "ns") else v * 1000.0 if r[ui] in ("msecond", "ms") else v
+    k = r[ki].split("(")[0][:70]; t[k] += us; n[k] += 1
+tot = sum(t.values())
+for k in sorted(t, key=t.get, reverse=True)[:25]:
+    print(f"{k:70s} {n[k]:5d} x {t[k]/n[k]:8.2f} us = {t[k]/1000:8.2f} ms ({100*t[k]/tot:4.1f}%)")
+print(f"all kernels: {tot/1000:.1f} ms")
+PY
+fi
+if [ -n "${G4BENCH:-}" ]; then # Gemma 4 on the GPU: synth E2B Q4_K_M, GPU and CPU side by side
+  g=/tmp/synth-gemma4-e2b-q4_k_m.gguf
+  [ -f "$g" ] || $PB synth --arch gemma4 --size e2b --type q4_k_m -o "$g" --threads "$J" >/dev/null 2>&1 || echo "synth e2b failed"
+  if [ -f "$g" ]; then
+    echo "== gemma4 e2b q4_k_m: bench --gpu (-p 512 -n 128 -r 2), then the CPU (--no-gpu, $J threads, -p 128 -n 32 -r 1)"
+    $PB bench --gpu -m "$g" -p 512 -n 128 -r 2 --json >"$OUT/bench-e2b-gpu.json" 2>/tmp/e2b.err || tail -3 /tmp/e2b.err
+    PB_CUDA_G4_PREFILL=0 $PB bench --gpu -m "$g" -p 512 -n 0 -r 1 --json >"$OUT/bench-e2b-gpu-tokens.json" 2>/dev/null
+    timeout 240 $PB bench --no-gpu -m "$g" -p 128 -n 32 -r 1 --threads "$J" --json >"$OUT/bench-e2b-cpu.json" 2>/tmp/e2b.err || tail -3 /tmp/e2b.err
+    for j in "$OUT"/bench-e2b-*.json; do
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[1].split('/')[-1], r.get('backend'), {k: v['median'] for k, v in r.items() if k[:2] in ('tg','pp')}, 'ttft', r.get('ttft_ms',{}).get('median'))" "$j" 2>/dev/null
+    done
+  fi
 fi

@@ -116,6 +116,15 @@ struct pb_cu_model {
     // the lane slots over a block's warps (default: mq_ks's choice)
     int mma, mma_min, mma_ks;
     int normt; // PB_CUDA_NORMT=128..1024: threads of the one-block norm kernels (0: 1024 where d >= 1024)
+    // Diagnostics only (wrong logits; timing runs on the device, docs/CUDA.md "Where a token step's time goes"):
+    // PB_CUDA_SKIP=mask leaves launches out of Gemma 1-3's token step (1 the add + norms, 2 the attention, 4 q/k/v,
+    // 8 o, 16 gate+up, 32 down, 64 the output mat-vec), PB_CUDA_EMPTY=1 launches an empty kernel of the same grid
+    // in place of each of the step's kernels (the floor of its dependent launches).
+    int skip, empty;
+    // PB_CUDA_ADIAG=mask (k_attn of Gemma 1-3: 1 returns after its wait, 2 reads no keys, 4 no merge of the splits),
+    // PB_CUDA_LATE=mask (launch_dependents late: 1 in the mat-vecs, after the rows' sums; 2 in the attention, after
+    // its keys): diagnostics and A/B runs (late launches change no bits)
+    int adiag, late;
     int n_sm;  // multiprocessors of device 0
     // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
     // the lock that gives it to one pb_cu_forward_batch call at a time.
@@ -520,6 +529,12 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         const char *nt = getenv("PB_CUDA_NORMT");
         g->normt = nt ? atoi(nt) : 0;
         if (g->normt < 128 || g->normt > 1024 || g->normt % 32) g->normt = 0;
+        const char *sk = getenv("PB_CUDA_SKIP"), *em = getenv("PB_CUDA_EMPTY");
+        g->skip = sk ? atoi(sk) : 0;
+        g->empty = em && atoi(em) == 1;
+        const char *ad = getenv("PB_CUDA_ADIAG"), *la = getenv("PB_CUDA_LATE");
+        g->adiag = ad ? atoi(ad) : 0;
+        g->late = la ? atoi(la) : 0;
     }
     set_ahead(g);
     g->hp.layers = NULL;
@@ -554,6 +569,7 @@ struct mv_args {
     int sw;  // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
     int pf;  // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
     int pro; // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
+    int late; // a diagnostic (PB_CUDA_LATE bit 1): launch_dependents after the rows' sums, not at the kernel's start
     float softcap;
     const float *x;
     qact xa;  // x quantized (int8 path)
@@ -757,7 +773,7 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
     __shared__ float wsum[MV_WARPS];
     const int sw = a.sw, sl = threadIdx.x % sw;
     const int row0 = blockIdx.x * (32 * MV_WARPS / sw) + threadIdx.x / sw;
-    pdl_start();
+    if (!a.late) pdl_start();
     if (a.pf) {
         const int r1 = row0 - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
         if (row0 < a.mat[0].N) {
@@ -783,6 +799,7 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
         y = a.y[2];
     } else
         pdl_wait();
+    if (a.late) pdl_start();
     s = row_total(s, sw, wsum);
     if (y && sl == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
     if (!a.nx) return;
@@ -807,7 +824,7 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
     __shared__ int last;
     const int sw = a.sw, sl = threadIdx.x % sw, rb = 32 * MV_WARPS / sw;
     const int row = blockIdx.x * rb + threadIdx.x / sw;
-    pdl_start();
+    if (!a.late) pdl_start();
     if (a.pf && row < a.mat[0].N) {
         prefetch_rows(a.mat[0], row, sl, sw, a.pf);
         prefetch_rows(a.mat[1], row, sl, sw, a.pf);
@@ -817,6 +834,7 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
         row_part2_w<T, I8>(a.mat[0], a.mat[1], row, a.x, a.xa, sl, sw, a.pro, g, u);
     else
         pdl_wait();
+    if (a.late) pdl_start();
     g = row_total(g, sw, wsum);
     u = row_total(u, sw, wsum);
     if (row < a.mat[0].N && sl == 0) a.y[0][row] = gelu_tanh(g) * u;
@@ -1236,6 +1254,9 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
     __syncthreads();
 }
 
+#define MH_V 2  // values a thread of merge_heads sums at once
+#define MH_S 16 // splits whose values merge_heads loads before adding any
+
 // att[h] = merge of the S split states of query head h = g * n_rep + r, for the n_rep query heads of kv head g at
 // once, divided by the softmax sum (one block, blockDim.x a multiple of 32; wt and Ls in shared memory). Warp r
 // finds head r's common max and each split's weight; then every thread merges its values, each value's sum over
@@ -1277,15 +1298,43 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         if (lane == 0) Ls[r] = L;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_rep * hd; idx += blockDim.x) {
-        const int r = idx / hd, e = idx % hd;
-        const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
-        const float v = acc / Ls[r];
-        att[((size_t)g * n_rep + r) * hd + e] = v;
-        as[idx] = v;
+    // MH_V values a thread, the values of MH_S splits of each loaded before any is added (one L2 round trip where
+    // there were one per 8 splits and value: 8 in a row for gemma-2-2b's 16 splits, ~4 us of a layer's attention in
+    // the 2026-12-05 in-situ runs); each value's sum still runs over the splits in order from 0.0: the same bits
+    for (int i0 = threadIdx.x; i0 < n_rep * hd; i0 += MH_V * blockDim.x) {
+        float acc[MH_V];
+        int rr[MH_V];
+        size_t bs[MH_V];
+        bool in[MH_V];
+#pragma unroll
+        for (int k = 0; k < MH_V; k++) {
+            const int idx = i0 + k * (int)blockDim.x;
+            in[k] = idx < n_rep * hd;
+            rr[k] = in[k] ? idx / hd : 0;
+            bs[k] = ((size_t)g * S * n_rep + rr[k]) * (hd + 2) + 2 + (in[k] ? idx % hd : 0);
+            acc[k] = 0.0f;
+        }
+        for (int s0 = 0; s0 < S; s0 += MH_S) {
+            float v[MH_V][MH_S];
+#pragma unroll
+            for (int k = 0; k < MH_V; k++)
+#pragma unroll
+                for (int j = 0; j < MH_S; j++)
+                    v[k][j] = in[k] && s0 + j < S ? __ldcg(part + bs[k] + (size_t)(s0 + j) * st) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < MH_V; k++)
+#pragma unroll
+                for (int j = 0; j < MH_S; j++)
+                    if (in[k] && s0 + j < S) acc[k] += v[k][j] * wt[rr[k]][s0 + j];
+        }
+#pragma unroll
+        for (int k = 0; k < MH_V; k++) {
+            if (!in[k]) continue;
+            const int idx = i0 + k * (int)blockDim.x, r = rr[k], e = idx % hd;
+            const float v = acc[k] / Ls[r];
+            att[((size_t)g * n_rep + r) * hd + e] = v;
+            as[idx] = v;
+        }
     }
     if (!qo.q0 && !qo.qK) return;
     __syncthreads(); // this block's att values (as: shared), written by its other threads, are visible after it
@@ -1338,17 +1387,54 @@ template <int EPL, int REP, bool G4>
 __global__ void __launch_bounds__(128)
     k_attn(const float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn, const float *kn,
            const float *inv, float eps, float *part, const int *params, int n_rep, int hd, int cap, int ring,
-           int window, float scale, float softcap, float *att, const qout qo, int *cnt, int vnorm) {
+           int window, float scale, float softcap, float *att, const qout qo, int *cnt, int vnorm, int dbg) {
     __shared__ float sm[4][REP][2 + 32 * EPL];
     __shared__ float qs[REP][32 * EPL], rbuf[32 * EPL], ks[1][32 * EPL];
     __shared__ double rsh[32];
     __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP], wM[REP], wW[REP][4];
     __shared__ int last;
-    pdl_start();
-    pdl_wait();
+    if (!(dbg & 16)) pdl_start();
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    // pos was written before the step began, and the rows of the keys below it by earlier steps (only k_attn of this
+    // layer writes its cache, pos's row in this launch): each warp requests its first two keys' rows before the
+    // wait, unless one of them is pos; the same values as loaded after it (2026-12-05: a round trip off the chain)
     const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
-    const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
+    const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = (dbg & 2) ? k0 - 1 : min(pos, k0 + per - 1);
+    const bool own = s == (pos - lo) / per && (!G4 || k); // this split holds pos and this launch writes its row
+    // pos's K / V row as written to the cache, in the block that writes it: rbuf's bytes (the RoPE's scratch, free
+    // once the key is roped; the wide form has no room for more static shared memory)
+    __half *kh = (__half *)rbuf, *vh = kh + 32 * EPL;
+    float kv[2][EPL], vv[2][EPL];
+    // key kk's and kk2's rows (kk2 = kk where the warp has one key left); pos's from shared memory in the block
+    // that wrote it (the bytes it wrote to the cache)
+    auto load2 = [&](int kk, int kk2) {
+        const int s0 = ring ? kk % cap : kk, s1 = ring ? kk2 % cap : kk2;
+        const __half *kr0 = own && kk == pos ? kh : kc + ((size_t)g * cap + s0) * hd;
+        const __half *vr0 = own && kk == pos ? vh : vc + ((size_t)g * cap + s0) * hd;
+        const __half *kr1 = own && kk2 == pos ? kh : kc + ((size_t)g * cap + s1) * hd;
+        const __half *vr1 = own && kk2 == pos ? vh : vc + ((size_t)g * cap + s1) * hd;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) {
+            const int e = lane + 32 * i;
+            kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
+            vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
+            kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
+            vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
+        }
+    };
+    const int kf = k0 + w, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
+    bool pre = kf <= k1 && kf != pos && kf2 != pos;
+    if (pre) load2(kf, kf2);
+    pdl_wait();
+    if (dbg & 1) { // diagnostics (pb_cu_model.adiag / late): wrong results, timing only
+        if (dbg & 16) pdl_start();
+        return;
+    }
+    if (own) { // the rows of k and v this block ropes and writes below, into L1 while the query heads are roped
+        const float *src = threadIdx.x < 64 ? k + (size_t)g * hd : v + (size_t)g * hd;
+        const int o = 32 * (threadIdx.x & 63);
+        if (threadIdx.x < 128 && o < hd) asm volatile("prefetch.global.L1 [%0];" ::"l"(src + o));
+    }
     const int r0 = G4 ? (int)blockIdx.z * REP : 0, nr = G4 ? min(REP, n_rep - r0) : n_rep; // this block's heads
     if constexpr (G4) {
         for (int r = 0; r < nr; r++)
@@ -1358,7 +1444,7 @@ __global__ void __launch_bounds__(128)
             rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
     else
         rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
-    if (s == (pos - lo) / per && (!G4 || k)) { // this split holds pos: kv head g's row of this position first
+    if (own) { // this split holds pos: kv head g's row of this position first
         const int slot = ring ? pos % cap : pos;
         float rv = 1.0f;
         if constexpr (G4) {
@@ -1370,13 +1456,16 @@ __global__ void __launch_bounds__(128)
             rope_heads(k + (size_t)g * hd, inv, hd, 1, (float)pos, ks);
         __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            kd[i] = __float2half_rn(ks[0][i]);
+            const __half kb = __float2half_rn(ks[0][i]);
+            __half vb;
             if constexpr (G4)
-                vd[i] = __float2half_rn(vnorm ? v[(size_t)g * hd + i] * rv : v[(size_t)g * hd + i]);
+                vb = __float2half_rn(vnorm ? v[(size_t)g * hd + i] * rv : v[(size_t)g * hd + i]);
             else
-                vd[i] = __float2half_rn(v[(size_t)g * hd + i]);
+                vb = __float2half_rn(v[(size_t)g * hd + i]);
+            kd[i] = kb, vd[i] = vb;
+            kh[i] = kb, vh[i] = vb;
         }
-        __syncthreads(); // the block's own cache writes are visible to its loads after the barrier
+        __syncthreads(); // kh / vh, written by the block's other threads, are visible after the barrier
     }
     float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
 #pragma unroll
@@ -1393,18 +1482,8 @@ __global__ void __launch_bounds__(128)
     // two keys per step, both rows requested before either is used (latency, not bandwidth, bounds decode)
     for (int k = k0 + w; k <= k1; k += 8) {
         const bool two = k + 4 <= k1;
-        const int s0 = ring ? k % cap : k, s1 = two ? (ring ? (k + 4) % cap : k + 4) : s0;
-        const __half *kr0 = kc + ((size_t)g * cap + s0) * hd, *vr0 = vc + ((size_t)g * cap + s0) * hd;
-        const __half *kr1 = kc + ((size_t)g * cap + s1) * hd, *vr1 = vc + ((size_t)g * cap + s1) * hd;
-        float kv[2][EPL], vv[2][EPL];
-#pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            const int e = lane + 32 * i;
-            kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
-            vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
-            kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
-            vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
-        }
+        if (!pre) load2(k, two ? k + 4 : k);
+        pre = false;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             if (j == 1 && !two) break;
@@ -1426,6 +1505,7 @@ __global__ void __launch_bounds__(128)
             }
         }
     }
+    if (dbg & 16) pdl_start();
 #pragma unroll
     for (int r = 0; r < REP; r++) {
         if (r >= nr) break;
@@ -1469,7 +1549,7 @@ __global__ void __launch_bounds__(128)
     if (!last) return;
     __threadfence();
     // sm: free again (every thread is past it); it holds n_rep x hd floats in every instantiated form
-    merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
+    if (!(dbg & 4)) merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -1756,6 +1836,7 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     m.pdl = c->g->pdl;
     m.pf = c->g->pf;
     m.pro = c->g->pro;
+    m.late = c->g->late & 1;
     m.xa.q0 = (const int8_t *)c->aq0;
     m.xa.d0 = c->ad0;
     m.xa.qK = (const int8_t *)c->aqK;
@@ -1763,9 +1844,23 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     return m;
 }
 
+// PB_CUDA_EMPTY=1 (a diagnostic, pb_cu_model.empty): set while such a model's token step is captured; launch_k
+// then launches k_nop with the kernel's grid instead of the kernel.
+static thread_local bool tl_empty = false;
+__global__ void k_nop() {
+    pdl_start();
+    pdl_wait();
+}
+
 // Launches kernel k on stream s, with the programmatic-dependent-launch attribute when pdl (see pb_cu_model.pdl).
 template <typename... P, typename... A>
 static void launch_k(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args) {
+    if (tl_empty) {
+        tl_empty = false;
+        launch_k(pdl, k_nop, grid, block, s);
+        tl_empty = true;
+        return;
+    }
     if (!pdl) {
         k<<<grid, block, 0, s>>>(args...);
         return;
@@ -1828,11 +1923,14 @@ static void launch_mv(const mv_args &a0, float *tmp, cudaStream_t s) {
 
 // The mat-vec m (one matrix, into c->o), then x += [RMSNorm(o; post_w)] o and xn = RMSNorm(x; next_w) with xn's int8
 // forms: as k_add_norm after it, or in the mat-vec's last block (mv_args.nx) where PB_CUDA_FUSE=1.
-static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *next_w, int nt, cudaStream_t s) {
+// mvbit: the mat-vec's bit of pb_cu_model.skip (a diagnostic; 0 for Gemma 4's step).
+static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *next_w, int nt, cudaStream_t s,
+                     int mvbit = 0) {
     const pb_cu_model *g = c->g;
     if (!g->fuse) {
-        launch_mv(m, c->up, s);
-        launch_k(g->pdl != 0, k_add_norm, 1, nt, s, c->x, (const float *)c->o, post_w, next_w, c->xn, g->hp.n_embd,
+        if (!(g->skip & mvbit)) launch_mv(m, c->up, s);
+        if (!(mvbit && (g->skip & 1)))
+            launch_k(g->pdl != 0, k_add_norm, 1, nt, s, c->x, (const float *)c->o, post_w, next_w, c->xn, g->hp.n_embd,
                  g->hp.norm_eps, qout_of(c));
         return;
     }
@@ -1888,12 +1986,12 @@ static void enqueue_attn_g4(pb_cu_ctx *c, int il, cudaStream_t s) {
         launch_k(g->pdl != 0, k_attn<MAX_EPL, MAX_REP, true>, dim3(hkv, c->S, 1), 128, s, (const float *)c->q, k, v,
                  c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps, c->part,
                  (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap, c->att,
-                 mq, c->acnt, g->hp.v_norm);
+                 mq, c->acnt, g->hp.v_norm, 0);
     else
         launch_k(g->pdl != 0, k_attn<WIDE_EPL, WIDE_REP, true>, dim3(hkv, c->S, (n_rep + WIDE_REP - 1) / WIDE_REP), 128,
                  s, (const float *)c->q, k, v, c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps,
                  c->part, (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap,
-                 c->att, mq, c->acnt, g->hp.v_norm);
+                 c->att, mq, c->acnt, g->hp.v_norm, 0);
     if (!fuse) launch_quant(c, c->att, hp->n_head * hd, s);
 }
 
@@ -1978,20 +2076,21 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         a.mat[2] = L->wv;
         a.y[2] = c->v;
         a.n_mat = 3;
-        launch_mv(a, c->up, s);
+        if (!(g->skip & 4)) launch_mv(a, c->up, s);
         const int ring = L->swa ? 1 : 0; /* slot = pos % cap (cap = min(window, n_ctx)), as the host cache */
         // the merge (in k_attn's last block of each kv head) quantizes att itself where each head holds whole
         // q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
         qout mq = qout_of(c);
         const bool fuse = !g->no_mq && (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
-        launch_k(pdl, k_attn<MAX_EPL, MAX_REP, false>, dim3(Hkv, c->S), 128, s, (const float *)c->q,
+        if (!(g->skip & 2))
+            launch_k(pdl, k_attn<MAX_EPL, MAX_REP, false>, dim3(Hkv, c->S), 128, s, (const float *)c->q,
                  (const float *)c->k, (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm,
                  (const float *)L->k_norm, (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part,
                  (const int *)c->params, n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale,
-                 hp->attn_softcap, c->att, mq, c->acnt, 0);
+                 hp->attn_softcap, c->att, mq, c->acnt, 0, (g->adiag & 7) | ((g->late & 2) ? 16 : 0));
         if (!fuse) launch_quant(c, c->att, H * hd, s);
-        add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s);
+        add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);
         gu.mat[1] = L->up;
         gu.n_mat = 2;
@@ -2006,12 +2105,12 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
             gu.yq = qout_geglu(c), gu.cnt = c->gcnt, gu.qgroup = G;
             dn.xa = qact{(const int8_t *)c->gq0, c->gd0, (const int8_t *)c->gqK, c->gdK};
         }
-        launch_mv(gu, c->up, s);
+        if (!(g->skip & 16)) launch_mv(gu, c->up, s);
         if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        add_norm(c, dn, L->post_ffw_norm, next, nt, s);
+        add_norm(c, dn, L->post_ffw_norm, next, nt, s, 32);
     }
-    if (with_output) {
+    if (with_output && !(g->skip & 64)) {
         mv_args a = mv1(c, g->output, c->logits, c->xn);
         a.softcap = hp->final_softcap;
         launch_mv(a, c->up, s);
@@ -2026,7 +2125,9 @@ static void enqueue_argmax(pb_cu_ctx *c, const float *x, int n) {
 static int capture(pb_cu_ctx *c, bool with_output, cudaGraphExec_t *out, char *err, size_t cap) {
     cudaGraph_t graph;
     CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    tl_empty = c->g->empty != 0;
     enqueue_step(c, with_output);
+    tl_empty = false;
     if (out == &c->graph_arg) enqueue_argmax(c, c->logits, c->g->hp.n_vocab);
     CU(cudaStreamEndCapture(c->stream, &graph));
     cudaError_t e = cudaGraphInstantiate(out, graph, 0);

@@ -2,8 +2,9 @@
 // (mat-mat tiles that reuse each weight load over PF_TT tokens, attention of all the chunk's queries over the cache
 // and the chunk's own keys), with the decode step's numerics: every value is computed by the same per-lane unit
 // dots (weights.cuh), the same lane and warp sums, norms, quantizations and attention split order as one token step
-// of backend.cu, so a prompt run at once gives the logits of the same prompt run token by token. Included by
-// backend.cu (it uses that file's structures and device functions); no host allocation per token. See docs/CUDA.md.
+// of backend.cu, so a prompt run at once gives the logits of the same prompt run token by token (Gemma 4: its own
+// chunk, pf_enqueue_g4, mirroring enqueue_step_g4). Included by backend.cu (it uses that file's structures and
+// device functions); no host allocation per token. See docs/CUDA.md.
 
 #define PF_NC 512 // tokens per prefill chunk (scratch sized for it once per context)
 // PF_TT: tokens per mat-mat tile: each weight unit a lane loads is dotted with PF_TT tokens' activations (chunks of

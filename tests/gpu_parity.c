@@ -18,10 +18,12 @@
  *  - sparse sampling on the GPU: the device top-M kernel against a full sort on random vocabularies (ids and raw
  *    values bit for bit, gathered values too), and sampled sessions (top-k, top-p, min-p, penalties, bias) reading
  *    the best logits from the device against the same sessions pulling every logit (PB_CUDA_TOPK=0).
- * Gemma 4 files run the same checks (their prompts and batches are one-token steps on the GPU, so "at once = token
- * by token" holds by construction there; the logits against the CPU are the real test: per-layer head dims, KV
- * sharing, k_eq_v, V norm, PLE, layer scale, the wide attention form on head_dim > 256), after a note of the
- * geometry; a Gemma 4 MoE file is only checked to be refused by name with gpu = 1 and to fall back with gpu = -1.
+ * Gemma 4 files run the same checks after a note of the geometry (their prompts take the chunked path,
+ * pf_enqueue_g4, so "at once = token by token" compares it with the token steps: per-layer head dims, KV sharing,
+ * k_eq_v, V norm, PLE, layer scale, the wide attention form on head_dim > 256; their batches are one-token steps row
+ * by row), plus a prompt of 600 tokens (two chunks, past a sliding window of 512) at once, in calls of 200 and token
+ * by token (check_long; PB_PAR_LONG=1 runs it on every model); a Gemma 4 MoE file is only checked to be refused by
+ * name with gpu = 1 and to fall back with gpu = -1.
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
@@ -675,6 +677,55 @@ static int batch_bench(const char *path) {
     return 0;
 }
 
+/* A prompt past one prefill chunk (PF_NC = 512 tokens) and past a 512-token sliding window (Gemma 4 E2B, Gemma 3
+ * 270m / 1b; the tiny models' windows of 8-32 wrap many times): LONG_N tokens at once (chunks of 512 and 88), in
+ * calls of 200 (a chunk whose ring wraps over keys of the same chunk) and token by token; the last prompt token's
+ * logits, those of LONG_MORE one-token steps after it and the session state afterwards (every cache row, pulled from
+ * the device), bit for bit. GPU only: no CPU run of the long prompt. */
+enum { LONG_N = 600, LONG_MORE = 8 };
+static void check_long(const pb_model *gm, int V) {
+    static const int calls[] = {LONG_N, 200, 1};
+    int32_t toks[LONG_N + LONG_MORE];
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < LONG_N + LONG_MORE; i++) { /* random ids (xorshift) */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        toks[i] = (int32_t)(r % (uint64_t)V);
+    }
+    float *lg[3] = {NULL, NULL, NULL};
+    void *state[3] = {NULL, NULL, NULL};
+    size_t slen[3] = {0, 0, 0};
+    pb_status st = PB_OK;
+    for (int k = 0; k < 3 && !st; k++) {
+        pb_kv_cache *kv = NULL;
+        pb_forward_ctx *fc = NULL;
+        if (!(lg[k] = malloc(sizeof(float) * (size_t)V * (1 + LONG_MORE)))) st = PB_ERR_NOMEM;
+        if (!st) st = pb_kv_new(gm, LONG_N + LONG_MORE, PB_KV_F16, &kv);
+        if (!st) st = pb_forward_ctx_new_kv(gm, calls[k], kv, &fc);
+        for (int i = 0; i < LONG_N && !st; i += calls[k]) {
+            const int c = LONG_N - i < calls[k] ? LONG_N - i : calls[k];
+            st = pb_forward(gm, kv, fc, NULL, toks + i, c, lg[k], false, NULL);
+        }
+        for (int i = 0; i < LONG_MORE && !st; i++)
+            st = pb_forward(gm, kv, fc, NULL, toks + LONG_N + i, 1, lg[k] + (size_t)(1 + i) * V, false, NULL);
+        if (!st && !(state[k] = malloc(slen[k] = pb_kv_state_size(kv)))) st = PB_ERR_NOMEM;
+        if (!st) st = pb_kv_state_write(kv, state[k], slen[k], &slen[k]);
+        pb_forward_ctx_free(fc);
+        pb_kv_free(kv);
+    }
+    CHECK(st == PB_OK, "GPU forward of a %d-token prompt at once, in calls of 200 and token by token (%s)", LONG_N,
+          st ? pb_last_error() : "ok");
+    if (!st) {
+        same_bits(lg[2], lg[0], 1 + LONG_MORE, V, "GPU prefill of 600 tokens at once (chunks of 512 + 88), 8 steps on");
+        same_bits(lg[2], lg[1], 1 + LONG_MORE, V, "GPU prefill of 600 tokens in calls of 200, 8 steps on");
+        CHECK(slen[0] == slen[2] && slen[1] == slen[2] && memcmp(state[0], state[2], slen[2]) == 0 &&
+                  memcmp(state[1], state[2], slen[2]) == 0,
+              "GPU prefill of 600 tokens at once / in calls of 200: the cache afterwards = token by token (%zu / %zu / "
+              "%zu bytes of state)",
+              slen[0], slen[1], slen[2]);
+    }
+    for (int k = 0; k < 3; k++) free(lg[k]), free(state[k]);
+}
+
 /* A Gemma 4 model's geometry (what its GPU step exercises), noted; true for a MoE model, whose refusal by name
  * (gpu = 1) and fallback to the CPU (gpu = -1) are then checked instead of the GPU runs. */
 static bool gemma4_note(const char *path, const pb_model *cm) {
@@ -748,8 +799,9 @@ static void check_model(const char *path, const char *tok_path) {
     }
     /* PB_PAR_ONLY "batch": only the batch checks (sanitizer runs); "gpu": GPU only (full-size models): prefill at
        once, in calls of 37 and token by token bit for bit, then the batch checks; no CPU run */
-    const char *only = getenv("PB_PAR_ONLY");
+    const char *only = getenv("PB_PAR_ONLY"), *lenv = getenv("PB_PAR_LONG");
     const size_t nv = (size_t)n * V;
+    const bool long_on = hp->arch == PB_ARCH_GEMMA4 || (lenv && atoi(lenv) == 1); /* check_long */
     if (only && strcmp(only, "gpu") == 0) {
         float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv), *t = malloc(sizeof(float) * nv);
         pb_status s1 = run_all(gm, toks, n, n, false, a, NULL), s2 = run_all(gm, toks, n, 37, false, b, NULL),
@@ -761,6 +813,7 @@ static void check_model(const char *path, const char *tok_path) {
             same_bits(t, b, n, V, "GPU prefill in calls of 37 tokens");
         }
         free(a), free(b), free(t);
+        if (long_on) check_long(gm, V);
     }
     if (only && (strcmp(only, "batch") == 0 || strcmp(only, "gpu") == 0)) {
         check_batch(gm, toks, V);
@@ -793,6 +846,7 @@ static void check_model(const char *path, const char *tok_path) {
     if (!s2 && !s3) same_bits(l1, lp, n, V, "GPU prefill in calls of 37 tokens");
     if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
     free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
+    if (long_on) check_long(gm, V);
     check_top(gm, toks, 32, V);
     check_sampled(gm, toks);
     check_batch(gm, toks, V);

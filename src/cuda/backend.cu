@@ -1189,12 +1189,11 @@ __global__ void k_embed(const dmat E, const int *params, float scale, float *x, 
 // Gemma 4's residual tail (forward.c block(): after the MLP, after the PLE block): x += [RMSNorm(o; post_w)] o, then
 // x *= scale (the layer output scale where it applies, else 1); then with next_w xn = RMSNorm(x; next_w) and xn's
 // int8 forms into qo (the next layer's input), without it x's own int8 forms into qo (the PLE gate's input: it reads
-// x, not a normed row). One block, any d (the loop form of k_add_norm).
-__global__ void k_g4_add(float *x, const float *o, const float *post_w, float scale, const float *next_w, float *xn,
-                         int d, float eps, const qout qo) {
-    __shared__ double sh[32];
-    pdl_start();
-    pdl_wait();
+// x, not a normed row). One block, any d (the loop form of k_add_norm); the prompt path's k_pf_g4_add runs the same
+// code per token (g4_add_row), with the same block size: the same bits.
+static __device__ __forceinline__ void g4_add_row(float *x, const float *o, const float *post_w, float scale,
+                                                  const float *next_w, float *xn, int d, float eps, const qout &qo,
+                                                  double *sh) {
     const int t = threadIdx.x, bd = blockDim.x;
     const float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
     for (int i = t; i < d; i += bd) {
@@ -1213,22 +1212,35 @@ __global__ void k_g4_add(float *x, const float *o, const float *post_w, float sc
     if (qo.q0 || qo.qK) quant_act(qx, d, qo, t >> 5, bd >> 5);
 }
 
-// Gemma 4's per-layer inputs (forward.c ple_inputs) of the step's token, chunk blockIdx.x (layer l) of pli, which holds
-// the model projection of the scaled embedding: pli[l P + i] = (RMSNorm(pli[l P ..] * ps; w)[i] + E[tok][l P + i] *
-// ts) * r2 (ps = d^-0.5, ts = sqrt(P), r2 = 2^-0.5, computed on the host as the CPU does).
+__global__ void k_g4_add(float *x, const float *o, const float *post_w, float scale, const float *next_w, float *xn,
+                         int d, float eps, const qout qo) {
+    __shared__ double sh[32];
+    pdl_start();
+    pdl_wait();
+    g4_add_row(x, o, post_w, scale, next_w, xn, d, eps, qo, sh);
+}
+
+// Gemma 4's per-layer inputs (forward.c ple_inputs) of token tok, chunk l (layer l) of its projection c [P], which
+// holds the model projection of the scaled embedding: c[i] = (RMSNorm(c * ps; w)[i] + E[tok][l P + i] * ts) * r2
+// (ps = d^-0.5, ts = sqrt(P), r2 = 2^-0.5, computed on the host as the CPU does). One block (k_ple_in, and per token
+// k_pf_ple_in with the same block size).
+static __device__ __forceinline__ void ple_in_chunk(float *c, const dmat &E, int tok, int l, const float *w, int P,
+                                                    float ps, float ts, float r2, float eps, double *sh) {
+    for (int i = threadIdx.x; i < P; i += blockDim.x) c[i] *= ps;
+    __syncthreads();
+    const float r = rms_factor(c, P, eps, sh);
+    const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        c[i] = ((c[i] * r) * w[i] + deq_elem(E.type, q, m, (int64_t)l * P + i) * ts) * r2;
+}
+
+// The step's token's per-layer inputs, chunk blockIdx.x of pli [n_layer x P] (ple_in_chunk).
 __global__ void k_ple_in(float *pli, const dmat E, const int *params, const float *w, int P, float ps, float ts,
                          float r2, float eps) {
     __shared__ double sh[32];
     pdl_start();
     pdl_wait();
-    float *c = pli + (size_t)blockIdx.x * P;
-    for (int i = threadIdx.x; i < P; i += blockDim.x) c[i] *= ps;
-    __syncthreads();
-    const float r = rms_factor(c, P, eps, sh);
-    const int tok = params[0];
-    const uint8_t *q = E.q + (size_t)tok * E.qrow, *m = E.m + (size_t)tok * E.mrow;
-    for (int i = threadIdx.x; i < P; i += blockDim.x)
-        c[i] = ((c[i] * r) * w[i] + deq_elem(E.type, q, m, (int64_t)blockIdx.x * P + i) * ts) * r2;
+    ple_in_chunk(pli + (size_t)blockIdx.x * P, E, params[0], (int)blockIdx.x, w, P, ps, ts, r2, eps, sh);
 }
 
 // One head of hd values at src: [RMSNorm with weights nw (Gemma 3 q/k norm)], then RoPE (NeoX halves) at position p

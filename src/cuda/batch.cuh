@@ -169,12 +169,13 @@ static int bt_step(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, 
 
 // Whether n rows take the batched step: PB_CUDA_BATCH=0 (read at each call, for A/B runs) keeps every row on its
 // own one-token graph; PB_CUDA_BATCH_MIN=k (default 3: two rows measured faster on their own graphs, 921 vs 791
-// tok/s on gemma-2-2b Q4_K_M, four about equal): batches of fewer rows do.
+// tok/s on gemma-2-2b Q4_K_M, four about equal): batches of fewer rows do. Gemma 4 always does (its chunk,
+// pf_enqueue_g4, takes a prompt only: no rows table).
 static bool bt_usable(const pb_cu_ctx *c, int n) {
     const char *e = getenv("PB_CUDA_BATCH"), *m = getenv("PB_CUDA_BATCH_MIN");
     if (e && atoi(e) == 0) return false;
     const int mn = m && atoi(m) >= 1 ? atoi(m) : 3;
-    return n >= mn && pf_usable(c);
+    return n >= mn && !c->g->g4 && pf_usable(c);
 }
 
 // Each row's own one-token graph on its context's stream (the step before the batched one, kept for single rows and

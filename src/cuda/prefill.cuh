@@ -2,8 +2,9 @@
 // (mat-mat tiles that reuse each weight load over PF_TT tokens, attention of all the chunk's queries over the cache
 // and the chunk's own keys), with the decode step's numerics: every value is computed by the same per-lane unit
 // dots (weights.cuh), the same lane and warp sums, norms, quantizations and attention split order as one token step
-// of backend.cu, so a prompt run at once gives the logits of the same prompt run token by token. Included by
-// backend.cu (it uses that file's structures and device functions); no host allocation per token. See docs/CUDA.md.
+// of backend.cu, so a prompt run at once gives the logits of the same prompt run token by token (Gemma 4: its own
+// chunk, pf_enqueue_g4, mirroring enqueue_step_g4). Included by backend.cu (it uses that file's structures and
+// device functions); no host allocation per token. See docs/CUDA.md.
 
 #define PF_NC 512 // tokens per prefill chunk (scratch sized for it once per context)
 // PF_TT: tokens per mat-mat tile: each weight unit a lane loads is dotted with PF_TT tokens' activations (chunks of
@@ -20,6 +21,11 @@ struct pf_bufs {
     float *d0, *dK;             // their scales: [nc][as / 32], [nc][as / 256]
     __half *kn, *vn;            // the chunk's roped keys and values as F16: [nc][n_head_kv][hd]
     int *toks;                  // [nc]
+    // Gemma 4: kn / vn hold nslot slots of kvs halves each ([nslot][nc][n_head_kv][hd] at the layer maxima: slot 0 for
+    // layers whose keys only they read, one slot a layer whose cache KV-shared layers read: pf_g4_kv_plan); the
+    // chunk's per-layer inputs and a layer's PLE gate
+    size_t kvs;
+    float *pli, *ple_g; // [nc][n_layer][P], [nc][P]
     void *mem;
     size_t bytes;
 };
@@ -591,20 +597,35 @@ static void pf_launch_quant(const pb_cu_ctx *c, const pf_bufs *p, const float *x
 // k_pf_rope_k: token blockIdx.y's key of kv head blockIdx.x roped (q/k norm for Gemma 3) at its position, and its
 // value, both as F16 into the chunk's kn / vn (what the decode step writes into the cache slot). The cache itself is
 // written after the layer's attention (k_pf_kv_store): in a ring, a later token of the chunk takes the slot of a key
-// an earlier token still sees.
-__global__ void __launch_bounds__(128) k_pf_rope_k(const float *k, const float *v, const float *kn_w, const float *inv,
-                                                   float eps, int p0, const int *rpos, int hd, __half *kn, __half *vn) {
-    __shared__ float ks[1][32 * MAX_EPL], rbuf[32 * MAX_EPL];
+// an earlier token still sees. Gemma 1-3 run k_pf_rope_k<MAX_EPL, false>, the code as before the template; G4 (Gemma
+// 4) is k_attn<..., true>'s row write: the key through rope_head (k norm when kn_w is set), V (the raw K projection
+// on k_eq_v layers: the caller passes k as v) RMS-normed without weights when vnorm is set; EPL sizes the shared
+// rows (head_dim <= 32 EPL).
+template <int EPL, bool G4>
+__global__ void __launch_bounds__(128)
+    k_pf_rope_k(const float *k, const float *v, const float *kn_w, const float *inv, float eps, int p0, const int *rpos,
+                int hd, __half *kn, __half *vn, int vnorm) {
+    __shared__ float ks[1][32 * EPL], rbuf[32 * EPL];
     __shared__ double rsh[32];
     const int g = blockIdx.x, Hkv = gridDim.x, t = blockIdx.y, pos = rpos ? rpos[t] : p0 + t;
     const size_t row = ((size_t)t * Hkv + g) * hd;
-    if (kn_w)
+    if constexpr (G4) {
         rope_head(k + row, kn_w, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
-    else
-        rope_heads(k + row, inv, hd, 1, (float)pos, ks);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        kn[row + i] = __float2half_rn(ks[0][i]);
-        vn[row + i] = __float2half_rn(v[row + i]);
+        float rv = 1.0f;
+        if (vnorm) rv = rms_factor(v + row, hd, eps, rsh);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            kn[row + i] = __float2half_rn(ks[0][i]);
+            vn[row + i] = __float2half_rn(vnorm ? v[row + i] * rv : v[row + i]);
+        }
+    } else {
+        if (kn_w)
+            rope_head(k + row, kn_w, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
+        else
+            rope_heads(k + row, inv, hd, 1, (float)pos, ks);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            kn[row + i] = __float2half_rn(ks[0][i]);
+            vn[row + i] = __float2half_rn(v[row + i]);
+        }
     }
 }
 
@@ -614,15 +635,23 @@ __global__ void __launch_bounds__(128) k_pf_rope_k(const float *k, const float *
 // With a rows table (a batched step: token z is the next one of its own context) the cache, its capacity, the
 // position and the key splits are the row's (blocks past the row's splits do nothing), and only the row's own key
 // comes from kn / vn (row z).
+// Template as k_attn: EPL values a lane (head_dim <= 32 EPL), REP query heads a block; Gemma 1-3 run
+// k_pf_attn<MAX_EPL, MAX_REP, false>, the code as before the template. G4 (Gemma 4): k_attn<EPL, REP, true>'s split
+// pass, per token: nz blocks a kv head (grid Hkv nz x S x n; block x takes kv head x / nz, query heads (x % nz) REP..
+// of it, as k_attn's gridDim.z), every query head through rope_head (q norm where qn is set); kc / vc / cap / ring
+// and kn / vn are those of the layer whose cache it reads (a KV-shared layer: its producer's).
+template <int EPL, int REP, bool G4>
 __global__ void __launch_bounds__(128)
     k_pf_attn(const float *q, const __half *kc, const __half *vc, const __half *kn, const __half *vn, const float *qn,
               const float *inv, float eps, float *part, int p0, int n_rep, int hd, int cap, int ring, int window,
-              float scale, float softcap, const pf_rowl rt) {
-    __shared__ float sm[4][MAX_REP][2 + 32 * MAX_EPL];
-    __shared__ float qs[MAX_REP][32 * MAX_EPL], rbuf[32 * MAX_EPL];
+              float scale, float softcap, const pf_rowl rt, int nz) {
+    __shared__ float sm[4][REP][2 + 32 * EPL];
+    __shared__ float qs[REP][32 * EPL], rbuf[32 * EPL];
     __shared__ double rsh[32];
-    __shared__ float wM[MAX_REP], wW[MAX_REP][4];
-    const int g = blockIdx.x, s = blockIdx.y, Hkv = gridDim.x, tk = blockIdx.z;
+    __shared__ float wM[REP], wW[REP][4];
+    const int g = G4 ? (int)blockIdx.x / nz : (int)blockIdx.x, s = blockIdx.y;
+    const int Hkv = G4 ? (int)gridDim.x / nz : (int)gridDim.x, tk = blockIdx.z;
+    const int r0 = G4 ? (int)blockIdx.x % nz * REP : 0, nr = G4 ? min(REP, n_rep - r0) : n_rep; // this block's heads
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int S = gridDim.y, pos = p0 + tk, kb0 = p0; // kb0: the first position whose key is in kn / vn (at row tk0 there)
     const int tk0 = rt.pos ? tk : 0;
@@ -634,20 +663,23 @@ __global__ void __launch_bounds__(128)
     const int lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
     const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
     q += (size_t)tk * Hkv * n_rep * hd;
-    if (qn)
+    if constexpr (G4) {
+        for (int r = 0; r < nr; r++)
+            rope_head(q + ((size_t)g * n_rep + r0 + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+    } else if (qn)
         for (int r = 0; r < n_rep; r++)
             rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
     else
         rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
-    float qr[MAX_REP][MAX_EPL], acc[MAX_REP][MAX_EPL], mx[MAX_REP], l[MAX_REP];
+    float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
 #pragma unroll
-    for (int r = 0; r < MAX_REP; r++) {
+    for (int r = 0; r < REP; r++) {
         mx[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < MAX_EPL; i++) {
+        for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
-            qr[r][i] = r < n_rep && e < hd ? qs[r][e] : 0.0f;
+            qr[r][i] = r < nr && e < hd ? qs[r][e] : 0.0f;
             acc[r][i] = 0.0f;
         }
     }
@@ -659,9 +691,9 @@ __global__ void __launch_bounds__(128)
         const size_t na = ((size_t)(ka - kb0 + tk0) * Hkv + g) * hd, nb = ((size_t)(kb - kb0 + tk0) * Hkv + g) * hd;
         const __half *kr0 = ka >= kb0 ? kn + na : kc + ca, *vr0 = ka >= kb0 ? vn + na : vc + ca;
         const __half *kr1 = kb >= kb0 ? kn + nb : kc + cb, *vr1 = kb >= kb0 ? vn + nb : vc + cb;
-        float kv[2][MAX_EPL], vv[2][MAX_EPL];
+        float kv[2][EPL], vv[2][EPL];
 #pragma unroll
-        for (int i = 0; i < MAX_EPL; i++) {
+        for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
             kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
             vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
@@ -672,11 +704,11 @@ __global__ void __launch_bounds__(128)
         for (int j = 0; j < 2; j++) {
             if (j == 1 && !two) break;
 #pragma unroll
-            for (int r = 0; r < MAX_REP; r++) {
-                if (r >= n_rep) break;
+            for (int r = 0; r < REP; r++) {
+                if (r >= nr) break;
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < MAX_EPL; i++) d += qr[r][i] * kv[j][i];
+                for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[j][i];
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
                 float sc = d * scale;
@@ -685,23 +717,23 @@ __global__ void __launch_bounds__(128)
                 mx[r] = mn;
                 l[r] = l[r] * c + p;
 #pragma unroll
-                for (int i = 0; i < MAX_EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
+                for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < MAX_REP; r++) {
-        if (r >= n_rep) break;
+    for (int r = 0; r < REP; r++) {
+        if (r >= nr) break;
         if (lane == 0) {
             sm[w][r][0] = mx[r];
             sm[w][r][1] = l[r];
         }
 #pragma unroll
-        for (int i = 0; i < MAX_EPL; i++)
+        for (int i = 0; i < EPL; i++)
             if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
     }
     __syncthreads();
-    if (threadIdx.x < n_rep) {
+    if (threadIdx.x < nr) {
         const int r = threadIdx.x;
         float M = -INFINITY;
         for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
@@ -709,7 +741,7 @@ __global__ void __launch_bounds__(128)
         for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_rep * (hd + 2); idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
         const int r = idx / (hd + 2), e = idx % (hd + 2);
         const float M = wM[r];
         float out;
@@ -722,7 +754,7 @@ __global__ void __launch_bounds__(128)
             for (int ww = 0; ww < 4; ww++)
                 if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
         }
-        part[(((size_t)g * S + s) * n_rep + r) * (hd + 2) + e] = out;
+        part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = out;
     }
 }
 
@@ -758,6 +790,32 @@ __global__ void k_pf_geglu(float *y, const float *u, size_t n) {
     if (i < n) y[i] = gelu_tanh(y[i]) * u[i];
 }
 
+// ---- Gemma 4's per-token kernels: k_g4_add, k_ple_in, the PLE k_geglu of the decode step, blockIdx = token --------
+
+// k_g4_add for token blockIdx.x (g4_add_row: the same code and block size, the same bits).
+__global__ void k_pf_g4_add(float *x, const float *o, const float *post_w, float scale, const float *next_w, float *xn,
+                            int d, float eps, const qout qb, int as) {
+    __shared__ double sh[32];
+    const size_t t = blockIdx.x;
+    g4_add_row(x + t * d, o + t * d, post_w, scale, next_w, xn + t * d, d, eps, pf_qout(qb, as, (int)t), sh);
+}
+
+// k_ple_in for layer blockIdx.x of token blockIdx.y: pli [n][n_layer][P] (ple_in_chunk, 128 threads as k_ple_in).
+__global__ void __launch_bounds__(128) k_pf_ple_in(float *pli, const dmat E, const int *toks, const float *w, int P,
+                                                   float ps, float ts, float r2, float eps) {
+    __shared__ double sh[32];
+    const int l = blockIdx.x, nl = gridDim.x, t = blockIdx.y;
+    ple_in_chunk(pli + ((size_t)t * nl + l) * P, E, toks[t], l, w, P, ps, ts, r2, eps, sh);
+}
+
+// The PLE gate of layer il for every token: y[t][i] = gelu(y[t][i]) * pli[t][il][i] (k_geglu's expression).
+__global__ void k_pf_ple_geglu(float *y, const float *pli, int il, int nl, int P, int n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * P) return;
+    const size_t t = i / P, j = i % P;
+    y[i] = gelu_tanh(y[i]) * pli[(t * nl + il) * P + j];
+}
+
 // ---- the chunk's forward -----------------------------------------------------------------------------------------
 
 static void pf_free(struct pf_bufs *p) {
@@ -767,25 +825,63 @@ static void pf_free(struct pf_bufs *p) {
 }
 
 // Whether a prompt takes this path: PB_CUDA_PREFILL=0 in the environment (read at each call) keeps the token-by-token
-// steps (A/B runs); the norms must take k_add_norm's one-block form (d <= NORM_NPT x 1024) and the add + norm must
-// not be fused into the mat-vec's last block (PB_CUDA_FUSE=1: another order of sums).
+// steps (A/B runs), PB_CUDA_G4_PREFILL=0 those of Gemma 4 models only; the norms must take k_add_norm's one-block
+// form (d <= NORM_NPT x 1024) and the add + norm must not be fused into the mat-vec's last block (PB_CUDA_FUSE=1:
+// another order of sums).
 static bool pf_usable(const pb_cu_ctx *c) {
     const char *e = getenv("PB_CUDA_PREFILL");
     if (e && atoi(e) == 0) return false;
-    // Gemma 4 (per-layer geometry, KV sharing, PLE): prompts and batches as one-token steps (not written yet)
-    return !c->g->fuse && !c->g->g4 && c->g->hp.n_embd <= NORM_NPT * 1024;
+    if (c->g->g4) { // Gemma 4 (pf_enqueue_g4): per-layer geometry, KV sharing, PLE
+        const char *e4 = getenv("PB_CUDA_G4_PREFILL");
+        if (e4 && atoi(e4) == 0) return false;
+    }
+    return !c->g->fuse && c->g->hp.n_embd <= NORM_NPT * 1024;
+}
+
+// Gemma 4's chunk keys: last[il], the last layer whose attention reads layer il's cache (il itself, or the last
+// KV-shared layer with kv_src il), after which the chunk's keys of il go into its cache (k_pf_kv_store); slot[il],
+// the kn / vn slot that holds them until then: 0, shared by the layers that only read their own, or one of its own
+// for a layer read by later ones (their chunk keys must outlive the layers between). Returns the slots.
+static int pf_g4_kv_plan(const pb_cu_model *g, int *slot, int *last) {
+    const int nl = g->hp.n_layer;
+    for (int il = 0; il < nl; il++) last[il] = il;
+    for (int il = 0; il < nl; il++) {
+        const int src = g->layers[il].kv_src;
+        if (src != il && il > last[src]) last[src] = il;
+    }
+    int ns = 1;
+    for (int il = 0; il < nl; il++) slot[il] = last[il] > il ? ns++ : 0;
+    return ns;
 }
 
 // Scratch for chunks of up to nc tokens whose attention takes up to S key splits (a prompt: PF_NC and the context's
-// S; a batched step: PB_CU_BATCH_MAX rows and MAX_SPLITS).
+// S; a batched step: PB_CU_BATCH_MAX rows and MAX_SPLITS). Gemma 4: rows at the layers' maxima (head dim, kv heads,
+// MLP width), per-layer inputs, a kn / vn slot a producer of shared KV.
 static int pf_alloc(const pb_cu_ctx *c, int nc_, int S, pf_bufs **out, char *err, size_t cap) {
     const pb_cu_desc *hp = &c->g->hp;
-    const size_t nc = (size_t)nc_, d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
-    const size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd, ff = (size_t)hp->n_ff;
+    const size_t nc = (size_t)nc_, d = (size_t)hp->n_embd;
+    size_t hd = (size_t)hp->head_dim, qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
+    size_t ff = (size_t)hp->n_ff, P = 0, nslot = 1;
+    size_t part = nc * kvd / hd * (size_t)S * (size_t)(hp->n_head / hp->n_head_kv) * (hd + 2) * 4;
+    if (c->g->g4) {
+        hd = qd = kvd = ff = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const pb_cu_layer_d *L = &c->g->layers[il];
+            const size_t h = (size_t)L->hd, kv = (size_t)L->hkv * h, f = (size_t)L->gate.N;
+            hd = h > hd ? h : hd;
+            kvd = kv > kvd ? kv : kvd;
+            ff = f > ff ? f : ff;
+        }
+        qd = (size_t)hp->n_head * hd;
+        P = (size_t)hp->n_embd_per_layer;
+        part = nc * (size_t)hp->n_head * (size_t)S * (hd + 2) * 4; // [nc][kv heads][S][n_rep][hd + 2]
+        int slot[MAX_LAYERS], last[MAX_LAYERS];
+        nslot = (size_t)pf_g4_kv_plan(c->g, slot, last);
+    }
     size_t kmax = d > qd ? d : qd;
     if (ff > kmax) kmax = ff;
+    if (P > kmax) kmax = P;
     const size_t as = (kmax + 255) / 256 * 256;
-    const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
     const size_t sz[] = {nc * d * 4,
                          nc * d * 4,
                          nc * qd * 4,
@@ -795,14 +891,16 @@ static int pf_alloc(const pb_cu_ctx *c, int nc_, int S, pf_bufs **out, char *err
                          nc * d * 4,
                          nc * ff * 4,
                          nc * ff * 4,
-                         nc * kvd / hd * (size_t)S * n_rep * (hd + 2) * 4,
+                         part,
                          nc * as,
                          nc * as,
                          nc * as / 32 * 4,
                          nc * as / 256 * 4 + 4,
-                         nc * kvd * 2,
-                         nc * kvd * 2,
-                         nc * 4};
+                         nslot * nc * kvd * 2,
+                         nslot * nc * kvd * 2,
+                         nc * 4,
+                         nc * (size_t)hp->n_layer * P * 4,
+                         nc * P * 4};
     const int nb = (int)(sizeof sz / sizeof sz[0]);
     size_t total = 0;
     for (int i = 0; i < nb; i++) total += (sz[i] + 255) / 256 * 256;
@@ -820,10 +918,11 @@ static int pf_alloc(const pb_cu_ctx *c, int nc_, int S, pf_bufs **out, char *err
     p->nc = (int)nc;
     p->as = (int)as;
     p->bytes = total;
-    void **ptrs[] = {(void **)&p->x,   (void **)&p->xn,  (void **)&p->q,    (void **)&p->k,  (void **)&p->v,
-                     (void **)&p->att, (void **)&p->o,   (void **)&p->gate, (void **)&p->up, (void **)&p->part,
-                     (void **)&p->a0,  (void **)&p->aK,  (void **)&p->d0,   (void **)&p->dK, (void **)&p->kn,
-                     (void **)&p->vn,  (void **)&p->toks};
+    p->kvs = nc * kvd;
+    void **ptrs[] = {(void **)&p->x,   (void **)&p->xn,   (void **)&p->q,    (void **)&p->k,    (void **)&p->v,
+                     (void **)&p->att, (void **)&p->o,    (void **)&p->gate, (void **)&p->up,   (void **)&p->part,
+                     (void **)&p->a0,  (void **)&p->aK,   (void **)&p->d0,   (void **)&p->dK,   (void **)&p->kn,
+                     (void **)&p->vn,  (void **)&p->toks, (void **)&p->pli,  (void **)&p->ple_g};
     uint8_t *b = (uint8_t *)p->mem;
     for (int i = 0; i < nb; i++) {
         *ptrs[i] = b;
@@ -841,6 +940,136 @@ struct pf_rowtab {
     int smax;
 };
 
+// ---- Gemma 4's chunk: enqueue_step_g4 (enqueue_ple_in, enqueue_attn_g4, enqueue_ffn_g4) for n tokens at once -------
+
+// The chunk's int8 forms (qout_of's choice of forms, in the chunk buffers).
+static qout pf_qb(const pb_cu_ctx *c, const pf_bufs *p) {
+    qout qb = qout_of(c);
+    qb.q0 = qb.q0 ? p->a0 : NULL;
+    qb.qK = qb.qK ? p->aK : NULL;
+    qb.d0 = p->d0;
+    qb.dK = p->dK;
+    return qb;
+}
+
+// Layer j's chunk keys (slot[j] of kn / vn) into its cache, after the attention of the last layer that reads them.
+static void pf_store_g4(const pb_cu_ctx *c, const pf_bufs *p, int j, const int *slot, int p0, int n, cudaStream_t s) {
+    const pb_cu_layer_d *L = &c->g->layers[j];
+    const pf_rowl none = {NULL, NULL, NULL, NULL, NULL};
+    const size_t o = (size_t)slot[j] * p->kvs;
+    k_pf_kv_store<<<dim3(L->hkv, n), 128, 0, s>>>(p->kn + o, p->vn + o, c->kc[j], c->vc[j], p0, n, L->hd, c->cap[j],
+                                                  L->swa ? 1 : 0, none);
+}
+
+// Layer il's attention (enqueue_attn_g4): q (and k, v where the layer has its own cache; V = the raw K projection on
+// k_eq_v layers) with the lanes a row of the decode launch (one launch where launch_mv makes one: wq's), the chunk's
+// keys roped / normed into the kn / vn slot of the layer whose cache it reads, the split pass (the narrow or the wide
+// form, as the decode step), the merge, att's int8 forms.
+static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, int p0, int n, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const pb_cu_layer_d *L = &g->layers[il];
+    const int d = hp->n_embd, hd = L->hd, hkv = L->hkv, n_rep = hp->n_head / hkv, src = L->kv_src, S = c->S;
+    const int qd = hp->n_head * hd, kvd = hkv * hd;
+    const bool own = src == il, keqv = own && L->wv.N == 0, i8 = g->int8 != 0;
+    // launch_mv: one k_mv for q, k (, v) where wk has wq's type and a kernel exists for (wq, wv or wq)
+    const bool one = L->wk.type == L->wq.type && mv_pick(L->wq.type, keqv ? L->wq.type : L->wv.type, i8, false);
+    pf_launch_mm(c, p, L->wq, NULL, L->wq.sw, p->xn, d, p->q, qd, n, 0.0f, s);
+    const float *inv = L->swa ? g->rope_l : g->rope_g;
+    __half *kn = p->kn + (size_t)slot[src] * p->kvs, *vn = p->vn + (size_t)slot[src] * p->kvs;
+    if (own) {
+        pf_launch_mm(c, p, L->wk, NULL, one ? L->wq.sw : L->wk.sw, p->xn, d, p->k, kvd, n, 0.0f, s);
+        if (!keqv) pf_launch_mm(c, p, L->wv, NULL, one ? L->wq.sw : L->wv.sw, p->xn, d, p->v, kvd, n, 0.0f, s);
+        const float *v = keqv ? p->k : p->v;
+        if (hd <= 32 * MAX_EPL)
+            k_pf_rope_k<MAX_EPL, true>
+                <<<dim3(hkv, n), 128, 0, s>>>(p->k, v, L->k_norm, inv, hp->norm_eps, p0, NULL, hd, kn, vn, hp->v_norm);
+        else
+            k_pf_rope_k<WIDE_EPL, true>
+                <<<dim3(hkv, n), 128, 0, s>>>(p->k, v, L->k_norm, inv, hp->norm_eps, p0, NULL, hd, kn, vn, hp->v_norm);
+    }
+    const pf_rowl none = {NULL, NULL, NULL, NULL, NULL};
+    const int ring = g->layers[src].swa ? 1 : 0, win = L->swa ? hp->sliding_window : 0;
+    if (hd <= 32 * MAX_EPL)
+        k_pf_attn<MAX_EPL, MAX_REP, true><<<dim3(hkv, S, n), 128, 0, s>>>(
+            p->q, c->kc[src], c->vc[src], kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[src],
+            ring, win, hp->query_scale, hp->attn_softcap, none, 1);
+    else {
+        const int nz = (n_rep + WIDE_REP - 1) / WIDE_REP; // k_attn's gridDim.z
+        k_pf_attn<WIDE_EPL, WIDE_REP, true><<<dim3(hkv * nz, S, n), 128, 0, s>>>(
+            p->q, c->kc[src], c->vc[src], kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[src],
+            ring, win, hp->query_scale, hp->attn_softcap, none, nz);
+    }
+    k_pf_merge<<<dim3(hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, NULL);
+    pf_launch_quant(c, p, p->att, qd, n, s);
+}
+
+// Layer il after the attention (enqueue_ffn_g4): o, the add + norms, the GeGLU at the layer's width, down, the
+// post-FFN norm and residual; with PLE the gate on x, gelu * pli[il], proj, its post norm and residual; the layer
+// output scale and the next norm.
+static void pf_ffn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, int n, int nt, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const pb_cu_layer_d *L = &g->layers[il];
+    const int d = hp->n_embd, P = hp->n_embd_per_layer, F = L->gate.N, qd = hp->n_head * L->hd;
+    const qout qb = pf_qb(c, p);
+    pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);
+    k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_attn_norm, L->ffn_norm, p->xn, d, hp->norm_eps, qb, p->as);
+    if (L->up.type == L->gate.type) { // k_mv_geglu: gate and up in one loop with gate's lanes a row
+        pf_launch_mm(c, p, L->gate, &L->up, L->gate.sw, p->xn, d, p->gate, F, n, 0.0f, s);
+    } else { // two mat-vecs and k_geglu
+        pf_launch_mm(c, p, L->gate, NULL, L->gate.sw, p->xn, d, p->gate, F, n, 0.0f, s);
+        pf_launch_mm(c, p, L->up, NULL, L->up.sw, p->xn, d, p->up, F, n, 0.0f, s);
+        const size_t tot = (size_t)n * F;
+        k_pf_geglu<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(p->gate, p->up, tot);
+    }
+    pf_launch_quant(c, p, p->gate, F, n, s);
+    pf_launch_mm(c, p, L->down, NULL, L->down.sw, p->gate, F, p->o, d, n, 0.0f, s);
+    const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
+    const float *post = L->post_ffw_norm;
+    if (L->inp_gate.N > 0) {
+        k_pf_g4_add<<<n, nt, 0, s>>>(p->x, p->o, post, 1.0f, NULL, p->xn, d, hp->norm_eps, qb, p->as); // x's forms
+        pf_launch_mm(c, p, L->inp_gate, NULL, L->inp_gate.sw, p->x, d, p->ple_g, P, n, 0.0f, s);
+        const size_t tot = (size_t)n * P;
+        k_pf_ple_geglu<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(p->ple_g, p->pli, il, hp->n_layer, P, n);
+        pf_launch_quant(c, p, p->ple_g, P, n, s);
+        pf_launch_mm(c, p, L->proj, NULL, L->proj.sw, p->ple_g, P, p->o, d, n, 0.0f, s);
+        post = L->ple_post_norm;
+    }
+    k_pf_g4_add<<<n, nt, 0, s>>>(p->x, p->o, post, L->out_scale, next, p->xn, d, hp->norm_eps, qb, p->as);
+}
+
+// Gemma 4's chunk of n tokens at positions p0.. (pf_enqueue's contract; a prompt only, no rows table): k_pf_embed,
+// the per-layer inputs (enqueue_ple_in: x's forms, the model projection, k_ple_in per token, xn's forms again), then
+// per layer the attention, the stores of the chunk keys whose last reader it was, the rest of the layer. A KV-shared
+// layer reads its producer's cache below p0 and the producer's chunk keys from their slot, which outlives the layers
+// between: the producer's cache is written only after its last reader's attention, so no ring slot a reader still
+// needs is taken by a later key of the chunk (as k_pf_kv_store's rule for a layer's own keys).
+static void pf_enqueue_g4(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, int nt, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const int d = hp->n_embd, P = hp->n_embd_per_layer, nl = hp->n_layer;
+    const qout qb = pf_qb(c, p);
+    k_pf_embed<<<n, nt, 0, s>>>(g->tok_embd, (const int *)p->toks, hp->embd_scale, p->x,
+                                (const float *)g->layers[0].attn_norm, p->xn, d, hp->norm_eps, qb, p->as);
+    if (P > 0) {
+        pf_launch_quant(c, p, p->x, d, n, s);
+        pf_launch_mm(c, p, g->ple_proj, NULL, g->ple_proj.sw, p->x, d, p->pli, nl * P, n, 0.0f, s);
+        const float ps = 1.0f / sqrtf((float)d), ts = sqrtf((float)P), r2 = 1.0f / sqrtf(2.0f); // as enqueue_ple_in
+        k_pf_ple_in<<<dim3(nl, n), 128, 0, s>>>(p->pli, g->ple_tok, (const int *)p->toks, g->ple_proj_norm, P, ps, ts,
+                                                r2, hp->norm_eps);
+        pf_launch_quant(c, p, p->xn, d, n, s);
+    }
+    int slot[MAX_LAYERS], last[MAX_LAYERS];
+    pf_g4_kv_plan(g, slot, last);
+    for (int il = 0; il < nl; il++) {
+        pf_attn_g4(c, p, il, slot, p0, n, s);
+        for (int j = 0; j <= il; j++)
+            if (g->layers[j].kv_src == j && last[j] == il) pf_store_g4(c, p, j, slot, p0, n, s);
+        pf_ffn_g4(c, p, il, n, nt, s);
+    }
+}
+
 // Enqueues the chunk of n tokens at positions p0.. (p->toks already on the device) on stream s; leaves each token's
 // final-normed state in p->xn and its int8 forms in p->a0 / p->aK. With rt (a batched step), token t is the next
 // token of row t's context (rt's tables) and c is any of the rows' contexts (only its model is used).
@@ -851,6 +1080,10 @@ static void pf_enqueue(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, cudaStream
     const int qd = H * hd, kvd = Hkv * hd, ff = hp->n_ff;
     int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* as enqueue_step */
     if (g->normt && d <= NORM_NPT * g->normt) nt = g->normt;
+    if (g->g4) { // Gemma 4: a prompt chunk (bt_usable keeps its batches on one-token steps)
+        pf_enqueue_g4(c, p, p0, n, nt, s);
+        return;
+    }
     qout qb = qout_of(c);
     qb.q0 = qb.q0 ? p->a0 : NULL;
     qb.qK = qb.qK ? p->aK : NULL;
@@ -874,11 +1107,11 @@ static void pf_enqueue(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, cudaStream
         }
         __half *kc = rt ? NULL : c->kc[il], *vc = rt ? NULL : c->vc[il];
         const int cap = rt ? 0 : c->cap[il];
-        k_pf_rope_k<<<dim3(Hkv, n), 128, 0, s>>>(p->k, p->v, L->k_norm, inv, hp->norm_eps, p0, rl.pos, hd, p->kn,
-                                                 p->vn);
-        k_pf_attn<<<dim3(Hkv, S, n), 128, 0, s>>>(p->q, kc, vc, p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0,
-                                                  n_rep, hd, cap, ring, L->swa ? hp->sliding_window : 0,
-                                                  hp->query_scale, hp->attn_softcap, rl);
+        k_pf_rope_k<MAX_EPL, false>
+            <<<dim3(Hkv, n), 128, 0, s>>>(p->k, p->v, L->k_norm, inv, hp->norm_eps, p0, rl.pos, hd, p->kn, p->vn, 0);
+        k_pf_attn<MAX_EPL, MAX_REP, false><<<dim3(Hkv, S, n), 128, 0, s>>>(
+            p->q, kc, vc, p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, cap, ring,
+            L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, rl, 1);
         k_pf_merge<<<dim3(Hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, rl.S);
         k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, kc, vc, p0, n, hd, cap, ring, rl);
         pf_launch_quant(c, p, p->att, qd, n, s);

@@ -1417,26 +1417,24 @@ __global__ void __launch_bounds__(128)
     // once the key is roped; the wide form has no room for more static shared memory)
     __half *kh = (__half *)rbuf, *vh = kh + 32 * EPL;
     float kv[2][EPL], vv[2][EPL];
-    // key kk's and kk2's rows (kk2 = kk where the warp has one key left); pos's from shared memory in the block
-    // that wrote it (the bytes it wrote to the cache)
-    auto load2 = [&](int kk, int kk2) {
-        const int s0 = ring ? kk % cap : kk, s1 = ring ? kk2 % cap : kk2;
-        const __half *kr0 = own && kk == pos ? kh : kc + ((size_t)g * cap + s0) * hd;
-        const __half *vr0 = own && kk == pos ? vh : vc + ((size_t)g * cap + s0) * hd;
-        const __half *kr1 = own && kk2 == pos ? kh : kc + ((size_t)g * cap + s1) * hd;
-        const __half *vr1 = own && kk2 == pos ? vh : vc + ((size_t)g * cap + s1) * hd;
+    // key kk's row into kv[j] / vv[j]; pos's from shared memory in the block that wrote it (the bytes it wrote to
+    // the cache)
+    auto load_row = [&](int j, int kk) {
+        const int sl = ring ? kk % cap : kk;
+        const __half *kr = own && kk == pos ? kh : kc + ((size_t)g * cap + sl) * hd;
+        const __half *vr = own && kk == pos ? vh : vc + ((size_t)g * cap + sl) * hd;
 #pragma unroll
         for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
-            kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
-            vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
-            kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
-            vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
+            kv[j][i] = e < hd ? __half2float(kr[e]) : 0.0f;
+            vv[j][i] = e < hd ? __half2float(vr[e]) : 0.0f;
         }
     };
+    // the warp's first two keys (kf2 = kf where it has one): each row but pos's requested before the wait
     const int kf = k0 + w, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
-    bool pre = kf <= k1 && kf != pos && kf2 != pos;
-    if (pre) load2(kf, kf2);
+    const bool pre0 = kf <= k1 && kf != pos, pre1 = kf <= k1 && kf2 != pos;
+    if (pre0) load_row(0, kf);
+    if (pre1) load_row(1, kf2);
     pdl_wait();
     if (dbg & 1) { // diagnostics (pb_cu_model.adiag / late): wrong results, timing only
         if (dbg & 16) pdl_start();
@@ -1494,8 +1492,8 @@ __global__ void __launch_bounds__(128)
     // two keys per step, both rows requested before either is used (latency, not bandwidth, bounds decode)
     for (int k = k0 + w; k <= k1; k += 8) {
         const bool two = k + 4 <= k1;
-        if (!pre) load2(k, two ? k + 4 : k);
-        pre = false;
+        if (k != kf || !pre0) load_row(0, k);
+        if (k != kf || !pre1) load_row(1, two ? k + 4 : k);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             if (j == 1 && !two) break;

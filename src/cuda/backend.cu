@@ -1277,6 +1277,7 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
 // q8_0, hd % 256 for q8_K) the block then quantizes the heads' values as k_quant would over the whole of att
 // (quant_act: the same bits), the warps shared out among the heads, reading the values from as (n_rep x hd floats
 // of shared memory the merge fills beside att: no round trip through L2 for values the block just wrote).
+template <int MHV = MH_V>
 static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
                                    float (*wt)[MAX_SPLITS], float *Ls, float *as) {
     const size_t st = (size_t)n_rep * (hd + 2);
@@ -1313,13 +1314,13 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
     // MH_V values a thread, the values of MH_S splits of each loaded before any is added (one L2 round trip where
     // there were one per 8 splits and value: 8 in a row for gemma-2-2b's 16 splits, ~4 us of a layer's attention in
     // the 2026-12-05 in-situ runs); each value's sum still runs over the splits in order from 0.0: the same bits
-    for (int i0 = threadIdx.x; i0 < n_rep * hd; i0 += MH_V * blockDim.x) {
-        float acc[MH_V];
-        int rr[MH_V];
-        size_t bs[MH_V];
-        bool in[MH_V];
+    for (int i0 = threadIdx.x; i0 < n_rep * hd; i0 += MHV * blockDim.x) {
+        float acc[MHV];
+        int rr[MHV];
+        size_t bs[MHV];
+        bool in[MHV];
 #pragma unroll
-        for (int k = 0; k < MH_V; k++) {
+        for (int k = 0; k < MHV; k++) {
             const int idx = i0 + k * (int)blockDim.x;
             in[k] = idx < n_rep * hd;
             rr[k] = in[k] ? idx / hd : 0;
@@ -1327,20 +1328,20 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
             acc[k] = 0.0f;
         }
         for (int s0 = 0; s0 < S; s0 += MH_S) {
-            float v[MH_V][MH_S];
+            float v[MHV][MH_S];
 #pragma unroll
-            for (int k = 0; k < MH_V; k++)
+            for (int k = 0; k < MHV; k++)
 #pragma unroll
                 for (int j = 0; j < MH_S; j++)
                     v[k][j] = in[k] && s0 + j < S ? __ldcg(part + bs[k] + (size_t)(s0 + j) * st) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < MH_V; k++)
+            for (int k = 0; k < MHV; k++)
 #pragma unroll
                 for (int j = 0; j < MH_S; j++)
                     if (in[k] && s0 + j < S) acc[k] += v[k][j] * wt[rr[k]][s0 + j];
         }
 #pragma unroll
-        for (int k = 0; k < MH_V; k++) {
+        for (int k = 0; k < MHV; k++) {
             if (!in[k]) continue;
             const int idx = i0 + k * (int)blockDim.x, r = rr[k], e = idx % hd;
             const float v = acc[k] / Ls[r];
@@ -1559,7 +1560,7 @@ __global__ void __launch_bounds__(128)
     if (!last) return;
     __threadfence();
     // sm: free again (every thread is past it); it holds n_rep x hd floats in every instantiated form
-    if (!(dbg & 4)) merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
+    if (!(dbg & 4)) merge_heads<(!G4 && REP <= 4) ? 4 : MH_V>(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -2093,8 +2094,14 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         qout mq = qout_of(c);
         const bool fuse = !g->no_mq && (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
+        // query heads a block sized to the model's (the same sums: each head's are its own; fewer registers)
+        void (*ka)(const float *, const float *, const float *, __half *, __half *, const float *, const float *,
+                   const float *, float, float *, const int *, int, int, int, int, int, float, float, float *,
+                   const qout, int *, int, int) = n_rep <= 2   ? k_attn<MAX_EPL, 2, false>
+                                                  : n_rep <= 4 ? k_attn<MAX_EPL, 4, false>
+                                                               : k_attn<MAX_EPL, MAX_REP, false>;
         if (!(g->skip & 2))
-            launch_k(pdl, k_attn<MAX_EPL, MAX_REP, false>, dim3(Hkv, c->S), 128, s, (const float *)c->q,
+            launch_k(pdl, ka, dim3(Hkv, c->S), 128, s, (const float *)c->q,
                  (const float *)c->k, (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm,
                  (const float *)L->k_norm, (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part,
                  (const int *)c->params, n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale,

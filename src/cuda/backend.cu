@@ -121,10 +121,13 @@ struct pb_cu_model {
     // 8 o, 16 gate+up, 32 down, 64 the output mat-vec), PB_CUDA_EMPTY=1 launches an empty kernel of the same grid
     // in place of each of the step's kernels (the floor of its dependent launches).
     int skip, empty;
-    // PB_CUDA_ADIAG=mask (k_attn of Gemma 1-3: 1 returns after its wait, 2 reads no keys, 4 no merge of the splits),
+    // PB_CUDA_ADIAG=mask (k_attn of Gemma 1-3: 1 returns after its wait, 2 reads no keys, 4 no merge of the splits;
+    // A/B of the 2026-12-05 changes, the same bits: 32 no key rows before the wait, 64 pos's row from the cache, 128
+    // no L1 prefetch of k / v, 256 the merge's loop as before),
     // PB_CUDA_LATE=mask (launch_dependents late: 1 in the mat-vecs, after the rows' sums; 2 in the attention, after
     // its keys): diagnostics and A/B runs (late launches change no bits)
     int adiag, late;
+    int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention sized for 8 query heads a kv head whatever the model's (A/B)
     int n_sm;  // multiprocessors of device 0
     // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
     // the lock that gives it to one pb_cu_forward_batch call at a time.
@@ -535,6 +538,8 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         const char *ad = getenv("PB_CUDA_ADIAG"), *la = getenv("PB_CUDA_LATE");
         g->adiag = ad ? atoi(ad) : 0;
         g->late = la ? atoi(la) : 0;
+        const char *ar = getenv("PB_CUDA_AREP");
+        g->arep_max = ar && atoi(ar) == 8;
     }
     set_ahead(g);
     g->hp.layers = NULL;
@@ -1311,16 +1316,28 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         if (lane == 0) Ls[r] = L;
     }
     __syncthreads();
+    if (MHV == 0) // the loop before 2026-12-05 (A/B: PB_CUDA_ADIAG bit 256)
+        for (int idx = threadIdx.x; idx < n_rep * hd; idx += blockDim.x) {
+            const int r = idx / hd, e = idx % hd;
+            const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
+            float acc = 0.0f;
+#pragma unroll 8
+            for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
+            const float v = acc / Ls[r];
+            att[((size_t)g * n_rep + r) * hd + e] = v;
+            as[idx] = v;
+        }
     // MH_V values a thread, the values of MH_S splits of each loaded before any is added (one L2 round trip where
     // there were one per 8 splits and value: 8 in a row for gemma-2-2b's 16 splits, ~4 us of a layer's attention in
     // the 2026-12-05 in-situ runs); each value's sum still runs over the splits in order from 0.0: the same bits
-    for (int i0 = threadIdx.x; i0 < n_rep * hd; i0 += MHV * blockDim.x) {
-        float acc[MHV];
-        int rr[MHV];
-        size_t bs[MHV];
-        bool in[MHV];
+    constexpr int MV = MHV > 0 ? MHV : 1;
+    for (int i0 = MHV ? threadIdx.x : n_rep * hd; i0 < n_rep * hd; i0 += MV * blockDim.x) {
+        float acc[MV];
+        int rr[MV];
+        size_t bs[MV];
+        bool in[MV];
 #pragma unroll
-        for (int k = 0; k < MHV; k++) {
+        for (int k = 0; k < MV; k++) {
             const int idx = i0 + k * (int)blockDim.x;
             in[k] = idx < n_rep * hd;
             rr[k] = in[k] ? idx / hd : 0;
@@ -1328,20 +1345,20 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
             acc[k] = 0.0f;
         }
         for (int s0 = 0; s0 < S; s0 += MH_S) {
-            float v[MHV][MH_S];
+            float v[MV][MH_S];
 #pragma unroll
-            for (int k = 0; k < MHV; k++)
+            for (int k = 0; k < MV; k++)
 #pragma unroll
                 for (int j = 0; j < MH_S; j++)
                     v[k][j] = in[k] && s0 + j < S ? __ldcg(part + bs[k] + (size_t)(s0 + j) * st) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < MHV; k++)
+            for (int k = 0; k < MV; k++)
 #pragma unroll
                 for (int j = 0; j < MH_S; j++)
                     if (in[k] && s0 + j < S) acc[k] += v[k][j] * wt[rr[k]][s0 + j];
         }
 #pragma unroll
-        for (int k = 0; k < MHV; k++) {
+        for (int k = 0; k < MV; k++) {
             if (!in[k]) continue;
             const int idx = i0 + k * (int)blockDim.x, r = rr[k], e = idx % hd;
             const float v = acc[k] / Ls[r];
@@ -1422,8 +1439,9 @@ __global__ void __launch_bounds__(128)
     // the cache)
     auto load_row = [&](int j, int kk) {
         const int sl = ring ? kk % cap : kk;
-        const __half *kr = own && kk == pos ? kh : kc + ((size_t)g * cap + sl) * hd;
-        const __half *vr = own && kk == pos ? vh : vc + ((size_t)g * cap + sl) * hd;
+        const bool sh = own && kk == pos && !(dbg & 64);
+        const __half *kr = sh ? kh : kc + ((size_t)g * cap + sl) * hd;
+        const __half *vr = sh ? vh : vc + ((size_t)g * cap + sl) * hd;
 #pragma unroll
         for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
@@ -1433,7 +1451,7 @@ __global__ void __launch_bounds__(128)
     };
     // the warp's first two keys (kf2 = kf where it has one): each row but pos's requested before the wait
     const int kf = k0 + w, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
-    const bool pre0 = kf <= k1 && kf != pos, pre1 = kf <= k1 && kf2 != pos;
+    const bool pre0 = !(dbg & 32) && kf <= k1 && kf != pos, pre1 = !(dbg & 32) && kf <= k1 && kf2 != pos;
     if (pre0) load_row(0, kf);
     if (pre1) load_row(1, kf2);
     pdl_wait();
@@ -1441,7 +1459,7 @@ __global__ void __launch_bounds__(128)
         if (dbg & 16) pdl_start();
         return;
     }
-    if (own) { // the rows of k and v this block ropes and writes below, into L1 while the query heads are roped
+    if (own && !(dbg & 128)) { // the rows of k and v this block ropes and writes below, into L1 while the query heads are roped
         const float *src = threadIdx.x < 64 ? k + (size_t)g * hd : v + (size_t)g * hd;
         const int o = 32 * (threadIdx.x & 63);
         if (threadIdx.x < 128 && o < hd) asm volatile("prefetch.global.L1 [%0];" ::"l"(src + o));
@@ -1560,7 +1578,10 @@ __global__ void __launch_bounds__(128)
     if (!last) return;
     __threadfence();
     // sm: free again (every thread is past it); it holds n_rep x hd floats in every instantiated form
-    if (!(dbg & 4)) merge_heads<(!G4 && REP <= 4) ? 4 : MH_V>(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
+    if (dbg & 256)
+        merge_heads<0>(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
+    else if (!(dbg & 4))
+        merge_heads<(!G4 && REP <= 4) ? 4 : MH_V>(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -1997,12 +2018,12 @@ static void enqueue_attn_g4(pb_cu_ctx *c, int il, cudaStream_t s) {
         launch_k(g->pdl != 0, k_attn<MAX_EPL, MAX_REP, true>, dim3(hkv, c->S, 1), 128, s, (const float *)c->q, k, v,
                  c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps, c->part,
                  (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap, c->att,
-                 mq, c->acnt, g->hp.v_norm, 0);
+                 mq, c->acnt, g->hp.v_norm, g->adiag & 480);
     else
         launch_k(g->pdl != 0, k_attn<WIDE_EPL, WIDE_REP, true>, dim3(hkv, c->S, (n_rep + WIDE_REP - 1) / WIDE_REP), 128,
                  s, (const float *)c->q, k, v, c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps,
                  c->part, (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap,
-                 c->att, mq, c->acnt, g->hp.v_norm, 0);
+                 c->att, mq, c->acnt, g->hp.v_norm, g->adiag & 480);
     if (!fuse) launch_quant(c, c->att, hp->n_head * hd, s);
 }
 
@@ -2097,7 +2118,8 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // query heads a block sized to the model's (the same sums: each head's are its own; fewer registers)
         void (*ka)(const float *, const float *, const float *, __half *, __half *, const float *, const float *,
                    const float *, float, float *, const int *, int, int, int, int, int, float, float, float *,
-                   const qout, int *, int, int) = n_rep <= 2   ? k_attn<MAX_EPL, 2, false>
+                   const qout, int *, int, int) = g->arep_max     ? k_attn<MAX_EPL, MAX_REP, false>
+                                                  : n_rep <= 2   ? k_attn<MAX_EPL, 2, false>
                                                   : n_rep <= 4 ? k_attn<MAX_EPL, 4, false>
                                                                : k_attn<MAX_EPL, MAX_REP, false>;
         if (!(g->skip & 2))
@@ -2105,7 +2127,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                  (const float *)c->k, (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm,
                  (const float *)L->k_norm, (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part,
                  (const int *)c->params, n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale,
-                 hp->attn_softcap, c->att, mq, c->acnt, 0, (g->adiag & 7) | ((g->late & 2) ? 16 : 0));
+                 hp->attn_softcap, c->att, mq, c->acnt, 0, (g->adiag & ~16) | ((g->late & 2) ? 16 : 0));
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);

@@ -2,7 +2,8 @@
 # gpu_check.sh -- one call on a CUDA machine: build with `make CUDA=1` (warnings are errors), run the GPU parity
 # tests (tests/gpu_parity.c) on the peer tiny Gemma 2 files, the transformers-made tiny Gemma 1/2/3/4 models and
 # synth tiny Gemma 1-4 files (a Gemma 4 MoE model refused by name with --gpu, run on the CPU without; a synth E2B
-# Q4_K_M, head_dim 512, the wide attention form, in a parity run of its own: E2B=0 skips it), then
+# Q4_K_M, head_dim 512, the wide attention form, in parity runs of its own, its batch checks first: E2B=0 skips
+# them), then
 # `pocketbrain bench --gpu` on synthesized gemma-2-2b files. Writes logs and JSON under OUT (default /tmp/gpu).
 #   sh scripts/gpu_check.sh [FIXTURES_DIR] [TYPES]   FIXTURES_DIR holds gemma2-tiny-v.*.gguf + tokens.bin
 #   (default $PB_SHARED/fixtures/peer/model); TYPES: synth types to bench (default "q4_k_m q4_0 q8_0 f16").
@@ -93,6 +94,11 @@ if [ "${E2B:-1}" != 0 ]; then
   f=/tmp/synth-gemma4-e2b-q4_k_m.gguf
   [ -f "$f" ] || $PB synth --arch gemma4 --size e2b --type q4_k_m -o "$f" --threads "$J" >/dev/null 2>&1 || echo "synth e2b failed"
   if [ -f "$f" ]; then
+    # the batch checks first, on the GPU alone (the full run's CPU side may use up its time before it reaches them):
+    # the batched step over the wide form, 20 KV-shared layers and rows crossing the 512-token window
+    PB_PAR_ONLY=batch timeout ${E2B_BATCH_TIMEOUT:-240} $PAR "$f" >"$OUT/parity-e2b-batch.log" 2>&1
+    echo "parity (gemma4 e2b q4_k_m, batches, rc $?): $(grep -c '^ok' "$OUT/parity-e2b-batch.log") ok, $(grep -c '^not ok' "$OUT/parity-e2b-batch.log") not ok"
+    grep "^not ok" "$OUT/parity-e2b-batch.log" | head -8
     timeout ${E2B_TIMEOUT:-540} $PAR "$f" >"$OUT/parity-e2b.log" 2>&1
     echo "parity (gemma4 e2b q4_k_m, rc $?): $(grep -c '^ok' "$OUT/parity-e2b.log") ok, $(grep -c '^not ok' "$OUT/parity-e2b.log") not ok"
     grep "^not ok\|gemma4:" "$OUT/parity-e2b.log" | head -8

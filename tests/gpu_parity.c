@@ -20,10 +20,12 @@
  *    the best logits from the device against the same sessions pulling every logit (PB_CUDA_TOPK=0).
  * Gemma 4 files run the same checks after a note of the geometry (their prompts take the chunked path,
  * pf_enqueue_g4, so "at once = token by token" compares it with the token steps: per-layer head dims, KV sharing,
- * k_eq_v, V norm, PLE, layer scale, the wide attention form on head_dim > 256; their batches are one-token steps row
- * by row), plus a prompt of 600 tokens (two chunks, past a sliding window of 512) at once, in calls of 200 and token
- * by token (check_long; PB_PAR_LONG=1 runs it on every model); a Gemma 4 MoE file is only checked to be refused by
- * name with gpu = 1 and to fall back with gpu = -1.
+ * k_eq_v, V norm, PLE, layer scale, the wide attention form on head_dim > 256; their batches of 3 rows and more run
+ * the same chunk over the batch's rows table, so the batch checks compare it with each row's one-token step), plus a
+ * prompt of 600 tokens (two chunks, past a sliding window of 512) at once, in calls of 200 and token by token
+ * (check_long) and batches of 1-4 rows whose positions cross the sliding window (check_batch_window; PB_PAR_LONG=1
+ * runs both on every model); a Gemma 4 MoE file is only checked to be refused by name with gpu = 1 and to fall back
+ * with gpu = -1.
  * Not part of `make test` (CI has no GPU).
  *   gpu_parity MODEL.gguf [TOKENS.bin] ...   (a .bin after a model: its int32 token ids, else random ids) */
 #include "pb_test.h"
@@ -423,6 +425,24 @@ static void same_bits(const float *a, const float *b, int n, int V, const char *
     CHECK(same, "%s = token by token (bit for bit)", what);
 }
 
+/* Whether pb_cu_forward_batch runs n rows of gm as one batched step (batch.cuh's bt_usable and pf_usable, reading
+ * the same switches: PB_CUDA_BATCH=0, PB_CUDA_PREFILL=0, PB_CUDA_G4_BATCH=0 on Gemma 4, PB_CUDA_FUSE=1 at open, fewer
+ * rows than PB_CUDA_BATCH_MIN (default 3), n_embd past k_add_norm's one-block form of 4 x 1024) or each row its own
+ * one-token step; the checks count the batched steps (pb_cu_batch_steps), so a batch check cannot pass by never
+ * reaching the batched step (a batch scratch that does not fit fails them too). */
+static bool env_is(const char *name, int v) {
+    const char *e = getenv(name);
+    return e && atoi(e) == v;
+}
+static bool batch_expected(const pb_model *gm, int n) {
+    const pb_hparams *hp = pb_model_hparams(gm);
+    if (env_is("PB_CUDA_BATCH", 0) || env_is("PB_CUDA_PREFILL", 0) || env_is("PB_CUDA_FUSE", 1)) return false;
+    if (hp->arch == PB_ARCH_GEMMA4 && env_is("PB_CUDA_G4_BATCH", 0)) return false;
+    const char *m = getenv("PB_CUDA_BATCH_MIN");
+    const int mn = m && atoi(m) >= 1 ? atoi(m) : 3;
+    return n >= mn && hp->n_embd <= 4 * 1024;
+}
+
 /* pb_cu_forward_batch (src/cuda/batch.cuh) against one-token steps: k sequences prefilled to different lengths
  * (past the tiny models' sliding windows: rings wrapped), then 16 batched steps with rows leaving and joining,
  * against twin sequences stepped alone: logits (returned and downloaded) and top bit for bit, the KV caches alike
@@ -460,6 +480,8 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
             goto next;
         }
         int bad_l = 0, bad_d = 0, bad_t = 0, rows = 0, fails = 0;
+        long want_b = 0; /* calls that should run as one batched step */
+        const long b0 = pb_cu_batch_steps(ka[0]->gpu);
         for (int s = 0; s < BSTEPS; s++) {
             pb_cu_ctx *cs[BK_MAX];
             int bp[BK_MAX], idx[BK_MAX], n = 0;
@@ -475,6 +497,7 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
                 if (fails++ < 2) NOTE("batch of %d at step %d: %s", n, s, e);
                 continue;
             }
+            want_b += batch_expected(gm, n);
             for (int r = 0; r < n; r++) {
                 const int i = idx[r];
                 int32_t t1 = -5;
@@ -494,6 +517,13 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
               "pb_cu_forward_batch, %d sequences, %d steps (%d rows): = one-token steps bit for bit (logits %d, "
               "downloaded %d, top %d differ; %d calls failed)",
               k, BSTEPS, rows, bad_l, bad_d, bad_t, fails);
+        {
+            const long got_b = pb_cu_batch_steps(ka[0]->gpu) - b0;
+            CHECK(got_b == want_b,
+                  "pb_cu_forward_batch, %d sequences: %ld of %d calls ran as one batched step (%ld "
+                  "expected: the rest each row's own step)",
+                  k, got_b, BSTEPS - fails, want_b);
+        }
         { /* the caches afterwards */
             int kv_bad = 0;
             for (int i = 0; i < k; i++)
@@ -571,6 +601,7 @@ static void check_batch_reuse(const pb_model *gm, const int32_t *toks, int V) {
         NOTE("batch reuse: setup failed (%s): skipped", pb_last_error());
         goto done;
     }
+    const long b0 = pb_cu_batch_steps(ka[0]->gpu);
     for (int s = 0; s < 2; s++) {
         if (s == 1) { /* row 1 goes, row R (made now, likely at its host address, twice as long) takes its place */
             pb_forward_ctx_free(fa[1]), pb_kv_free(ka[1]);
@@ -607,12 +638,135 @@ static void check_batch_reuse(const pb_model *gm, const int32_t *toks, int V) {
           "pb_cu_forward_batch after a context is freed and another made: = one-token steps bit for bit "
           "(%d rows differ, %d calls failed)",
           bad, fails);
+    CHECK(pb_cu_batch_steps(ka[0]->gpu) - b0 == (batch_expected(gm, R) ? 2 : 0),
+          "pb_cu_forward_batch after a context is freed: %ld of 2 calls ran as one batched step (%d expected)",
+          pb_cu_batch_steps(ka[0]->gpu) - b0, batch_expected(gm, R) ? 2 : 0);
 done:
     for (int i = 0; i <= R; i++) {
         pb_forward_ctx_free(fa[i]), pb_forward_ctx_free(fb[i]);
         pb_kv_free(ka[i]), pb_kv_free(kb[i]);
     }
     free(l1), free(lb);
+}
+
+/* Rows whose positions cross the sliding window (Gemma 4 files; PB_PAR_LONG=1 any model with a window): WB_R
+ * contexts prefilled to W - 3, W - 1, W + 1, W + 3 tokens (W the window; rings of min(W, n_ctx) rows; every other
+ * context of 2,304 positions, other key splits and cache sizes in one batch), then WB_STEPS batched steps of 4, 2 and
+ * 1 rows with PB_CUDA_BATCH_MIN=1 (so one and two rows take the batched step too), against twin contexts stepped
+ * alone: logits (returned and downloaded) and top bit for bit, the caches afterwards, and the batched steps counted. */
+enum { WB_R = 4, WB_STEPS = 8 };
+static void check_batch_window(const pb_model *gm, int V) {
+    const pb_hparams *hp = pb_model_hparams(gm);
+    const int W = hp->sliding_window;
+    if (W < 4) {
+        NOTE("batch across the window: no sliding window: skipped");
+        return;
+    }
+    const int nt = W + 3 + WB_STEPS;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)nt);
+    float *lb = malloc(sizeof(float) * (size_t)V * WB_R), *l1 = malloc(sizeof(float) * (size_t)V),
+          *ld = malloc(sizeof(float) * (size_t)V);
+    pb_kv_cache *ka[WB_R] = {0}, *kb[WB_R] = {0};
+    pb_forward_ctx *fa[WB_R] = {0}, *fb[WB_R] = {0};
+    int pos[WB_R];
+    pb_status st = toks && lb && l1 && ld ? PB_OK : PB_ERR_NOMEM;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; toks && i < nt; i++) { /* random ids (xorshift) */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        toks[i] = (int32_t)(r % (uint64_t)V);
+    }
+    for (int i = 0; i < WB_R && !st; i++) {
+        const int len = W - 3 + 2 * i, nctx = i % 2 ? (W + 2 * WB_STEPS > 2304 ? W + 2 * WB_STEPS : 2304) : W + 16;
+        pos[i] = len;
+        if ((st = pb_kv_new(gm, nctx, PB_KV_F16, &ka[i])) || (st = pb_forward_ctx_new_kv(gm, len, ka[i], &fa[i])) ||
+            (st = pb_kv_new(gm, nctx, PB_KV_F16, &kb[i])) || (st = pb_forward_ctx_new_kv(gm, len, kb[i], &fb[i])) ||
+            (st = pb_forward(gm, ka[i], fa[i], NULL, toks, len, l1, false, NULL)) ||
+            (st = pb_forward(gm, kb[i], fb[i], NULL, toks, len, l1, false, NULL)))
+            break;
+    }
+    CHECK(st == PB_OK, "batch across the window: %d contexts prefilled to %d..%d tokens (%s)", 2 * WB_R, W - 3, W + 3,
+          st ? pb_last_error() : "ok");
+    if (st) goto done;
+    {
+        const char *old = getenv("PB_CUDA_BATCH_MIN");
+        char keep[32] = "";
+        if (old) snprintf(keep, sizeof keep, "%s", old);
+        setenv("PB_CUDA_BATCH_MIN", "1", 1);
+        int bad_l = 0, bad_d = 0, bad_t = 0, rows = 0, fails = 0;
+        long want_b = 0;
+        const long b0 = pb_cu_batch_steps(ka[0]->gpu);
+        char e[256] = "";
+        for (int s = 0; s < WB_STEPS; s++) {
+            /* all four rows; rows 0 and 2 (different positions, the same n_ctx); row 1 or 3 alone */
+            const int n = s % 3 == 0 ? WB_R : s % 3 == 1 ? 2 : 1;
+            pb_cu_ctx *cs[WB_R];
+            int bp[WB_R], idx[WB_R];
+            int32_t bt[WB_R], top[WB_R];
+            for (int j = 0; j < n; j++) {
+                const int i = n == WB_R ? j : n == 2 ? 2 * j : 1 + 2 * (s % 2);
+                idx[j] = i, cs[j] = ka[i]->gpu, bp[j] = pos[i], bt[j] = toks[(pos[i] + 5 * s) % nt];
+            }
+            if (pb_cu_forward_batch(cs, bp, bt, n, lb, top, e, sizeof e)) {
+                if (fails++ < 2) NOTE("batch across the window, %d rows at step %d: %s", n, s, e);
+                continue;
+            }
+            want_b += batch_expected(gm, n);
+            for (int j = 0; j < n; j++) {
+                const int i = idx[j];
+                int32_t t1 = -5;
+                if (pb_cu_forward_argmax(kb[i]->gpu, pos[i], &bt[j], 1, &t1, NULL, e, sizeof e) ||
+                    pb_cu_logits_download(kb[i]->gpu, l1, e, sizeof e) ||
+                    pb_cu_logits_download(ka[i]->gpu, ld, e, sizeof e)) {
+                    fails++;
+                    continue;
+                }
+                bad_t += top[j] != t1;
+                bad_l += memcmp(lb + (size_t)j * V, l1, sizeof(float) * V) != 0;
+                bad_d += memcmp(ld, l1, sizeof(float) * V) != 0;
+                pos[i]++, rows++;
+            }
+        }
+        const long got_b = pb_cu_batch_steps(ka[0]->gpu) - b0;
+        if (old)
+            setenv("PB_CUDA_BATCH_MIN", keep, 1);
+        else
+            unsetenv("PB_CUDA_BATCH_MIN");
+        int hi = 0;
+        for (int i = 0; i < WB_R; i++) hi = pos[i] - 1 > hi ? pos[i] - 1 : hi;
+        CHECK(fails == 0 && bad_l == 0 && bad_d == 0 && bad_t == 0,
+              "pb_cu_forward_batch across the sliding window (%d): %d rows at positions %d..%d = one-token steps bit "
+              "for bit (logits %d, downloaded %d, top %d differ; %d calls failed)",
+              W, rows, W - 3, hi, bad_l, bad_d, bad_t, fails);
+        CHECK(got_b == want_b,
+              "pb_cu_forward_batch across the sliding window: %ld of %d calls ran as one batched step (%ld expected)",
+              got_b, WB_STEPS, want_b);
+    }
+    { /* the caches afterwards */
+        int kv_bad = 0;
+        for (int i = 0; i < WB_R; i++)
+            for (int il = 0; il < ka[i]->n_layer; il++) {
+                if (!ka[i]->kvd[il]) continue;
+                const size_t b = (size_t)ka[i]->cap[il] * ka[i]->row_b[il];
+                uint8_t *x = malloc(4 * b);
+                char e[256];
+                if (!x || pb_cu_kv_download(ka[i]->gpu, il, x, x + b, b, e, sizeof e) ||
+                    pb_cu_kv_download(kb[i]->gpu, il, x + 2 * b, x + 3 * b, b, e, sizeof e))
+                    kv_bad++;
+                else
+                    kv_bad += memcmp(x, x + 2 * b, 2 * b) != 0;
+                free(x);
+            }
+        CHECK(kv_bad == 0,
+              "pb_cu_forward_batch across the sliding window: KV caches = the one-token steps' (%d layers "
+              "differ)",
+              kv_bad);
+    }
+done:
+    for (int i = 0; i < WB_R; i++) {
+        pb_forward_ctx_free(fa[i]), pb_forward_ctx_free(fb[i]);
+        pb_kv_free(ka[i]), pb_kv_free(kb[i]);
+    }
+    free(toks), free(lb), free(l1), free(ld);
 }
 
 static double now_s(void) {
@@ -801,7 +955,7 @@ static void check_model(const char *path, const char *tok_path) {
        once, in calls of 37 and token by token bit for bit, then the batch checks; no CPU run */
     const char *only = getenv("PB_PAR_ONLY"), *lenv = getenv("PB_PAR_LONG");
     const size_t nv = (size_t)n * V;
-    const bool long_on = hp->arch == PB_ARCH_GEMMA4 || (lenv && atoi(lenv) == 1); /* check_long */
+    const bool long_on = hp->arch == PB_ARCH_GEMMA4 || (lenv && atoi(lenv) == 1); /* check_long, check_batch_window */
     if (only && strcmp(only, "gpu") == 0) {
         float *a = malloc(sizeof(float) * nv), *b = malloc(sizeof(float) * nv), *t = malloc(sizeof(float) * nv);
         pb_status s1 = run_all(gm, toks, n, n, false, a, NULL), s2 = run_all(gm, toks, n, 37, false, b, NULL),
@@ -818,6 +972,7 @@ static void check_model(const char *path, const char *tok_path) {
     if (only && (strcmp(only, "batch") == 0 || strcmp(only, "gpu") == 0)) {
         check_batch(gm, toks, V);
         check_batch_reuse(gm, toks, V);
+        if (long_on) check_batch_window(gm, V);
         pb_model_close(gf), pb_model_close(gm), pb_model_close(cm);
         return;
     }
@@ -851,6 +1006,7 @@ static void check_model(const char *path, const char *tok_path) {
     check_sampled(gm, toks);
     check_batch(gm, toks, V);
     check_batch_reuse(gm, toks, V);
+    if (long_on) check_batch_window(gm, V);
     if (gf) {
         state_cross(gf, cm, toks, 40, V, "GPU -> CPU");
         state_cross(cm, gf, toks, 40, V, "CPU -> GPU");

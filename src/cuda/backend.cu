@@ -133,6 +133,7 @@ struct pb_cu_model {
     // the lock that gives it to one pb_cu_forward_batch call at a time.
     struct bt_bufs *bt;
     int bt_failed; // the scratch did not fit: batches run row by row
+    long bt_steps; // batched steps run (pb_cu_batch_steps, for the tests), under bt_mu
     pthread_mutex_t bt_mu;
     void *mem[MEM_MAX]; // every device array of the weights (model_alloc refuses past MEM_MAX)
     int n_mem;
@@ -2183,7 +2184,7 @@ extern "C" int pb_cu_forward(pb_cu_ctx *c, int pos, const int32_t *tokens, int n
     const pb_cu_desc *hp = &c->g->hp;
     int st;
     // a prompt: chunks of tokens at once (prefill.cuh), unless its scratch does not fit (then token steps)
-    if (n > 1 && pf_usable(c) && (c->pf || pf_alloc(c, PF_NC, c->S, &c->pf, err, cap) == ST_OK))
+    if (n > 1 && pf_usable(c, false) && (c->pf || pf_alloc(c, PF_NC, c->S, &c->pf, err, cap) == ST_OK))
         return pf_forward(c, pos, tokens, n, logits, hidden, all_logits, cancel, n_done, err, cap);
     if (!c->graph_full && (st = capture(c, true, &c->graph_full, err, cap))) return st;
     if (!c->graph_body && (st = capture(c, false, &c->graph_body, err, cap))) return st;

@@ -2,16 +2,20 @@
 // backend.cu after prefill.cuh. The n rows go through the prompt path's kernels (prefill.cuh) as one chunk of n
 // tokens whose token i is the next token of context i: every weight matrix is read once for all rows (the mat-mats
 // k_pf_mm, which have the one-token mat-vecs' bits), and the attention reads each row's own cache, position and key
-// splits from device tables. The step is captured once per row count as a CUDA graph on the model's batch stream.
-// One or two rows, a model the prompt path does not take (pf_usable) or scratch that does not fit runs each row's
-// own one-token graph on its context's stream instead (all rows enqueued before any wait). See docs/CUDA.md.
+// splits from device tables. Gemma 4 runs its own chunk (pf_enqueue_g4) over the same tables: per-layer geometry,
+// KV-shared layers reading the producer layer's entries, PLE per row. The step is captured once per row count as a
+// CUDA graph on the model's batch stream. One or two rows, a model the prompt path does not take (pf_usable),
+// PB_CUDA_G4_BATCH=0 on a Gemma 4 model or scratch that does not fit runs each row's own one-token graph on its
+// context's stream instead (all rows enqueued before any wait). See docs/CUDA.md.
 
 // The batch scratch of a model (pb_cu_model.bt, under bt_mu): activations of PB_CU_BATCH_MAX rows, the rows' tables
 // (device, with a pinned host twin of the same layout), the rows' logits and the argmax's scratch.
 struct bt_bufs {
     pf_bufs *p;
     void *mem, *h_mem;
-    size_t tab_bytes;                  // the table block: toks, pos, S [BMAX]; cap, kc, vc [n_layer][BMAX]
+    // the table block (tab_bytes): toks, pos, S [BMAX]; cap, kc, vc [n_layer][BMAX] (a Gemma 4 KV-shared layer's
+    // entries are its own: cap 0, no cache; pf_attn_g4 reads its producer's entries instead)
+    size_t tab_bytes;
     int *toks, *pos, *S, *cap;         // device tables (toks is also p->toks)
     __half **kc, **vc;                 //
     int *h_toks, *h_pos, *h_S, *h_cap; // the pinned twin
@@ -51,6 +55,9 @@ static void bt_forget(const pb_cu_ctx *c) {
     pthread_mutex_unlock(&c->g->bt_mu);
 }
 
+// The batch scratch: the prompt path's (pf_alloc at PB_CU_BATCH_MAX tokens and MAX_SPLITS splits; for Gemma 4 at the
+// layers' maxima of head dim, kv heads and MLP width, with the PLE inputs [B][n_layer][P] and gate [B][P] and a kn /
+// vn slot a producer of shared KV), the tables, B rows of logits and the argmax's scratch.
 static int bt_alloc(const pb_cu_ctx *c, bt_bufs **out, char *err, size_t cap) {
     const pb_cu_desc *hp = &c->g->hp;
     const size_t B = PB_CU_BATCH_MAX, L = (size_t)hp->n_layer, V = (size_t)hp->n_vocab;
@@ -164,18 +171,19 @@ static int bt_step(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, 
     CU(cudaGetLastError());
     if (top)
         for (int i = 0; i < n; i++) top[i] = b->h_top[i];
+    cs[0]->g->bt_steps++;
     return ST_OK;
 }
 
 // Whether n rows take the batched step: PB_CUDA_BATCH=0 (read at each call, for A/B runs) keeps every row on its
 // own one-token graph; PB_CUDA_BATCH_MIN=k (default 3: two rows measured faster on their own graphs, 921 vs 791
-// tok/s on gemma-2-2b Q4_K_M, four about equal): batches of fewer rows do. Gemma 4 always does (its chunk,
-// pf_enqueue_g4, takes a prompt only: no rows table).
+// tok/s on gemma-2-2b Q4_K_M, four about equal): batches of fewer rows do; PB_CUDA_G4_BATCH=0 (read at each call,
+// pf_usable): Gemma 4 batches do (its batched step was written without a GPU: the way back if its parity fails).
 static bool bt_usable(const pb_cu_ctx *c, int n) {
     const char *e = getenv("PB_CUDA_BATCH"), *m = getenv("PB_CUDA_BATCH_MIN");
     if (e && atoi(e) == 0) return false;
     const int mn = m && atoi(m) >= 1 ? atoi(m) : 3;
-    return n >= mn && !c->g->g4 && pf_usable(c);
+    return n >= mn && pf_usable(c, true);
 }
 
 // Each row's own one-token graph on its context's stream (the step before the batched one, kept for single rows and
@@ -242,4 +250,12 @@ extern "C" int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const i
         if (done) return st;
     }
     return bt_rows_alone(cs, pos, tokens, n, logits, top, err, cap);
+}
+
+extern "C" long pb_cu_batch_steps(const pb_cu_ctx *c) {
+    if (!c) return 0;
+    pthread_mutex_lock(&c->g->bt_mu);
+    const long k = c->g->bt_steps;
+    pthread_mutex_unlock(&c->g->bt_mu);
+    return k;
 }

@@ -106,6 +106,9 @@ int pb_cu_top_check(pb_cu_ctx *c, const float *x, int n, int m, const int32_t *g
 enum { PB_CU_BATCH_MAX = 64 };
 int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tokens, int n, float *logits, int32_t *top,
                         char *err, size_t cap);
+/* Tests: how many pb_cu_forward_batch calls of c's model ran as one batched step (the rest ran each row's own
+ * one-token step: one or two rows, a switch, no room for the batch scratch). */
+long pb_cu_batch_steps(const pb_cu_ctx *c);
 /* Copies layer il's K and V rows (bytes each) between the device cache and host buffers. */
 int pb_cu_kv_download(pb_cu_ctx *c, int il, void *k, void *v, size_t bytes, char *err, size_t cap);
 int pb_cu_kv_upload(pb_cu_ctx *c, int il, const void *k, const void *v, size_t bytes, char *err, size_t cap);

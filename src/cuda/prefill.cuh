@@ -824,15 +824,17 @@ static void pf_free(struct pf_bufs *p) {
     free(p);
 }
 
-// Whether a prompt takes this path: PB_CUDA_PREFILL=0 in the environment (read at each call) keeps the token-by-token
-// steps (A/B runs), PB_CUDA_G4_PREFILL=0 those of Gemma 4 models only; the norms must take k_add_norm's one-block
-// form (d <= NORM_NPT x 1024) and the add + norm must not be fused into the mat-vec's last block (PB_CUDA_FUSE=1:
-// another order of sums).
-static bool pf_usable(const pb_cu_ctx *c) {
+// Whether a prompt (batch false) or a batched step (batch.cuh: batch true) takes this path's kernels: PB_CUDA_PREFILL=0
+// in the environment (read at each call) keeps the token-by-token steps for both (A/B runs); for Gemma 4 models only,
+// PB_CUDA_G4_PREFILL=0 keeps their prompts on token steps and PB_CUDA_G4_BATCH=0 their batches on each row's own
+// one-token graph (each the way back if its parity run fails); the norms must take k_add_norm's one-block form (d <=
+// NORM_NPT x 1024) and the add + norm must not be fused into the mat-vec's last block (PB_CUDA_FUSE=1: another order
+// of sums).
+static bool pf_usable(const pb_cu_ctx *c, bool batch) {
     const char *e = getenv("PB_CUDA_PREFILL");
     if (e && atoi(e) == 0) return false;
     if (c->g->g4) { // Gemma 4 (pf_enqueue_g4): per-layer geometry, KV sharing, PLE
-        const char *e4 = getenv("PB_CUDA_G4_PREFILL");
+        const char *e4 = getenv(batch ? "PB_CUDA_G4_BATCH" : "PB_CUDA_G4_PREFILL");
         if (e4 && atoi(e4) == 0) return false;
     }
     return !c->g->fuse && c->g->hp.n_embd <= NORM_NPT * 1024;
@@ -952,24 +954,41 @@ static qout pf_qb(const pb_cu_ctx *c, const pf_bufs *p) {
     return qb;
 }
 
-// Layer j's chunk keys (slot[j] of kn / vn) into its cache, after the attention of the last layer that reads them.
-static void pf_store_g4(const pb_cu_ctx *c, const pf_bufs *p, int j, const int *slot, int p0, int n, cudaStream_t s) {
+// Layer il's entries of a batched step's rows table (rt NULL: none, a prompt chunk). A KV-shared layer passes its
+// producer's index (kv_src): it has no cache of its own (cap 0 in the table), the producer's is the one it reads.
+static pf_rowl pf_rowl_of(const pf_rowtab *rt, int il) {
+    pf_rowl rl = {NULL, NULL, NULL, NULL, NULL};
+    if (rt) {
+        const size_t o = (size_t)il * PB_CU_BATCH_MAX;
+        rl = {rt->pos, rt->S, rt->cap + o, rt->kc + o, rt->vc + o};
+    }
+    return rl;
+}
+
+// Layer j's chunk keys (slot[j] of kn / vn) into its cache, after the attention of the last layer that reads them
+// (with rt: each row's one key into its own context's cache, the row's slot).
+static void pf_store_g4(const pb_cu_ctx *c, const pf_bufs *p, int j, const int *slot, int p0, int n,
+                        const pf_rowtab *rt, cudaStream_t s) {
     const pb_cu_layer_d *L = &c->g->layers[j];
-    const pf_rowl none = {NULL, NULL, NULL, NULL, NULL};
+    const pf_rowl rl = pf_rowl_of(rt, j);
     const size_t o = (size_t)slot[j] * p->kvs;
-    k_pf_kv_store<<<dim3(L->hkv, n), 128, 0, s>>>(p->kn + o, p->vn + o, c->kc[j], c->vc[j], p0, n, L->hd, c->cap[j],
-                                                  L->swa ? 1 : 0, none);
+    k_pf_kv_store<<<dim3(L->hkv, n), 128, 0, s>>>(p->kn + o, p->vn + o, rt ? NULL : c->kc[j], rt ? NULL : c->vc[j], p0,
+                                                  n, L->hd, rt ? 0 : c->cap[j], L->swa ? 1 : 0, rl);
 }
 
 // Layer il's attention (enqueue_attn_g4): q (and k, v where the layer has its own cache; V = the raw K projection on
 // k_eq_v layers) with the lanes a row of the decode launch (one launch where launch_mv makes one: wq's), the chunk's
 // keys roped / normed into the kn / vn slot of the layer whose cache it reads, the split pass (the narrow or the wide
-// form, as the decode step), the merge, att's int8 forms.
-static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, int p0, int n, cudaStream_t s) {
+// form, as the decode step), the merge, att's int8 forms. With rt (a batched step) each token is its row's next one:
+// roped at the row's position, its keys below it from the row's cache of layer kv_src (the table's entries of the
+// producer), its own key from row t of the producer's slot, the row's splits (the grid: the rows' largest).
+static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, int p0, int n, const pf_rowtab *rt,
+                       cudaStream_t s) {
     const pb_cu_model *g = c->g;
     const pb_cu_desc *hp = &g->hp;
     const pb_cu_layer_d *L = &g->layers[il];
-    const int d = hp->n_embd, hd = L->hd, hkv = L->hkv, n_rep = hp->n_head / hkv, src = L->kv_src, S = c->S;
+    const int d = hp->n_embd, hd = L->hd, hkv = L->hkv, n_rep = hp->n_head / hkv, src = L->kv_src;
+    const int S = rt ? rt->smax : c->S;
     const int qd = hp->n_head * hd, kvd = hkv * hd;
     const bool own = src == il, keqv = own && L->wv.N == 0, i8 = g->int8 != 0;
     // launch_mv: one k_mv for q, k (, v) where wk has wq's type and a kernel exists for (wq, wv or wq)
@@ -981,26 +1000,29 @@ static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, 
         pf_launch_mm(c, p, L->wk, NULL, one ? L->wq.sw : L->wk.sw, p->xn, d, p->k, kvd, n, 0.0f, s);
         if (!keqv) pf_launch_mm(c, p, L->wv, NULL, one ? L->wq.sw : L->wv.sw, p->xn, d, p->v, kvd, n, 0.0f, s);
         const float *v = keqv ? p->k : p->v;
+        const int *rpos = rt ? rt->pos : NULL;
         if (hd <= 32 * MAX_EPL)
             k_pf_rope_k<MAX_EPL, true>
-                <<<dim3(hkv, n), 128, 0, s>>>(p->k, v, L->k_norm, inv, hp->norm_eps, p0, NULL, hd, kn, vn, hp->v_norm);
+                <<<dim3(hkv, n), 128, 0, s>>>(p->k, v, L->k_norm, inv, hp->norm_eps, p0, rpos, hd, kn, vn, hp->v_norm);
         else
             k_pf_rope_k<WIDE_EPL, true>
-                <<<dim3(hkv, n), 128, 0, s>>>(p->k, v, L->k_norm, inv, hp->norm_eps, p0, NULL, hd, kn, vn, hp->v_norm);
+                <<<dim3(hkv, n), 128, 0, s>>>(p->k, v, L->k_norm, inv, hp->norm_eps, p0, rpos, hd, kn, vn, hp->v_norm);
     }
-    const pf_rowl none = {NULL, NULL, NULL, NULL, NULL};
+    const pf_rowl rl = pf_rowl_of(rt, src); // the producer's entries: a KV-shared layer's own are empty (cap 0)
+    __half *kc = rt ? NULL : c->kc[src], *vc = rt ? NULL : c->vc[src];
+    const int cap = rt ? 0 : c->cap[src];
     const int ring = g->layers[src].swa ? 1 : 0, win = L->swa ? hp->sliding_window : 0;
     if (hd <= 32 * MAX_EPL)
-        k_pf_attn<MAX_EPL, MAX_REP, true><<<dim3(hkv, S, n), 128, 0, s>>>(
-            p->q, c->kc[src], c->vc[src], kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[src],
-            ring, win, hp->query_scale, hp->attn_softcap, none, 1);
+        k_pf_attn<MAX_EPL, MAX_REP, true>
+            <<<dim3(hkv, S, n), 128, 0, s>>>(p->q, kc, vc, kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd,
+                                             cap, ring, win, hp->query_scale, hp->attn_softcap, rl, 1);
     else {
         const int nz = (n_rep + WIDE_REP - 1) / WIDE_REP; // k_attn's gridDim.z
-        k_pf_attn<WIDE_EPL, WIDE_REP, true><<<dim3(hkv * nz, S, n), 128, 0, s>>>(
-            p->q, c->kc[src], c->vc[src], kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, c->cap[src],
-            ring, win, hp->query_scale, hp->attn_softcap, none, nz);
+        k_pf_attn<WIDE_EPL, WIDE_REP, true>
+            <<<dim3(hkv * nz, S, n), 128, 0, s>>>(p->q, kc, vc, kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0,
+                                                  n_rep, hd, cap, ring, win, hp->query_scale, hp->attn_softcap, rl, nz);
     }
-    k_pf_merge<<<dim3(hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, NULL);
+    k_pf_merge<<<dim3(hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, rl.S);
     pf_launch_quant(c, p, p->att, qd, n, s);
 }
 
@@ -1039,13 +1061,19 @@ static void pf_ffn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, int n, int nt, cud
     k_pf_g4_add<<<n, nt, 0, s>>>(p->x, p->o, post, L->out_scale, next, p->xn, d, hp->norm_eps, qb, p->as);
 }
 
-// Gemma 4's chunk of n tokens at positions p0.. (pf_enqueue's contract; a prompt only, no rows table): k_pf_embed,
-// the per-layer inputs (enqueue_ple_in: x's forms, the model projection, k_ple_in per token, xn's forms again), then
-// per layer the attention, the stores of the chunk keys whose last reader it was, the rest of the layer. A KV-shared
-// layer reads its producer's cache below p0 and the producer's chunk keys from their slot, which outlives the layers
-// between: the producer's cache is written only after its last reader's attention, so no ring slot a reader still
-// needs is taken by a later key of the chunk (as k_pf_kv_store's rule for a layer's own keys).
-static void pf_enqueue_g4(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, int nt, cudaStream_t s) {
+// Gemma 4's chunk of n tokens at positions p0.. (pf_enqueue's contract): k_pf_embed, the per-layer inputs
+// (enqueue_ple_in: x's forms, the model projection, k_ple_in per token, xn's forms again), then per layer the
+// attention, the stores of the chunk keys whose last reader it was, the rest of the layer. A KV-shared layer reads
+// its producer's cache below p0 and the producer's chunk keys from their slot, which outlives the layers between:
+// the producer's cache is written only after its last reader's attention, so no ring slot a reader still needs is
+// taken by a later key of the chunk (as k_pf_kv_store's rule for a layer's own keys).
+// With rt (a batched step: token t is the next token of row t's context) the same launches run over the rows table:
+// a row's "chunk keys" are its one new key, row t of the layer's slot, which the row's KV-shared layers read from the
+// producer's slot as the token step's read it from the producer's cache slot (written there by the producer's
+// k_attn, the same F16 bytes); keys below the row's position come from its own caches. The deferred stores are kept
+// (one plan for both: each row's store writes only its own context's slot pos % cap, a key outside every window of
+// the step, so storing right after the producer's attention would give the same bits).
+static void pf_enqueue_g4(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, int nt, const pf_rowtab *rt, cudaStream_t s) {
     const pb_cu_model *g = c->g;
     const pb_cu_desc *hp = &g->hp;
     const int d = hp->n_embd, P = hp->n_embd_per_layer, nl = hp->n_layer;
@@ -1063,9 +1091,9 @@ static void pf_enqueue_g4(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, int nt,
     int slot[MAX_LAYERS], last[MAX_LAYERS];
     pf_g4_kv_plan(g, slot, last);
     for (int il = 0; il < nl; il++) {
-        pf_attn_g4(c, p, il, slot, p0, n, s);
+        pf_attn_g4(c, p, il, slot, p0, n, rt, s);
         for (int j = 0; j <= il; j++)
-            if (g->layers[j].kv_src == j && last[j] == il) pf_store_g4(c, p, j, slot, p0, n, s);
+            if (g->layers[j].kv_src == j && last[j] == il) pf_store_g4(c, p, j, slot, p0, n, rt, s);
         pf_ffn_g4(c, p, il, n, nt, s);
     }
 }
@@ -1080,8 +1108,8 @@ static void pf_enqueue(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, cudaStream
     const int qd = H * hd, kvd = Hkv * hd, ff = hp->n_ff;
     int nt = d >= 1024 ? 1024 : (d + 31) / 32 * 32; /* as enqueue_step */
     if (g->normt && d <= NORM_NPT * g->normt) nt = g->normt;
-    if (g->g4) { // Gemma 4: a prompt chunk (bt_usable keeps its batches on one-token steps)
-        pf_enqueue_g4(c, p, p0, n, nt, s);
+    if (g->g4) { // Gemma 4: its own chunk (a prompt, or with rt a batched step's rows)
+        pf_enqueue_g4(c, p, p0, n, nt, rt, s);
         return;
     }
     qout qb = qout_of(c);

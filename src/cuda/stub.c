@@ -64,6 +64,7 @@ int pb_cu_forward_batch(pb_cu_ctx *const *cs, const int *pos, const int32_t *tok
     (void)cs, (void)pos, (void)tokens, (void)n, (void)logits, (void)top;
     return no_cuda(err, cap);
 }
+long pb_cu_batch_steps(const pb_cu_ctx *c) { return (void)c, 0; }
 int pb_cu_has_logits_top(const pb_cu_ctx *c) { return (void)c, 0; }
 int pb_cu_logits_top(pb_cu_ctx *c, int m, const int32_t *gather, int ng, int32_t *ids, float *vals, float *gvals,
                      char *err, size_t cap) {

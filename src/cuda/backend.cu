@@ -123,7 +123,7 @@ struct pb_cu_model {
     int skip, empty;
     // PB_CUDA_ADIAG=mask (k_attn of Gemma 1-3: 1 returns after its wait, 2 reads no keys, 4 no merge of the splits;
     // A/B of the 2026-12-05 changes, the same bits: 32 no key rows before the wait, 64 pos's row from the cache, 128
-    // no L1 prefetch of k / v, 256 the merge's loop as before),
+    // no L1 prefetch of k / v),
     // PB_CUDA_LATE=mask (launch_dependents late: 1 in the mat-vecs, after the rows' sums; 2 in the attention, after
     // its keys): diagnostics and A/B runs (late launches change no bits)
     int adiag, late;
@@ -1272,9 +1272,6 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
     __syncthreads();
 }
 
-#define MH_V 2  // values a thread of merge_heads sums at once
-#define MH_S 16 // splits whose values merge_heads loads before adding any
-
 // att[h] = merge of the S split states of query head h = g * n_rep + r, for the n_rep query heads of kv head g at
 // once, divided by the softmax sum (one block, blockDim.x a multiple of 32; wt and Ls in shared memory). Warp r
 // finds head r's common max and each split's weight; then every thread merges its values, each value's sum over
@@ -1283,7 +1280,6 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
 // q8_0, hd % 256 for q8_K) the block then quantizes the heads' values as k_quant would over the whole of att
 // (quant_act: the same bits), the warps shared out among the heads, reading the values from as (n_rep x hd floats
 // of shared memory the merge fills beside att: no round trip through L2 for values the block just wrote).
-template <int MHV = MH_V>
 static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
                                    float (*wt)[MAX_SPLITS], float *Ls, float *as) {
     const size_t st = (size_t)n_rep * (hd + 2);
@@ -1317,55 +1313,17 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         if (lane == 0) Ls[r] = L;
     }
     __syncthreads();
-    if (MHV == 0) // the loop before 2026-12-05 (A/B: PB_CUDA_ADIAG bit 256)
-        for (int idx = threadIdx.x; idx < n_rep * hd; idx += blockDim.x) {
-            const int r = idx / hd, e = idx % hd;
-            const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
-            float acc = 0.0f;
+    // (2026-12-05: loading each value's 16 splits at once, 4 or 2 values a thread, measured 15% slower tg128 on an
+    // H100, 505 against 599 tok/s: this loop stays)
+    for (int idx = threadIdx.x; idx < n_rep * hd; idx += blockDim.x) {
+        const int r = idx / hd, e = idx % hd;
+        const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
+        float acc = 0.0f;
 #pragma unroll 8
-            for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
-            const float v = acc / Ls[r];
-            att[((size_t)g * n_rep + r) * hd + e] = v;
-            as[idx] = v;
-        }
-    // MH_V values a thread, the values of MH_S splits of each loaded before any is added (one L2 round trip where
-    // there were one per 8 splits and value: 8 in a row for gemma-2-2b's 16 splits, ~4 us of a layer's attention in
-    // the 2026-12-05 in-situ runs); each value's sum still runs over the splits in order from 0.0: the same bits
-    constexpr int MV = MHV > 0 ? MHV : 1;
-    for (int i0 = MHV ? threadIdx.x : n_rep * hd; i0 < n_rep * hd; i0 += MV * blockDim.x) {
-        float acc[MV];
-        int rr[MV];
-        size_t bs[MV];
-        bool in[MV];
-#pragma unroll
-        for (int k = 0; k < MV; k++) {
-            const int idx = i0 + k * (int)blockDim.x;
-            in[k] = idx < n_rep * hd;
-            rr[k] = in[k] ? idx / hd : 0;
-            bs[k] = ((size_t)g * S * n_rep + rr[k]) * (hd + 2) + 2 + (in[k] ? idx % hd : 0);
-            acc[k] = 0.0f;
-        }
-        for (int s0 = 0; s0 < S; s0 += MH_S) {
-            float v[MV][MH_S];
-#pragma unroll
-            for (int k = 0; k < MV; k++)
-#pragma unroll
-                for (int j = 0; j < MH_S; j++)
-                    v[k][j] = in[k] && s0 + j < S ? __ldcg(part + bs[k] + (size_t)(s0 + j) * st) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < MV; k++)
-#pragma unroll
-                for (int j = 0; j < MH_S; j++)
-                    if (in[k] && s0 + j < S) acc[k] += v[k][j] * wt[rr[k]][s0 + j];
-        }
-#pragma unroll
-        for (int k = 0; k < MV; k++) {
-            if (!in[k]) continue;
-            const int idx = i0 + k * (int)blockDim.x, r = rr[k], e = idx % hd;
-            const float v = acc[k] / Ls[r];
-            att[((size_t)g * n_rep + r) * hd + e] = v;
-            as[idx] = v;
-        }
+        for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
+        const float v = acc / Ls[r];
+        att[((size_t)g * n_rep + r) * hd + e] = v;
+        as[idx] = v;
     }
     if (!qo.q0 && !qo.qK) return;
     __syncthreads(); // this block's att values (as: shared), written by its other threads, are visible after it
@@ -1579,10 +1537,7 @@ __global__ void __launch_bounds__(128)
     if (!last) return;
     __threadfence();
     // sm: free again (every thread is past it); it holds n_rep x hd floats in every instantiated form
-    if (dbg & 256)
-        merge_heads<0>(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
-    else if (!(dbg & 4))
-        merge_heads<(!G4 && REP <= 4) ? 4 : MH_V>(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
+    if (!(dbg & 4)) merge_heads(part, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0]);
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
@@ -2019,12 +1974,12 @@ static void enqueue_attn_g4(pb_cu_ctx *c, int il, cudaStream_t s) {
         launch_k(g->pdl != 0, k_attn<MAX_EPL, MAX_REP, true>, dim3(hkv, c->S, 1), 128, s, (const float *)c->q, k, v,
                  c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps, c->part,
                  (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap, c->att,
-                 mq, c->acnt, g->hp.v_norm, g->adiag & 480);
+                 mq, c->acnt, g->hp.v_norm, g->adiag & 224);
     else
         launch_k(g->pdl != 0, k_attn<WIDE_EPL, WIDE_REP, true>, dim3(hkv, c->S, (n_rep + WIDE_REP - 1) / WIDE_REP), 128,
                  s, (const float *)c->q, k, v, c->kc[src], c->vc[src], (const float *)L->q_norm, kn, inv, hp->norm_eps,
                  c->part, (const int *)c->params, n_rep, hd, c->cap[src], ring, win, hp->query_scale, hp->attn_softcap,
-                 c->att, mq, c->acnt, g->hp.v_norm, g->adiag & 480);
+                 c->att, mq, c->acnt, g->hp.v_norm, g->adiag & 224);
     if (!fuse) launch_quant(c, c->att, hp->n_head * hd, s);
 }
 

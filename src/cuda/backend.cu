@@ -128,7 +128,7 @@ struct pb_cu_model {
     // its keys): diagnostics and A/B runs (late launches change no bits)
     int adiag, late;
     int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention sized for 8 query heads a kv head whatever the model's (A/B)
-    int n_sm;  // multiprocessors of device 0
+    int n_sm;     // multiprocessors of device 0
     // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
     // the lock that gives it to one pb_cu_forward_batch call at a time.
     struct bt_bufs *bt;
@@ -572,9 +572,9 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
-    int sw;  // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
-    int pf;  // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
-    int pro; // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
+    int sw;   // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
+    int pf;   // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
+    int pro;  // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
     int late; // a diagnostic (PB_CUDA_LATE bit 1): launch_dependents after the rows' sums, not at the kernel's start
     float softcap;
     const float *x;
@@ -1418,7 +1418,9 @@ __global__ void __launch_bounds__(128)
         if (dbg & 16) pdl_start();
         return;
     }
-    if (own && !(dbg & 128)) { // the rows of k and v this block ropes and writes below, into L1 while the query heads are roped
+    if (own &&
+        !(dbg &
+          128)) { // the rows of k and v this block ropes and writes below, into L1 while the query heads are roped
         const float *src = threadIdx.x < 64 ? k + (size_t)g * hd : v + (size_t)g * hd;
         const int o = 32 * (threadIdx.x & 63);
         if (threadIdx.x < 128 && o < hd) asm volatile("prefetch.global.L1 [%0];" ::"l"(src + o));
@@ -1919,7 +1921,7 @@ static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *
         if (!(g->skip & mvbit)) launch_mv(m, c->up, s);
         if (!(mvbit && (g->skip & 1)))
             launch_k(g->pdl != 0, k_add_norm, 1, nt, s, c->x, (const float *)c->o, post_w, next_w, c->xn, g->hp.n_embd,
-                 g->hp.norm_eps, qout_of(c));
+                     g->hp.norm_eps, qout_of(c));
         return;
     }
     m.nx = c->x;
@@ -2074,16 +2076,16 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // query heads a block sized to the model's (the same sums: each head's are its own; fewer registers)
         void (*ka)(const float *, const float *, const float *, __half *, __half *, const float *, const float *,
                    const float *, float, float *, const int *, int, int, int, int, int, float, float, float *,
-                   const qout, int *, int, int) = g->arep_max     ? k_attn<MAX_EPL, MAX_REP, false>
-                                                  : n_rep <= 2   ? k_attn<MAX_EPL, 2, false>
+                   const qout, int *, int, int) = g->arep_max  ? k_attn<MAX_EPL, MAX_REP, false>
+                                                  : n_rep <= 2 ? k_attn<MAX_EPL, 2, false>
                                                   : n_rep <= 4 ? k_attn<MAX_EPL, 4, false>
                                                                : k_attn<MAX_EPL, MAX_REP, false>;
         if (!(g->skip & 2))
-            launch_k(pdl, ka, dim3(Hkv, c->S), 128, s, (const float *)c->q,
-                 (const float *)c->k, (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm,
-                 (const float *)L->k_norm, (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part,
-                 (const int *)c->params, n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale,
-                 hp->attn_softcap, c->att, mq, c->acnt, 0, (g->adiag & ~16) | ((g->late & 2) ? 16 : 0));
+            launch_k(pdl, ka, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const float *)c->k, (const float *)c->v,
+                     c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
+                     (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part, (const int *)c->params,
+                     n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap,
+                     c->att, mq, c->acnt, 0, (g->adiag & ~16) | ((g->late & 2) ? 16 : 0));
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
         mv_args gu = mv1(c, L->gate, c->gate, c->xn);

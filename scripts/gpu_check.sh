@@ -99,6 +99,10 @@ if [ "${E2B:-1}" != 0 ]; then
     PB_PAR_ONLY=batch timeout ${E2B_BATCH_TIMEOUT:-240} $PAR "$f" >"$OUT/parity-e2b-batch.log" 2>&1
     echo "parity (gemma4 e2b q4_k_m, batches, rc $?): $(grep -c '^ok' "$OUT/parity-e2b-batch.log") ok, $(grep -c '^not ok' "$OUT/parity-e2b-batch.log") not ok"
     grep "^not ok" "$OUT/parity-e2b-batch.log" | head -8
+    # then the state round trips and the refusals (the end of a full run, which the E2B's did not reach in 150 s)
+    PB_PAR_ONLY=state timeout ${E2B_STATE_TIMEOUT:-240} $PAR "$f" >"$OUT/parity-e2b-state.log" 2>&1
+    echo "parity (gemma4 e2b q4_k_m, state and refusals, rc $?): $(grep -c '^ok' "$OUT/parity-e2b-state.log") ok, $(grep -c '^not ok' "$OUT/parity-e2b-state.log") not ok"
+    grep "^not ok" "$OUT/parity-e2b-state.log" | head -8
     timeout ${E2B_TIMEOUT:-540} $PAR "$f" >"$OUT/parity-e2b.log" 2>&1
     echo "parity (gemma4 e2b q4_k_m, rc $?): $(grep -c '^ok' "$OUT/parity-e2b.log") ok, $(grep -c '^not ok' "$OUT/parity-e2b.log") not ok"
     grep "^not ok\|gemma4:" "$OUT/parity-e2b.log" | head -8

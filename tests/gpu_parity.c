@@ -443,6 +443,25 @@ static bool batch_expected(const pb_model *gm, int n) {
     return n >= mn && hp->n_embd <= 4 * 1024;
 }
 
+/* Layers whose device K/V of caches ka[i] and kb[i] (i < k) differ in any byte (or could not be downloaded). */
+static int kv_layers_differ(pb_kv_cache *const *ka, pb_kv_cache *const *kb, int k) {
+    int bad = 0;
+    for (int i = 0; i < k; i++)
+        for (int il = 0; il < ka[i]->n_layer; il++) {
+            if (!ka[i]->kvd[il]) continue;
+            const size_t b = (size_t)ka[i]->cap[il] * ka[i]->row_b[il];
+            uint8_t *x = malloc(4 * b);
+            char e[256];
+            if (!x || pb_cu_kv_download(ka[i]->gpu, il, x, x + b, b, e, sizeof e) ||
+                pb_cu_kv_download(kb[i]->gpu, il, x + 2 * b, x + 3 * b, b, e, sizeof e))
+                bad++;
+            else
+                bad += memcmp(x, x + 2 * b, 2 * b) != 0;
+            free(x);
+        }
+    return bad;
+}
+
 /* pb_cu_forward_batch (src/cuda/batch.cuh) against one-token steps: k sequences prefilled to different lengths
  * (past the tiny models' sliding windows: rings wrapped), then 16 batched steps with rows leaving and joining,
  * against twin sequences stepped alone: logits (returned and downloaded) and top bit for bit, the KV caches alike
@@ -525,20 +544,7 @@ static void check_batch(const pb_model *gm, const int32_t *toks, int V) {
                   k, got_b, BSTEPS - fails, want_b);
         }
         { /* the caches afterwards */
-            int kv_bad = 0;
-            for (int i = 0; i < k; i++)
-                for (int il = 0; il < ka[i]->n_layer; il++) {
-                    if (!ka[i]->kvd[il]) continue;
-                    const size_t b = (size_t)ka[i]->cap[il] * ka[i]->row_b[il];
-                    uint8_t *x = malloc(4 * b);
-                    char e[256];
-                    if (!x || pb_cu_kv_download(ka[i]->gpu, il, x, x + b, b, e, sizeof e) ||
-                        pb_cu_kv_download(kb[i]->gpu, il, x + 2 * b, x + 3 * b, b, e, sizeof e))
-                        kv_bad++;
-                    else
-                        kv_bad += memcmp(x, x + 2 * b, 2 * b) != 0;
-                    free(x);
-                }
+            const int kv_bad = kv_layers_differ(ka, kb, k);
             CHECK(kv_bad == 0, "pb_cu_forward_batch, %d sequences: KV caches = the one-token steps' (%d layers differ)",
                   k, kv_bad);
         }
@@ -742,20 +748,7 @@ static void check_batch_window(const pb_model *gm, int V) {
               got_b, WB_STEPS, want_b);
     }
     { /* the caches afterwards */
-        int kv_bad = 0;
-        for (int i = 0; i < WB_R; i++)
-            for (int il = 0; il < ka[i]->n_layer; il++) {
-                if (!ka[i]->kvd[il]) continue;
-                const size_t b = (size_t)ka[i]->cap[il] * ka[i]->row_b[il];
-                uint8_t *x = malloc(4 * b);
-                char e[256];
-                if (!x || pb_cu_kv_download(ka[i]->gpu, il, x, x + b, b, e, sizeof e) ||
-                    pb_cu_kv_download(kb[i]->gpu, il, x + 2 * b, x + 3 * b, b, e, sizeof e))
-                    kv_bad++;
-                else
-                    kv_bad += memcmp(x, x + 2 * b, 2 * b) != 0;
-                free(x);
-            }
+        const int kv_bad = kv_layers_differ(ka, kb, WB_R);
         CHECK(kv_bad == 0,
               "pb_cu_forward_batch across the sliding window: KV caches = the one-token steps' (%d layers "
               "differ)",

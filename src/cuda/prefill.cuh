@@ -1026,15 +1026,13 @@ static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, 
     pf_launch_quant(c, p, p->att, qd, n, s);
 }
 
-// Layer il after the attention (enqueue_ffn_g4): o, the add + norms, the GeGLU at the layer's width, down, the
-// post-FFN norm and residual; with PLE the gate on x, gelu * pli[il], proj, its post norm and residual; the layer
-// output scale and the next norm.
-static void pf_ffn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, int n, int nt, cudaStream_t s) {
-    const pb_cu_model *g = c->g;
-    const pb_cu_desc *hp = &g->hp;
-    const pb_cu_layer_d *L = &g->layers[il];
-    const int d = hp->n_embd, P = hp->n_embd_per_layer, F = L->gate.N, qd = hp->n_head * L->hd;
-    const qout qb = pf_qb(c, p);
+// A layer's launches from o to down, into p->o: o, the post-attention add + norm, the GeGLU at width F (one mat-mat
+// where gate and up share a type, k_mv_geglu's lanes a row; else two and k_pf_geglu), its int8 forms, down. The
+// part of a layer Gemma 1-3 (pf_enqueue) and Gemma 4 (pf_ffn_g4) share; qd: the attention output's width.
+static void pf_mlp(const pb_cu_ctx *c, pf_bufs *p, const pb_cu_layer_d *L, int qd, int F, int n, int nt,
+                   const qout &qb, cudaStream_t s) {
+    const pb_cu_desc *hp = &c->g->hp;
+    const int d = hp->n_embd;
     pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);
     k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_attn_norm, L->ffn_norm, p->xn, d, hp->norm_eps, qb, p->as);
     if (L->up.type == L->gate.type) { // k_mv_geglu: gate and up in one loop with gate's lanes a row
@@ -1047,6 +1045,18 @@ static void pf_ffn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, int n, int nt, cud
     }
     pf_launch_quant(c, p, p->gate, F, n, s);
     pf_launch_mm(c, p, L->down, NULL, L->down.sw, p->gate, F, p->o, d, n, 0.0f, s);
+}
+
+// Layer il after the attention (enqueue_ffn_g4): o, the add + norms, the GeGLU at the layer's width, down, the
+// post-FFN norm and residual; with PLE the gate on x, gelu * pli[il], proj, its post norm and residual; the layer
+// output scale and the next norm.
+static void pf_ffn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, int n, int nt, cudaStream_t s) {
+    const pb_cu_model *g = c->g;
+    const pb_cu_desc *hp = &g->hp;
+    const pb_cu_layer_d *L = &g->layers[il];
+    const int d = hp->n_embd, P = hp->n_embd_per_layer, F = L->gate.N, qd = hp->n_head * L->hd;
+    const qout qb = pf_qb(c, p);
+    pf_mlp(c, p, L, qd, F, n, nt, qb, s);
     const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
     const float *post = L->post_ffw_norm;
     if (L->inp_gate.N > 0) {
@@ -1143,19 +1153,8 @@ static void pf_enqueue(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, cudaStream
         k_pf_merge<<<dim3(Hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, rl.S);
         k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, kc, vc, p0, n, hd, cap, ring, rl);
         pf_launch_quant(c, p, p->att, qd, n, s);
-        pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);
-        k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_attn_norm, L->ffn_norm, p->xn, d, hp->norm_eps, qb, p->as);
-        if (L->up.type == L->gate.type) { // k_mv_geglu: gate and up in one loop with gate's lanes a row
-            pf_launch_mm(c, p, L->gate, &L->up, L->gate.sw, p->xn, d, p->gate, ff, n, 0.0f, s);
-        } else { // two mat-vecs and k_geglu
-            pf_launch_mm(c, p, L->gate, NULL, L->gate.sw, p->xn, d, p->gate, ff, n, 0.0f, s);
-            pf_launch_mm(c, p, L->up, NULL, L->up.sw, p->xn, d, p->up, ff, n, 0.0f, s);
-            const size_t tot = (size_t)n * ff;
-            k_pf_geglu<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(p->gate, p->up, tot);
-        }
-        pf_launch_quant(c, p, p->gate, ff, n, s);
+        pf_mlp(c, p, L, qd, ff, n, nt, qb, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        pf_launch_mm(c, p, L->down, NULL, L->down.sw, p->gate, ff, p->o, d, n, 0.0f, s);
         k_pf_add_norm<<<n, nt, 0, s>>>(p->x, p->o, L->post_ffw_norm, next, p->xn, d, hp->norm_eps, qb, p->as);
     }
 }

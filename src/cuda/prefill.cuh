@@ -1029,8 +1029,8 @@ static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, 
 // A layer's launches from o to down, into p->o: o, the post-attention add + norm, the GeGLU at width F (one mat-mat
 // where gate and up share a type, k_mv_geglu's lanes a row; else two and k_pf_geglu), its int8 forms, down. The
 // part of a layer Gemma 1-3 (pf_enqueue) and Gemma 4 (pf_ffn_g4) share; qd: the attention output's width.
-static void pf_mlp(const pb_cu_ctx *c, pf_bufs *p, const pb_cu_layer_d *L, int qd, int F, int n, int nt,
-                   const qout &qb, cudaStream_t s) {
+static void pf_mlp(const pb_cu_ctx *c, pf_bufs *p, const pb_cu_layer_d *L, int qd, int F, int n, int nt, const qout &qb,
+                   cudaStream_t s) {
     const pb_cu_desc *hp = &c->g->hp;
     const int d = hp->n_embd;
     pf_launch_mm(c, p, L->wo, NULL, L->wo.sw, p->att, qd, p->o, d, n, 0.0f, s);

@@ -1911,6 +1911,27 @@ static void launch_mv(const mv_args &a0, float *tmp, cudaStream_t s) {
         launch_k(pdl, k_quant, (a.mat[0].N / 32 + 3) / 4, 128, s, (const float *)a.y[0], a.mat[0].N, a.yq);
 }
 
+// Layer L's GeGLU mat-vec (gate and up at width F, on xn, into c->gate) in *gu and the down mat-vec on its output
+// (into c->o) in *dn. Where the types and F allow (the returned value), the GeGLU's last block of each group of rows
+// quantizes the group (q8_K groups of 256, else q8_0 of 32) into buffers of its own, gq0 / gqK (the launch's other
+// blocks may still be reading its input's forms in aq0 / aqK), which down reads; else a k_quant of c->gate must run
+// between the two. Gemma 1-3's step and Gemma 4's alike.
+static bool ffn_args(const pb_cu_ctx *c, const pb_cu_layer_d *L, int F, mv_args *gu, mv_args *dn) {
+    *gu = mv1(c, L->gate, c->gate, c->xn);
+    gu->mat[1] = L->up;
+    gu->n_mat = 2;
+    gu->geglu = 1;
+    const qout gq = qout_of(c);
+    const int G = gq.qK ? 256 : 32;
+    const bool qfuse = !c->g->no_gq && (gq.q0 || gq.qK) && F % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
+    *dn = mv1(c, L->down, c->o, c->gate);
+    if (qfuse) {
+        gu->yq = qout_geglu(c), gu->cnt = c->gcnt, gu->qgroup = G;
+        dn->xa = qact{(const int8_t *)c->gq0, c->gd0, (const int8_t *)c->gqK, c->gdK};
+    }
+    return qfuse;
+}
+
 // The mat-vec m (one matrix, into c->o), then x += [RMSNorm(o; post_w)] o and xn = RMSNorm(x; next_w) with xn's int8
 // forms: as k_add_norm after it, or in the mat-vec's last block (mv_args.nx) where PB_CUDA_FUSE=1.
 // mvbit: the mat-vec's bit of pb_cu_model.skip (a diagnostic; 0 for Gemma 4's step).
@@ -1995,18 +2016,8 @@ static void enqueue_ffn_g4(pb_cu_ctx *c, int il, int nt, cudaStream_t s) {
     const bool pdl = g->pdl != 0;
     const int d = hp->n_embd, P = hp->n_embd_per_layer, F = L->gate.N;
     add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s);
-    mv_args gu = mv1(c, L->gate, c->gate, c->xn);
-    gu.mat[1] = L->up;
-    gu.n_mat = 2;
-    gu.geglu = 1;
-    const qout gq = qout_of(c);
-    const int G = gq.qK ? 256 : 32;
-    const bool qfuse = !g->no_gq && (gq.q0 || gq.qK) && F % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
-    mv_args dn = mv1(c, L->down, c->o, c->gate);
-    if (qfuse) {
-        gu.yq = qout_geglu(c), gu.cnt = c->gcnt, gu.qgroup = G;
-        dn.xa = qact{(const int8_t *)c->gq0, c->gd0, (const int8_t *)c->gqK, c->gdK};
-    }
+    mv_args gu, dn;
+    const bool qfuse = ffn_args(c, L, F, &gu, &dn);
     launch_mv(gu, c->up, s);
     if (!qfuse) launch_quant(c, c->gate, F, s);
     launch_mv(dn, c->up, s);
@@ -2088,20 +2099,8 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                      c->att, mq, c->acnt, 0, (g->adiag & ~16) | ((g->late & 2) ? 16 : 0));
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
-        mv_args gu = mv1(c, L->gate, c->gate, c->xn);
-        gu.mat[1] = L->up;
-        gu.n_mat = 2;
-        gu.geglu = 1;
-        // the GeGLU's last block of each group of rows quantizes the group (q8_K groups of 256, else q8_0 of 32)
-        const qout gq = qout_of(c);
-        const int G = gq.qK ? 256 : 32;
-        const bool qfuse = !g->no_gq && (gq.q0 || gq.qK) && hp->n_ff % G == 0 && G % (32 * MV_WARPS / L->gate.sw) == 0;
-        // (into their own buffer: the launch's other blocks may still be reading its input's forms in aq0 / aqK)
-        mv_args dn = mv1(c, L->down, c->o, c->gate);
-        if (qfuse) {
-            gu.yq = qout_geglu(c), gu.cnt = c->gcnt, gu.qgroup = G;
-            dn.xa = qact{(const int8_t *)c->gq0, c->gd0, (const int8_t *)c->gqK, c->gdK};
-        }
+        mv_args gu, dn;
+        const bool qfuse = ffn_args(c, L, hp->n_ff, &gu, &dn);
         if (!(g->skip & 16)) launch_mv(gu, c->up, s);
         if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;

@@ -63,17 +63,29 @@ static bool pack_file(char *out, size_t cap) {
     return found;
 }
 
-/* Opens the model with cache directory cdir (NULL: none), prefills the tokens; *info and the last logits. */
-static bool run(const char *cdir, pb_model_info *info, float *logits) {
+/* The tests' model parameters: 2 threads, the CPU, cache directory cdir (NULL: none). */
+static pb_model_params model_params(const char *cdir) {
     pb_model_params mp = pb_model_default_params();
     mp.n_threads = 2;
     mp.gpu = 0;
     mp.pack_cache_dir = cdir;
-    pb_model *m = NULL;
-    pb_session *s = NULL;
+    return mp;
+}
+
+/* The tests' sessions: 64 positions, 2 threads. */
+static pb_session_params session_params(void) {
     pb_session_params sp = pb_session_default_params();
     sp.n_ctx = 64;
     sp.n_threads = 2;
+    return sp;
+}
+
+/* Opens the model with cache directory cdir (NULL: none), prefills the tokens; *info and the last logits. */
+static bool run(const char *cdir, pb_model_info *info, float *logits) {
+    const pb_model_params mp = model_params(cdir);
+    pb_model *m = NULL;
+    pb_session *s = NULL;
+    const pb_session_params sp = session_params();
     bool ok = pb_model_open(model, &mp, &m) == PB_OK && pb_model_get_info(m, info) == PB_OK &&
               pb_session_new(m, &sp, &s) == PB_OK && pb_session_prefill(s, toks, NTOK) == PB_OK;
     if (ok) memcpy(logits, pb_session_logits(s), sizeof(float) * (size_t)info->n_vocab);
@@ -248,16 +260,11 @@ int main(void) {
      * the writer runs, wait gives the outcome, and the next open maps the file; an unwritable directory fails there */
     {
         CHECK(pack_file(p, sizeof p) && unlink(p) == 0, "cache removed (background write)");
-        pb_model_params bp = pb_model_default_params();
-        bp.n_threads = 2;
-        bp.gpu = 0;
-        bp.pack_cache_dir = cache;
+        pb_model_params bp = model_params(cache);
         bp.pack_cache_background = true;
         pb_model *bm = NULL;
         pb_session *bs = NULL;
-        pb_session_params sp = pb_session_default_params();
-        sp.n_ctx = 64;
-        sp.n_threads = 2;
+        const pb_session_params sp = session_params();
         ok = pb_model_open(model, &bp, &bm) == PB_OK && pb_model_get_info(bm, &in) == PB_OK;
         CHECK(ok && in.pack_cache == PB_PACK_CACHE_WRITING && strstr(in.pack_cache_note, "in the background"),
               "background: the open returns with the write under way (state %d, '%s')", in.pack_cache,

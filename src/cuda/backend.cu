@@ -123,10 +123,8 @@ struct pb_cu_model {
     int skip, empty;
     // PB_CUDA_ADIAG=mask (k_attn of Gemma 1-3: 1 returns after its wait, 2 reads no keys, 4 no merge of the splits;
     // A/B of the 2026-12-05 changes, the same bits: 32 no key rows before the wait, 64 pos's row from the cache, 128
-    // no L1 prefetch of k / v),
-    // PB_CUDA_LATE=mask (launch_dependents late: 1 in the mat-vecs, after the rows' sums; 2 in the attention, after
-    // its keys): diagnostics and A/B runs (late launches change no bits)
-    int adiag, late;
+    // no L1 prefetch of k / v): diagnostics and A/B runs
+    int adiag;
     int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention sized for 8 query heads a kv head whatever the model's (A/B)
     int n_sm;     // multiprocessors of device 0
     // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
@@ -536,9 +534,8 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         const char *sk = getenv("PB_CUDA_SKIP"), *em = getenv("PB_CUDA_EMPTY");
         g->skip = sk ? atoi(sk) : 0;
         g->empty = em && atoi(em) == 1;
-        const char *ad = getenv("PB_CUDA_ADIAG"), *la = getenv("PB_CUDA_LATE");
+        const char *ad = getenv("PB_CUDA_ADIAG");
         g->adiag = ad ? atoi(ad) : 0;
-        g->late = la ? atoi(la) : 0;
         const char *ar = getenv("PB_CUDA_AREP");
         g->arep_max = ar && atoi(ar) == 8;
     }
@@ -572,10 +569,9 @@ struct mv_args {
     dmat mat[3];
     float *y[3];
     int n_mat, geglu, int8, pdl;
-    int sw;   // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
-    int pf;   // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
-    int pro;  // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
-    int late; // a diagnostic (PB_CUDA_LATE bit 1): launch_dependents after the rows' sums, not at the kernel's start
+    int sw;  // lanes a row (mat[0].sw): thread t of a block takes row t / sw, its units t % sw, t % sw + sw, ...
+    int pf;  // L2 prefetch of the weight rows: 0 none, 1 each warp's own rows, 2 also the rows one wave ahead
+    int pro; // int8 path, types with unit_load8: each lane's first MV_PRO units loaded before pdl_wait (row_part_w)
     float softcap;
     const float *x;
     qact xa;  // x quantized (int8 path)
@@ -779,7 +775,7 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
     __shared__ float wsum[MV_WARPS];
     const int sw = a.sw, sl = threadIdx.x % sw;
     const int row0 = blockIdx.x * (32 * MV_WARPS / sw) + threadIdx.x / sw;
-    if (!a.late) pdl_start();
+    pdl_start();
     if (a.pf) {
         const int r1 = row0 - a.mat[0].N, r2 = r1 - (a.n_mat > 1 ? a.mat[1].N : 0);
         if (row0 < a.mat[0].N) {
@@ -805,7 +801,6 @@ template <int TA, int TB, bool I8> __global__ void __launch_bounds__(32 * MV_WAR
         y = a.y[2];
     } else
         pdl_wait();
-    if (a.late) pdl_start();
     s = row_total(s, sw, wsum);
     if (y && sl == 0) y[row] = a.softcap > 0.0f ? tanhf(s / a.softcap) * a.softcap : s;
     if (!a.nx) return;
@@ -830,7 +825,7 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
     __shared__ int last;
     const int sw = a.sw, sl = threadIdx.x % sw, rb = 32 * MV_WARPS / sw;
     const int row = blockIdx.x * rb + threadIdx.x / sw;
-    if (!a.late) pdl_start();
+    pdl_start();
     if (a.pf && row < a.mat[0].N) {
         prefetch_rows(a.mat[0], row, sl, sw, a.pf);
         prefetch_rows(a.mat[1], row, sl, sw, a.pf);
@@ -840,7 +835,6 @@ template <int T, bool I8> __global__ void __launch_bounds__(32 * MV_WARPS) k_mv_
         row_part2_w<T, I8>(a.mat[0], a.mat[1], row, a.x, a.xa, sl, sw, a.pro, g, u);
     else
         pdl_wait();
-    if (a.late) pdl_start();
     g = row_total(g, sw, wsum);
     u = row_total(u, sw, wsum);
     if (row < a.mat[0].N && sl == 0) a.y[0][row] = gelu_tanh(g) * u;
@@ -1382,7 +1376,7 @@ __global__ void __launch_bounds__(128)
     __shared__ double rsh[32];
     __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP], wM[REP], wW[REP][4];
     __shared__ int last;
-    if (!(dbg & 16)) pdl_start();
+    pdl_start();
     const int g = blockIdx.x, s = blockIdx.y, S = gridDim.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     // pos was written before the step began, and the rows of the keys below it by earlier steps (only k_attn of this
     // layer writes its cache, pos's row in this launch): each warp requests its first two keys' rows before the
@@ -1414,10 +1408,7 @@ __global__ void __launch_bounds__(128)
     if (pre0) load_row(0, kf);
     if (pre1) load_row(1, kf2);
     pdl_wait();
-    if (dbg & 1) { // diagnostics (pb_cu_model.adiag / late): wrong results, timing only
-        if (dbg & 16) pdl_start();
-        return;
-    }
+    if (dbg & 1) return; // a diagnostic (pb_cu_model.adiag): wrong results, timing only
     if (own &&
         !(dbg &
           128)) { // the rows of k and v this block ropes and writes below, into L1 while the query heads are roped
@@ -1495,7 +1486,6 @@ __global__ void __launch_bounds__(128)
             }
         }
     }
-    if (dbg & 16) pdl_start();
 #pragma unroll
     for (int r = 0; r < REP; r++) {
         if (r >= nr) break;
@@ -1826,7 +1816,6 @@ static mv_args mv1(const pb_cu_ctx *c, const dmat &a, float *ya, const float *x)
     m.pdl = c->g->pdl;
     m.pf = c->g->pf;
     m.pro = c->g->pro;
-    m.late = c->g->late & 1;
     m.xa.q0 = (const int8_t *)c->aq0;
     m.xa.d0 = c->ad0;
     m.xa.qK = (const int8_t *)c->aqK;
@@ -2096,7 +2085,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                      c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
                      (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part, (const int *)c->params,
                      n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap,
-                     c->att, mq, c->acnt, 0, (g->adiag & ~16) | ((g->late & 2) ? 16 : 0));
+                     c->att, mq, c->acnt, 0, g->adiag);
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
         mv_args gu, dn;

@@ -12,7 +12,7 @@
 # SAMPLEAB (a preset: sampled tg128 with the device top-K on and off), PARSAMPLE (a preset: bench --parallel
 # PARALLEL (default 1,8,32) with sampled streams, the device top-K on and off, and greedy), PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
 # VARIANTS (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for several at once, each a tg128 of this
-# tree's CLI on the AB_TYPES files, default
+# tree's CLI on the AB_TYPES files (VARIANTS_P / VARIANTS_N: the bench's -p / -n, default 0 / 128), default
 # q4_k_m, next to the A/B lines), ALTCHECK (one VAR=VALUE: the parity tests again under it), PROFILE=1 (ncu: one
 # decode token step's kernels, this CLI and PB_BIN_BASE's), PROFILE_KERNELS (regexes of kernel names: ncu's
 # speed-of-light, memory, occupancy and warp-state sections of one launch each, this CLI).
@@ -183,8 +183,9 @@ if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CU
   for t in ${AB_TYPES:-q4_k_m}; do
     [ -f /tmp/gemma2-2b-$t.gguf ] || continue
     for v in $VARIANTS; do
-      env $(echo "$v" | tr , ' ') $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p 0 -n 128 -r 3 --json >/tmp/ab.json 2>/dev/null
-      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], 'tg128', [v['median'] for k,v in r.items() if k.startswith('tg')][0], 'tok/s')" /tmp/ab.json "$t" "$v"
+      env $(echo "$v" | tr , ' ') $PB bench --gpu -m /tmp/gemma2-2b-$t.gguf -p ${VARIANTS_P:-0} -n ${VARIANTS_N:-128} -r 3 \
+        --json >/tmp/ab.json 2>/dev/null
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], ' '.join(f'{k} {v[\"median\"]:.1f}' for k,v in r.items() if k[:2] in ('tg','pp')), 'tok/s')" /tmp/ab.json "$t" "$v"
     done
   done
 fi
@@ -266,11 +267,12 @@ if [ -n "${PROFILE_KERNELS:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; th
     echo "== ncu sections: the 61st launch matching $k (details in $OUT/ncu-sections.txt)"
     timeout 120 ncu --clock-control none --cache-control none --graph-profiling node --kernel-name-base demangled \
       -k "regex:$k" --launch-skip 60 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      --section Occupancy --section WarpStateStats --section LaunchStats $PB bench --gpu -m "$f" -p ${PROFILE_P:-0} -n 8 -r 1 \
+      --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
+      --section InstructionStats $PB bench --gpu -m "$f" -p ${PROFILE_P:-0} -n 8 -r 1 \
       >/tmp/ncu-sec.txt 2>&1
     cat /tmp/ncu-sec.txt >>"$OUT/ncu-sections.txt"
-    grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|Grid Size" \
-      /tmp/ncu-sec.txt | head -12
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|Grid Size|Issue Slots Busy|Issued Ipc|Warp Cycles Per Issued" \
+      /tmp/ncu-sec.txt | head -16
   done
 fi
 if [ -n "${PFPROFILE:-}" ] && [ -f "$f" ] && command -v ncu >/dev/null; then

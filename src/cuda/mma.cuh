@@ -360,7 +360,8 @@ template <int T, int NT, int KS> __global__ void __launch_bounds__(128) k_pf_mma
 
 typedef void (*mq_kernel)(mm_args);
 
-// The tensor-core form for a weight type (NULL: none; the dp4a mat-mat runs), tiles of 8 nt tokens.
+// The tensor-core form for a weight type (NULL: none; the dp4a mat-mat runs), tiles of 8 nt tokens. (A cap of 128
+// registers, __launch_bounds__(128, 4), measured slower on 2026-12-05: pp512 8,196 against 8,505 tok/s, H100.)
 template <int NT, int KS> static mq_kernel mq_pick_nt(int t) {
     switch (t) {
     case T_Q4_K: return k_pf_mma<T_Q4_K, NT, KS>;

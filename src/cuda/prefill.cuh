@@ -629,14 +629,17 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// k_attn's split pass for token blockIdx.z at position p0 + z (grid Hkv x S x n): the same query rope, the same
-// split of its visible keys, per-warp online softmax and 4-warp merge, into that token's part rows. Keys of
-// positions >= p0 come from the chunk's kn / vn (the values the decode step would have written into their slots).
+// k_attn's split pass for token blockIdx.z at position p0 + z (grid Hkv x ceil(S / spb) x n: block y takes splits
+// y spb .. y spb + spb - 1 in turn, each as k_attn's block of that split would, so the query is roped once for spb
+// splits): the same query rope, the same split of its visible keys, per-warp online softmax and 4-warp merge, into
+// that token's part rows. A block whose splits hold no key writes their empty rows ({-inf, 0, ...}, what the pass
+// gives without keys) without roping. Keys of positions >= p0 come from the chunk's kn / vn (the values the decode
+// step would have written into their slots).
 // With a rows table (a batched step: token z is the next one of its own context) the cache, its capacity, the
-// position and the key splits are the row's (blocks past the row's splits do nothing), and only the row's own key
+// position and the key splits are the row's (splits past the row's do nothing), and only the row's own key
 // comes from kn / vn (row z).
-// Template as k_attn: EPL values a lane (head_dim <= 32 EPL), REP query heads a block; Gemma 1-3 run
-// k_pf_attn<MAX_EPL, MAX_REP, false>, the code as before the template. G4 (Gemma 4): k_attn<EPL, REP, true>'s split
+// Template as k_attn: EPL values a lane (head_dim <= 32 EPL), REP query heads a block (at least the model's n_rep:
+// Gemma 1-3 take 2, 4 or 8, as the decode step). G4 (Gemma 4): k_attn<EPL, REP, true>'s split
 // pass, per token: nz blocks a kv head (grid Hkv nz x S x n; block x takes kv head x / nz, query heads (x % nz) REP..
 // of it, as k_attn's gridDim.z), every query head through rope_head (q norm where qn is set); kc / vc / cap / ring
 // and kn / vn are those of the layer whose cache it reads (a KV-shared layer: its producer's).
@@ -644,24 +647,30 @@ template <int EPL, int REP, bool G4>
 __global__ void __launch_bounds__(128)
     k_pf_attn(const float *q, const __half *kc, const __half *vc, const __half *kn, const __half *vn, const float *qn,
               const float *inv, float eps, float *part, int p0, int n_rep, int hd, int cap, int ring, int window,
-              float scale, float softcap, const pf_rowl rt, int nz) {
+              float scale, float softcap, const pf_rowl rt, int nz, int Sc, int spb) {
     __shared__ float sm[4][REP][2 + 32 * EPL];
     __shared__ float qs[REP][32 * EPL], rbuf[32 * EPL];
     __shared__ double rsh[32];
     __shared__ float wM[REP], wW[REP][4];
-    const int g = G4 ? (int)blockIdx.x / nz : (int)blockIdx.x, s = blockIdx.y;
+    const int g = G4 ? (int)blockIdx.x / nz : (int)blockIdx.x;
     const int Hkv = G4 ? (int)gridDim.x / nz : (int)gridDim.x, tk = blockIdx.z;
     const int r0 = G4 ? (int)blockIdx.x % nz * REP : 0, nr = G4 ? min(REP, n_rep - r0) : n_rep; // this block's heads
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int S = gridDim.y, pos = p0 + tk, kb0 = p0; // kb0: the first position whose key is in kn / vn (at row tk0 there)
+    int S = Sc, pos = p0 + tk, kb0 = p0; // kb0: the first position whose key is in kn / vn (at row tk0 there)
     const int tk0 = rt.pos ? tk : 0;
-    part += (size_t)tk * Hkv * S * n_rep * (hd + 2);
-    if (rt.pos) {
-        S = rt.S[tk], pos = kb0 = rt.pos[tk], cap = rt.cap[tk], kc = rt.kc[tk], vc = rt.vc[tk];
-        if (s >= S) return;
+    part += (size_t)tk * Hkv * Sc * n_rep * (hd + 2); // a token's rows: Sc splits (a batched step's most)
+    if (rt.pos) S = rt.S[tk], pos = kb0 = rt.pos[tk], cap = rt.cap[tk], kc = rt.kc[tk], vc = rt.vc[tk];
+    const int s0 = (int)blockIdx.y * spb, s1 = min(S, s0 + spb);
+    if (s0 >= S) return;
+    const int lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1, per = (nk + S - 1) / S;
+    if (lo + s0 * per > pos) { // no split of this block holds a key
+        for (int s = s0; s < s1; s++)
+            for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
+                const int r = idx / (hd + 2), e = idx % (hd + 2);
+                part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = e == 0 ? -INFINITY : 0.0f;
+            }
+        return;
     }
-    const int lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
-    const int per = (nk + S - 1) / S, k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
     q += (size_t)tk * Hkv * n_rep * hd;
     if constexpr (G4) {
         for (int r = 0; r < nr; r++)
@@ -671,90 +680,99 @@ __global__ void __launch_bounds__(128)
             rope_head(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
     else
         rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
-    float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
+    float qr[REP][EPL];
 #pragma unroll
-    for (int r = 0; r < REP; r++) {
-        mx[r] = -INFINITY;
-        l[r] = 0.0f;
+    for (int r = 0; r < REP; r++)
 #pragma unroll
         for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
             qr[r][i] = r < nr && e < hd ? qs[r][e] : 0.0f;
-            acc[r][i] = 0.0f;
         }
-    }
-    for (int k = k0 + w; k <= k1; k += 8) {
-        const bool two = k + 4 <= k1;
-        const int ka = k, kb = two ? k + 4 : k;
-        const size_t ca = ((size_t)g * cap + (ring ? ka % cap : ka)) * hd,
-                     cb = ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
-        const size_t na = ((size_t)(ka - kb0 + tk0) * Hkv + g) * hd, nb = ((size_t)(kb - kb0 + tk0) * Hkv + g) * hd;
-        const __half *kr0 = ka >= kb0 ? kn + na : kc + ca, *vr0 = ka >= kb0 ? vn + na : vc + ca;
-        const __half *kr1 = kb >= kb0 ? kn + nb : kc + cb, *vr1 = kb >= kb0 ? vn + nb : vc + cb;
-        float kv[2][EPL], vv[2][EPL];
+    for (int s = s0; s < s1; s++) {
+        const int k0 = lo + s * per, k1 = min(pos, k0 + per - 1);
+        float acc[REP][EPL], mx[REP], l[REP];
 #pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            const int e = lane + 32 * i;
-            kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
-            vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
-            kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
-            vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
+        for (int r = 0; r < REP; r++) {
+            mx[r] = -INFINITY;
+            l[r] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < EPL; i++) acc[r][i] = 0.0f;
         }
+        for (int k = k0 + w; k <= k1; k += 8) {
+            const bool two = k + 4 <= k1;
+            const int ka = k, kb = two ? k + 4 : k;
+            const size_t ca = ((size_t)g * cap + (ring ? ka % cap : ka)) * hd,
+                         cb = ((size_t)g * cap + (ring ? kb % cap : kb)) * hd;
+            const size_t na = ((size_t)(ka - kb0 + tk0) * Hkv + g) * hd,
+                         nb = ((size_t)(kb - kb0 + tk0) * Hkv + g) * hd;
+            const __half *kr0 = ka >= kb0 ? kn + na : kc + ca, *vr0 = ka >= kb0 ? vn + na : vc + ca;
+            const __half *kr1 = kb >= kb0 ? kn + nb : kc + cb, *vr1 = kb >= kb0 ? vn + nb : vc + cb;
+            float kv[2][EPL], vv[2][EPL];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (j == 1 && !two) break;
+            for (int i = 0; i < EPL; i++) {
+                const int e = lane + 32 * i;
+                kv[0][i] = e < hd ? __half2float(kr0[e]) : 0.0f;
+                vv[0][i] = e < hd ? __half2float(vr0[e]) : 0.0f;
+                kv[1][i] = e < hd ? __half2float(kr1[e]) : 0.0f;
+                vv[1][i] = e < hd ? __half2float(vr1[e]) : 0.0f;
+            }
 #pragma unroll
-            for (int r = 0; r < REP; r++) {
-                if (r >= nr) break;
-                float d = 0.0f;
+            for (int j = 0; j < 2; j++) {
+                if (j == 1 && !two) break;
 #pragma unroll
-                for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[j][i];
+                for (int r = 0; r < REP; r++) {
+                    if (r >= nr) break;
+                    float d = 0.0f;
 #pragma unroll
-                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                float sc = d * scale;
-                if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
-                const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
-                mx[r] = mn;
-                l[r] = l[r] * c + p;
+                    for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[j][i];
 #pragma unroll
-                for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
+                    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                    float sc = d * scale;
+                    if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
+                    const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
+                    mx[r] = mn;
+                    l[r] = l[r] * c + p;
+#pragma unroll
+                    for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
+                }
             }
         }
-    }
 #pragma unroll
-    for (int r = 0; r < REP; r++) {
-        if (r >= nr) break;
-        if (lane == 0) {
-            sm[w][r][0] = mx[r];
-            sm[w][r][1] = l[r];
-        }
+        for (int r = 0; r < REP; r++) {
+            if (r >= nr) break;
+            if (lane == 0) {
+                sm[w][r][0] = mx[r];
+                sm[w][r][1] = l[r];
+            }
 #pragma unroll
-        for (int i = 0; i < EPL; i++)
-            if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
-    }
-    __syncthreads();
-    if (threadIdx.x < nr) {
-        const int r = threadIdx.x;
-        float M = -INFINITY;
-        for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
-        wM[r] = M;
-        for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
-        const int r = idx / (hd + 2), e = idx % (hd + 2);
-        const float M = wM[r];
-        float out;
-        if (e == 0)
-            out = M;
-        else if (M == -INFINITY)
-            out = 0.0f;
-        else {
-            out = 0.0f;
-            for (int ww = 0; ww < 4; ww++)
-                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
+            for (int i = 0; i < EPL; i++)
+                if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
         }
-        part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = out;
+        __syncthreads();
+        if (threadIdx.x < nr) {
+            const int r = threadIdx.x;
+            float M = -INFINITY;
+            for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
+            wM[r] = M;
+            for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
+            const int r = idx / (hd + 2), e = idx % (hd + 2);
+            const float M = wM[r];
+            float out;
+            if (e == 0)
+                out = M;
+            else if (M == -INFINITY)
+                out = 0.0f;
+            else {
+                out = 0.0f;
+                for (int ww = 0; ww < 4; ww++)
+                    if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
+            }
+            part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = out;
+        }
+        __syncthreads(); // sm and wM / wW are the next split's
     }
 }
 
@@ -1011,16 +1029,16 @@ static void pf_attn_g4(const pb_cu_ctx *c, pf_bufs *p, int il, const int *slot, 
     const pf_rowl rl = pf_rowl_of(rt, src); // the producer's entries: a KV-shared layer's own are empty (cap 0)
     __half *kc = rt ? NULL : c->kc[src], *vc = rt ? NULL : c->vc[src];
     const int cap = rt ? 0 : c->cap[src];
-    const int ring = g->layers[src].swa ? 1 : 0, win = L->swa ? hp->sliding_window : 0;
+    const int ring = g->layers[src].swa ? 1 : 0, win = L->swa ? hp->sliding_window : 0, spb = g->pf_spb;
     if (hd <= 32 * MAX_EPL)
-        k_pf_attn<MAX_EPL, MAX_REP, true>
-            <<<dim3(hkv, S, n), 128, 0, s>>>(p->q, kc, vc, kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd,
-                                             cap, ring, win, hp->query_scale, hp->attn_softcap, rl, 1);
+        k_pf_attn<MAX_EPL, MAX_REP, true><<<dim3(hkv, (S + spb - 1) / spb, n), 128, 0, s>>>(
+            p->q, kc, vc, kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, cap, ring, win, hp->query_scale,
+            hp->attn_softcap, rl, 1, S, spb);
     else {
         const int nz = (n_rep + WIDE_REP - 1) / WIDE_REP; // k_attn's gridDim.z
-        k_pf_attn<WIDE_EPL, WIDE_REP, true>
-            <<<dim3(hkv * nz, S, n), 128, 0, s>>>(p->q, kc, vc, kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0,
-                                                  n_rep, hd, cap, ring, win, hp->query_scale, hp->attn_softcap, rl, nz);
+        k_pf_attn<WIDE_EPL, WIDE_REP, true><<<dim3(hkv * nz, (S + spb - 1) / spb, n), 128, 0, s>>>(
+            p->q, kc, vc, kn, vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, cap, ring, win, hp->query_scale,
+            hp->attn_softcap, rl, nz, S, spb);
     }
     k_pf_merge<<<dim3(hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, rl.S);
     pf_launch_quant(c, p, p->att, qd, n, s);
@@ -1147,9 +1165,18 @@ static void pf_enqueue(const pb_cu_ctx *c, pf_bufs *p, int p0, int n, cudaStream
         const int cap = rt ? 0 : c->cap[il];
         k_pf_rope_k<MAX_EPL, false>
             <<<dim3(Hkv, n), 128, 0, s>>>(p->k, p->v, L->k_norm, inv, hp->norm_eps, p0, rl.pos, hd, p->kn, p->vn, 0);
-        k_pf_attn<MAX_EPL, MAX_REP, false><<<dim3(Hkv, S, n), 128, 0, s>>>(
+        // query heads a block sized to the model's, as the decode step's k_attn (each head's sums are its own)
+        void (*ka)(const float *, const __half *, const __half *, const __half *, const __half *, const float *,
+                   const float *, float, float *, int, int, int, int, int, int, float, float, const pf_rowl, int, int,
+                   int) =
+            g->arep_max  ? k_pf_attn<MAX_EPL, MAX_REP, false>
+            : n_rep <= 2 ? k_pf_attn<MAX_EPL, 2, false>
+            : n_rep <= 4 ? k_pf_attn<MAX_EPL, 4, false>
+                         : k_pf_attn<MAX_EPL, MAX_REP, false>;
+        const int spb = g->pf_spb;
+        ka<<<dim3(Hkv, (S + spb - 1) / spb, n), 128, 0, s>>>(
             p->q, kc, vc, p->kn, p->vn, L->q_norm, inv, hp->norm_eps, p->part, p0, n_rep, hd, cap, ring,
-            L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, rl, 1);
+            L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap, rl, 1, S, spb);
         k_pf_merge<<<dim3(Hkv, n), 128, (size_t)n_rep * hd * sizeof(float), s>>>(p->part, p->att, n_rep, hd, S, rl.S);
         k_pf_kv_store<<<dim3(Hkv, n), 128, 0, s>>>(p->kn, p->vn, kc, vc, p0, n, hd, cap, ring, rl);
         pf_launch_quant(c, p, p->att, qd, n, s);

@@ -125,7 +125,7 @@ struct pb_cu_model {
     // A/B of the 2026-12-05 changes, the same bits: 32 no key rows before the wait, 64 pos's row from the cache, 128
     // no L1 prefetch of k / v): diagnostics and A/B runs
     int adiag;
-    int pf_spb;   // PB_CUDA_PF_SPB: key splits a prompt-path attention block takes in turn (1-16; default 1)
+    int pf_spb;   // PB_CUDA_PF_SPB: key splits a prompt-path attention block takes in turn (1-16; default 4)
     int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention (token step and prompt path) sized for 8 query heads (A/B)
     int n_sm;     // multiprocessors of device 0
     // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
@@ -540,8 +540,8 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         const char *ar = getenv("PB_CUDA_AREP");
         g->arep_max = ar && atoi(ar) == 8;
         const char *sp = getenv("PB_CUDA_PF_SPB");
-        g->pf_spb = sp ? atoi(sp) : 1;
-        if (g->pf_spb < 1 || g->pf_spb > 16) g->pf_spb = 1;
+        g->pf_spb = sp ? atoi(sp) : 4;
+        if (g->pf_spb < 1 || g->pf_spb > 16) g->pf_spb = 4;
     }
     set_ahead(g);
     g->hp.layers = NULL;

@@ -44,14 +44,15 @@ static __device__ __forceinline__ uint32_t mq_bcast(int s) { return (uint32_t)(u
 template <int T> struct mq_unit;
 
 template <> struct mq_unit<T_Q4_K> { // unit_dot8<T_Q4_K>: 16 values of sub-block 2j and 16 of 2j + 1
-    static constexpr bool K = true;
+    static constexpr bool K = true, PF = false; // PF (activations a unit ahead): 2.6% slower pp512 (167 registers)
+    static constexpr int UPB = 8;               // units a scale block (the activations' q8_K scales: the block's table)
     struct raw { // the loads of one unit (fetch), decoded when the unit's turn comes
         uint4 hd[2];
         uint32_t w[2];
     };
     uint32_t lo[2], hi[2], mm[4];
     float2 dd[2];
-    int sc0[2], sc1[2], b, off;
+    int sc0[2], sc1[2];
     static __device__ __forceinline__ void fetch(raw &x, const dmat &M, int rA, int rB, int u, int tg) {
         const int b = u >> 3, i = u & 7, j = i >> 1, hf = i & 1;
 #pragma unroll
@@ -62,9 +63,7 @@ template <> struct mq_unit<T_Q4_K> { // unit_dot8<T_Q4_K>: 16 values of sub-bloc
         }
     }
     __device__ __forceinline__ void decode(const raw &x, int u) {
-        b = u >> 3;
-        const int i = u & 7, j = i >> 1, hf = i & 1, k0 = 16 * (j & 1);
-        off = 64 * j + 16 * hf;
+        const int j = (u & 7) >> 1, k0 = 16 * (j & 1);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const uint4 hd = x.hd[r];
@@ -77,33 +76,40 @@ template <> struct mq_unit<T_Q4_K> { // unit_dot8<T_Q4_K>: 16 values of sub-bloc
             lo[r] = w & 0x0F0F0F0Fu, hi[r] = (w >> 4) & 0x0F0F0F0Fu;
         }
     }
-    __device__ __forceinline__ void terms(const int8_t *xq, const float *dA, const float *dB, int tg,
-                                          float (&acc)[4]) const {
-        const int8_t *p = xq + 256 * b + off;
-        const uint32_t b0 = __ldg((const uint32_t *)(p + 4 * tg)), b1 = __ldg((const uint32_t *)(p + 32 + 4 * tg));
+    struct act { // one token tile's activations of a unit (fetch_act, a unit ahead of its terms)
+        uint32_t x[2];
+        float dk[2];
+    };
+    static __device__ __forceinline__ void fetch_x(act &a, const int8_t *xq, int u, int tg) {
+        const int b = u >> 3, i = u & 7;
+        const int8_t *p = xq + 256 * b + 64 * (i >> 1) + 16 * (i & 1);
+        a.x[0] = __ldg((const uint32_t *)(p + 4 * tg)), a.x[1] = __ldg((const uint32_t *)(p + 32 + 4 * tg));
+    }
+    __device__ __forceinline__ void terms(const act &a, float (&acc)[4]) const {
+        const uint32_t b0 = a.x[0], b1 = a.x[1];
         const int z[4] = {0, 0, 0, 0};
         int i0[4], i1[4], ms[4];
         mma_k16(i0, lo[0], lo[1], b0);
         mma_k16(i1, hi[0], hi[1], b1);
         mma_k32(ms, mm[0], mm[1], mm[2], mm[3], b0, b1, z); // m0 s0 + m1 s1
-        const float dk[2] = {__ldg(dA + b), __ldg(dB + b)};
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int r = e >> 1, t = e & 1;
-            acc[e] += dk[t] * (dd[r].x * mq_i2f(sc0[r] * i0[e] + sc1[r] * i1[e]) - dd[r].y * mq_i2f(ms[e]));
+            acc[e] += a.dk[t] * (dd[r].x * mq_i2f(sc0[r] * i0[e] + sc1[r] * i1[e]) - dd[r].y * mq_i2f(ms[e]));
         }
     }
 };
 
 template <> struct mq_unit<T_Q6_K> { // unit_dot8<T_Q6_K>: 4 groups of 16 values, scales 0, 2, 4, 6 (of 8h + l/16)
-    static constexpr bool K = true;
+    static constexpr bool K = true, PF = false; // PF: 225 registers (spills at the 168 of 3 blocks an SM)
+    static constexpr int UPB = 4;
     struct raw {
         uint32_t A[2], C[2], H[2], s0[2], s1[2];
         float d[2];
     };
     uint32_t w[4][2], s02[4], s46[4];
     float d[2];
-    int sc[4][2], b, off;
+    int sc[4][2];
     static __device__ __forceinline__ void fetch(raw &x, const dmat &M, int rA, int rB, int u, int tg) {
         const int b = u >> 2, i = u & 3, h = i >> 1, l = 16 * (i & 1);
 #pragma unroll
@@ -118,9 +124,7 @@ template <> struct mq_unit<T_Q6_K> { // unit_dot8<T_Q6_K>: 4 groups of 16 values
         }
     }
     __device__ __forceinline__ void decode(const raw &x, int u) {
-        b = u >> 2;
-        const int i = u & 3, h = i >> 1, l = 16 * (i & 1), o = 8 * (l >> 4);
-        off = 128 * h + l;
+        const int o = 8 * (u & 1);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const uint32_t A = x.A[r], C = x.C[r], H = x.H[r], sw0 = x.s0[r], sw1 = x.s1[r];
@@ -135,11 +139,18 @@ template <> struct mq_unit<T_Q6_K> { // unit_dot8<T_Q6_K>: 4 groups of 16 values
             s46[r] = mq_bcast(sc[2][r]), s46[2 + r] = mq_bcast(sc[3][r]);
         }
     }
-    __device__ __forceinline__ void terms(const int8_t *xq, const float *dA, const float *dB, int tg,
-                                          float (&acc)[4]) const {
-        const int8_t *p = xq + 256 * b + off + 4 * tg;
-        const uint32_t x0 = __ldg((const uint32_t *)p), x1 = __ldg((const uint32_t *)(p + 32)),
-                       x2 = __ldg((const uint32_t *)(p + 64)), x3 = __ldg((const uint32_t *)(p + 96));
+    struct act {
+        uint32_t x[4];
+        float dk[2];
+    };
+    static __device__ __forceinline__ void fetch_x(act &a, const int8_t *xq, int u, int tg) {
+        const int b = u >> 2, i = u & 3;
+        const int8_t *p = xq + 256 * b + 128 * (i >> 1) + 16 * (i & 1) + 4 * tg;
+#pragma unroll
+        for (int k = 0; k < 4; k++) a.x[k] = __ldg((const uint32_t *)(p + 32 * k));
+    }
+    __device__ __forceinline__ void terms(const act &a, float (&acc)[4]) const {
+        const uint32_t x0 = a.x[0], x1 = a.x[1], x2 = a.x[2], x3 = a.x[3];
         const int z[4] = {0, 0, 0, 0};
         int i0[4], i1[4], i2[4], i3[4], t1[4], t[4];
         mma_k16(i0, w[0][0], w[0][1], x0);
@@ -148,12 +159,11 @@ template <> struct mq_unit<T_Q6_K> { // unit_dot8<T_Q6_K>: 4 groups of 16 values
         mma_k16(i3, w[3][0], w[3][1], x3);
         mma_k32(t1, s02[0], s02[1], s02[2], s02[3], x0, x1, z); // sc0 t0 + sc2 t1
         mma_k32(t, s46[0], s46[1], s46[2], s46[3], x2, x3, t1); // + sc4 t2 + sc6 t3
-        const float dk[2] = {__ldg(dA + b), __ldg(dB + b)};
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int r = e >> 1, tt = e & 1;
             const int X = sc[0][r] * i0[e] + sc[1][r] * i1[e] + sc[2][r] * i2[e] + sc[3][r] * i3[e] - 32 * t[e];
-            acc[e] += dk[tt] * d[r] * (float)X;
+            acc[e] += a.dk[tt] * d[r] * (float)X;
         }
     }
 };
@@ -162,14 +172,14 @@ template <> struct mq_unit<T_Q6_K> { // unit_dot8<T_Q6_K>: 4 groups of 16 values
 // nibbles) and 16 + 4 tg.. (high), k = 4 tg.. and 16 + 4 tg.. of one m16n8k32; the offset (8 or 16) is taken out
 // of the weights before the mma, which gives unit_dot8's nib_dot32 - 8 s (nib5_dot32 - 16 s) in one sum.
 template <int T> struct mq_legacy {
-    static constexpr bool K = false;
+    static constexpr bool K = false, PF = true; // Q4_0 pp512 +5.5% (8,417 -> 8,877 tok/s, H100)
+    static constexpr int UPB = 0;               // no table: a scale a unit (K / 32 of them a token), loaded as needed
     struct raw {
         uint32_t w0[2], w1[2]; // Q8_0: words tg and 4 + tg; Q4_0 / Q5_0: word tg and (Q5_0) the high bits
         float d[2];
     };
     uint32_t a[4];
     float dw[2];
-    int u;
     static __device__ __forceinline__ void fetch(raw &x, const dmat &M, int rA, int rB, int u, int tg) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -189,8 +199,7 @@ template <int T> struct mq_legacy {
             }
         }
     }
-    __device__ __forceinline__ void decode(const raw &x, int u_) {
-        u = u_;
+    __device__ __forceinline__ void decode(const raw &x, int) {
         const int tg = threadIdx.x & 3;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -207,15 +216,22 @@ template <int T> struct mq_legacy {
             }
         }
     }
-    __device__ __forceinline__ void terms(const int8_t *xq, const float *dA, const float *dB, int tg,
-                                          float (&acc)[4]) const {
+    struct act {
+        uint32_t x[2];
+        float dk[2];
+    };
+    static __device__ __forceinline__ void fetch_act(act &x, const int8_t *xq, const float *dA, const float *dB, int u,
+                                                     int tg) {
         const int8_t *p = xq + 32 * u + 4 * tg;
+        x.x[0] = __ldg((const uint32_t *)p), x.x[1] = __ldg((const uint32_t *)(p + 16));
+        x.dk[0] = __ldg(dA + u), x.dk[1] = __ldg(dB + u);
+    }
+    __device__ __forceinline__ void terms(const act &x, float (&acc)[4]) const {
         const int z[4] = {0, 0, 0, 0};
         int s[4];
-        mma_k32(s, a[0], a[1], a[2], a[3], __ldg((const uint32_t *)p), __ldg((const uint32_t *)(p + 16)), z);
-        const float d0[2] = {__ldg(dA + u), __ldg(dB + u)};
+        mma_k32(s, a[0], a[1], a[2], a[3], x.x[0], x.x[1], z);
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[e] += dw[e >> 1] * d0[e & 1] * mq_i2f(s[e]);
+        for (int e = 0; e < 4; e++) acc[e] += dw[e >> 1] * x.dk[e & 1] * mq_i2f(s[e]);
     }
 };
 template <> struct mq_unit<T_Q4_0> : mq_legacy<T_Q4_0> {};
@@ -233,8 +249,20 @@ static __host__ __device__ __forceinline__ int mq_levels(int sq) {
 
 // Shared memory a block of k_pf_mma<T, NT, KS> takes for sw lanes a row: the waiting partial sums of its 128
 // threads' 4 NT outputs, and with KS 4 the 4 warps' sums.
-static size_t mq_smem(int nt, int sw, int ks) {
-    return ((size_t)mq_levels(sw / ks) * nt * 4 * 128 + (ks > 1 ? (size_t)4 * nt * 4 * 32 : 0)) * sizeof(float);
+static __host__ __device__ __forceinline__ int mq_wait_floats(int nt, int sw, int ks) {
+    return mq_levels(sw / ks) * nt * 4 * 128 + (ks > 1 ? 4 * nt * 4 * 32 : 0);
+}
+
+// The K-quants' activation scales of a block's 8 nt tokens, [scale block][token] after the waiting sums: one LDS.64
+// a token pair and unit instead of two global loads and their address arithmetic (2026-12-05, SASS: ~40 of ~290
+// instructions a unit rebuilt the 8 scale pointers the registers could not keep).
+static int mq_tab_floats(int type, int nu, int nt) {
+    const int upb = type == T_Q4_K ? 8 : type == T_Q6_K ? 4 : 0;
+    return upb ? (nu + upb - 1) / upb * 8 * nt : 0;
+}
+
+static size_t mq_smem(int type, int nu, int nt, int sw, int ks) {
+    return ((size_t)mq_wait_floats(nt, sw, ks) + (size_t)mq_tab_floats(type, nu, nt)) * sizeof(float);
 }
 
 // The lane slot visited c-th: the bit-reversed order of the shuffle tree's leaves (a row over two warps: each
@@ -271,23 +299,44 @@ template <int NT> static __device__ __forceinline__ void mq_join(float (&p)[NT][
 // tokens, whose grid of 64-row blocks would leave most of the GPU idle. Each warp walks its slots' units slot by
 // slot (each slot's units in turn into one float per output, mq_join after a slot's last), the weights of the next
 // MQ_AHEAD units of that walk loading while a unit is dotted.
-template <int T, int NT, int KS> __global__ void __launch_bounds__(128) k_pf_mma(const mm_args a) {
+template <int T, int NT, int KS> __global__ void __launch_bounds__(128, T == T_Q4_K ? 4 : 3) k_pf_mma(const mm_args a) {
     extern __shared__ float mq_wait[]; // [levels][NT][4][128]; with KS 4 then [4][NT][4][32]: the quarters' sums
     typedef mq_unit<T> U;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     const int rowA = blockIdx.y * (64 / KS) + (KS == 1 ? 16 * wp : 0) + g, rowB = rowA + 8;
     const int rA = min(rowA, a.A.N - 1), rB = min(rowB, a.A.N - 1), t0 = blockIdx.x * 8 * NT;
+    const int sw = a.sw, nu = a.A.nunits8, lb = sw > 32 ? 5 : __ffs(sw) - 1;
+    constexpr bool TAB = U::UPB > 0;
     const int8_t *xq[NT];
     const float *dA[NT], *dB[NT];
+    float2 *tab = (float2 *)(mq_wait + mq_wait_floats(NT, sw, KS)); // TAB: [scale block][4 NT token pairs]
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         const qout ob = pf_qout(a.xa, a.as, min(t0 + 8 * nt + g, a.n - 1));
-        const qout o0 = pf_qout(a.xa, a.as, min(t0 + 8 * nt + 2 * tg, a.n - 1));
-        const qout o1 = pf_qout(a.xa, a.as, min(t0 + 8 * nt + 2 * tg + 1, a.n - 1));
         xq[nt] = U::K ? ob.qK : ob.q0;
-        dA[nt] = U::K ? o0.dK : o0.d0, dB[nt] = U::K ? o1.dK : o1.d0;
+        if (!TAB) {
+            const qout o0 = pf_qout(a.xa, a.as, min(t0 + 8 * nt + 2 * tg, a.n - 1));
+            const qout o1 = pf_qout(a.xa, a.as, min(t0 + 8 * nt + 2 * tg + 1, a.n - 1));
+            dA[nt] = U::K ? o0.dK : o0.d0, dB[nt] = U::K ? o1.dK : o1.d0;
+        }
     }
-    const int sw = a.sw, nu = a.A.nunits8, lb = sw > 32 ? 5 : __ffs(sw) - 1;
+    if (TAB) { // the block's scale table (read after the barrier below, once the first weight loads are issued)
+        const int upb = TAB ? U::UPB : 1, nb = (nu + upb - 1) / upb;
+        float *tf = (float *)tab;
+        for (int i = threadIdx.x; i < nb * 8 * NT; i += blockDim.x) {
+            const int bb = i / (8 * NT), tk = i % (8 * NT);
+            tf[i] = __ldg(pf_qout(a.xa, a.as, min(t0 + tk, a.n - 1)).dK + bb);
+        }
+    }
+    // one token tile's activations of unit u: its words, and its scales from the table or global memory
+    auto fetch_a = [&](typename U::act &x, int nt, int u) {
+        if constexpr (TAB) {
+            U::fetch_x(x, xq[nt], u, tg);
+            const float2 d = tab[(u / (TAB ? U::UPB : 1)) * 4 * NT + 4 * nt + tg];
+            x.dk[0] = d.x, x.dk[1] = d.y;
+        } else
+            U::fetch_act(x, xq[nt], dA[nt], dB[nt], u, tg);
+    };
     const int sq = sw / KS, c0 = KS == 1 ? 0 : wp * sq, c1 = c0 + sq; // this warp's slots: leaves c0 .. c1 - 1
     // the loads' cursor: slot pc, unit pu (empty slots skipped: nothing to load)
     int pc = c0, pu = mq_slot(c0, lb);
@@ -299,6 +348,17 @@ template <int T, int NT, int KS> __global__ void __launch_bounds__(128) k_pf_mma
             U::fetch(ring[k], a.A, rA, rB, pu, tg);
             for (pu += sw; pc < c1 && pu >= nu;) pu = ++pc < c1 ? mq_slot(pc, lb) : nu;
         }
+    if (TAB) __syncthreads(); // the scale table is written
+    // the activations' cursor (slot qc, unit qu): a unit ahead of the dots, so each unit's activation words and scales
+    // are in flight while the unit before is dotted (2026-12-05: the loads' latency was the largest stall)
+    int qc = c0, qu = mq_slot(c0, lb);
+    while (qc < c1 && qu >= nu) qu = ++qc < c1 ? mq_slot(qc, lb) : nu;
+    typename U::act ac[NT], an[NT];
+    if (U::PF && qc < c1) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) fetch_a(ac[nt], nt, qu);
+        for (qu += sw; qc < c1 && qu >= nu;) qu = ++qc < c1 ? mq_slot(qc, lb) : nu;
+    }
     // the dots' cursor: slot cc, unit cu; an empty slot is a leaf of 0 (as a k_mv lane with no unit)
     float p[NT][4];
 #pragma unroll
@@ -314,6 +374,11 @@ template <int T, int NT, int KS> __global__ void __launch_bounds__(128) k_pf_mma
 #pragma unroll
         for (int k = 0; k < MQ_AHEAD; k++) {
             if (cc < c1) {
+                if (U::PF && qc < c1) { // the next unit's activations
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) fetch_a(an[nt], nt, qu);
+                    for (qu += sw; qc < c1 && qu >= nu;) qu = ++qc < c1 ? mq_slot(qc, lb) : nu;
+                }
                 U w;
                 w.decode(ring[k], cu);
                 if (pc < c1) { // this ring entry's next unit
@@ -321,7 +386,11 @@ template <int T, int NT, int KS> __global__ void __launch_bounds__(128) k_pf_mma
                     for (pu += sw; pc < c1 && pu >= nu;) pu = ++pc < c1 ? mq_slot(pc, lb) : nu;
                 }
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) w.terms(xq[nt], dA[nt], dB[nt], tg, p[nt]);
+                for (int nt = 0; nt < NT; nt++) {
+                    if (!U::PF) fetch_a(ac[nt], nt, cu);
+                    w.terms(ac[nt], p[nt]);
+                    if (U::PF) ac[nt] = an[nt];
+                }
                 if ((cu += sw) >= nu) // the slot's last unit: join, and the empty slots after it
                     do {
                         mq_join<NT>(p, cc - c0, sq, mq_wait);

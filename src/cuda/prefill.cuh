@@ -473,7 +473,8 @@ static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, co
     const mq_kernel mq = i8 && c->g->mma && n >= c->g->mma_min && (!B || ys == A.N) ? mq_pick(A.type, nt, ks) : NULL;
     if (mq && (a.sw & (a.sw - 1)) == 0 && a.sw >= 4 && a.sw <= 64) {
         const dim3 grid((n + 8 * nt - 1) / (8 * nt), (A.N + 64 / ks - 1) / (64 / ks));
-        const size_t sm = mq_smem(nt, a.sw, ks);
+        const size_t sm = mq_smem(A.type, A.nunits8, nt, a.sw, ks);
+        if (sm > 48 * 1024) cudaFuncSetAttribute(mq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         mq<<<grid, 128, sm, s>>>(a);
         if (B) {
             a.A = *B;

@@ -50,6 +50,7 @@ for v in -1 99999999999999999999 abc 3.5 " 4" "" nan; do
   try_bad $R -p hi --top-k "$v"
   try_bad $BIN bench -m "$M" -p "$v"
   try_bad $BIN bench -m "$M" --ttft-prompt "$v"
+  try_bad $BIN bench -m "$M" -b "$v"
   try_bad $BIN perplexity -m "$M" -f /dev/null --ctx "$v"
   try_bad $BIN logits -m "$M" --batch "$v"
   try_bad $BIN serve -m "$M" --port "$v"

@@ -13,14 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type "
+static const char *const usage = "pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-b N] [-r 5] [--kv-type "
                                  "T] [--gpu|--no-gpu] [--cold]\n"
                                  "                  [--ttft-prompt 32] [--sample greedy] [--parallel 1,8,32] "
                                  "[--no-pack-cache] [--json]";
 
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
-    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-r 5] [--kv-type T] [--gpu|--no-gpu]\n"
+    "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-b N] [-r 5] [--kv-type T] [--gpu|--no-gpu]\n"
     "                         [--ttft-prompt 32] [--sample greedy] [--parallel 1,8,32] [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
@@ -28,6 +28,8 @@ static const char *const help =
     "  -n, --n-gen N      tokens of the decode test tgN (default 128; 0 = skip)\n"
     "  -d, --depth N      run ppN and tgN after N tokens already in the context (default 0): the speed\n"
     "                     of a long conversation or document, where attention reads N more keys\n"
+    "  -b, --batch N      prompt tokens a forward call takes at most (the session's n_batch; default 256): ppN\n"
+    "                     runs in chunks of it (llama-bench's -b)\n"
     "  -r, --reps N       repetitions; median, min and max are reported (default 5)\n"
     "  --kv-type T        KV cache type f16 (default), q8_0, f32\n"
     "  --ttft-prompt N    prompt tokens of the time-to-first-token test (default 32; e.g. 2000 for a long prompt)\n"
@@ -78,7 +80,7 @@ typedef struct result {
     int n_repacked;
     triple ttft_ms, pp, tg;
     size_t rss, kv;
-    int n_ctx;
+    int n_ctx, n_batch;
     bool gpu; /* ran on the GPU */
     char gpu_name[64];
 } result;
@@ -90,7 +92,7 @@ static void random_ids(pb_rng *r, int32_t *ids, int n, int32_t bos, int32_t n_vo
 
 /* One thread count: load, then reps of ttft, ppN, tgN. Returns 0 or an exit status. */
 static int bench_one(const char *path, int threads, int gpu, const pb_preset *sample, int n_p, int n_g, int depth,
-                     int reps, int n_ttft, pb_kv_type kv, const char *cache_dir, result *res) {
+                     int reps, int n_ttft, pb_kv_type kv, int n_batch, const char *cache_dir, result *res) {
     memset(res, 0, sizeof *res);
     res->threads = threads;
     pb_session_params sp = pb_session_default_params();
@@ -98,7 +100,7 @@ static int bench_one(const char *path, int threads, int gpu, const pb_preset *sa
     sp.kv_type = kv;
     int need = PB_MAX(depth + PB_MAX(PB_MAX(n_p, n_g + 2), 33), n_ttft + 1);
     sp.n_ctx = (need + 255) / 256 * 256;
-    sp.n_batch = 0; /* the session default, as users get it (pp512 runs in chunks of it) */
+    sp.n_batch = n_batch; /* 0: the session default, as users get it (pp512 runs in chunks of it) */
     res->n_ctx = sp.n_ctx;
     double t0 = pb_time_ms();
     pb_model *m;
@@ -111,6 +113,7 @@ static int bench_one(const char *path, int threads, int gpu, const pb_preset *sa
     pb_model_info info; /* a small model: its own training context, when the tests fit in it */
     if (pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train >= need && sp.n_ctx > info.n_ctx_train)
         res->n_ctx = sp.n_ctx = info.n_ctx_train;
+    res->n_batch = PB_MIN(n_batch > 0 ? n_batch : pb_session_default_params().n_batch, sp.n_ctx);
     pb_session *s;
     if ((st = pb_session_new(m, &sp, &s)) != PB_OK) {
         pb_model_close(m);
@@ -205,7 +208,7 @@ static bool parse_threads(const char *s, int *t, int *n) {
 PB_CMD(bench) {
     const char *model = NULL;
     int threads[MAX_T], n_threads = 0;
-    long n_p = 512, n_g = 128, depth = 0, reps = 5, n_ttft = 32;
+    long n_p = 512, n_g = 128, depth = 0, reps = 5, n_ttft = 32, n_batch = 0;
     bool json = false, cold = false;
     int par[MAX_T], n_par = 0;
     if (argc == 6 && strcmp(argv[1], "--cold-child") == 0) { /* bench --cold's fresh process */
@@ -259,6 +262,9 @@ PB_CMD(bench) {
         } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
             if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_line(usage);
             i++;
+        } else if (strcmp(a, "-b") == 0 || strcmp(a, "--batch") == 0) {
+            if (!cli_parse_int("bench", a, v, 1, 65536, &n_batch)) return cli_usage_line(usage);
+            i++;
         } else if (strcmp(a, "--ttft-prompt") == 0) {
             if (!cli_parse_int("bench", a, v, 1, 65536, &n_ttft)) return cli_usage_line(usage);
             i++;
@@ -299,6 +305,8 @@ PB_CMD(bench) {
     const char *cache_dir = pack_cache ? cli_pack_cache_dir() : NULL;
     if (cold && sample)
         return cli_usage_error("bench", usage, "--sample is not taken with --cold (its one token is greedy)");
+    if ((cold || n_par > 0) && n_batch > 0) /* they size their own sessions */
+        return cli_usage_error("bench", usage, "-b is not taken with %s", cold ? "--cold" : "--parallel");
     if (cold) return bench_cold(path, threads, n_threads, (int)reps, json, cache_dir);
     if (n_par > 0)
         return bench_parallel(path, par, n_par, threads[0], gpu, (int)n_p, (int)n_g, (int)reps, kv, sample, cache_dir,
@@ -318,7 +326,7 @@ PB_CMD(bench) {
     result res[MAX_T];
     for (int k = 0; k < n_threads; k++) {
         int rc = bench_one(path, threads[k], gpu, sample, (int)n_p, (int)n_g, (int)depth, (int)reps, (int)n_ttft, kv,
-                           cache_dir, &res[k]);
+                           (int)n_batch, cache_dir, &res[k]);
         if (rc) return rc;
     }
     char pp_name[32], tg_name[32], mname[200];
@@ -359,6 +367,7 @@ PB_CMD(bench) {
             cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)res[k].rss);
             cJSON_AddNumberToObject(o, "kv_bytes", (double)res[k].kv);
             cJSON_AddNumberToObject(o, "n_ctx", res[k].n_ctx);
+            cJSON_AddNumberToObject(o, "n_batch", res[k].n_batch);
             cJSON_AddItemToArray(runs, o);
         }
         cli_json_print(root, true);

@@ -13,7 +13,7 @@
 # PARALLEL (default 1,8,32) with sampled streams, the device top-K on and off, and greedy), PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
 # VARIANTS (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for several at once, each a tg128 of this
 # tree's CLI on the AB_TYPES files (VARIANTS_P / VARIANTS_N: the bench's -p / -n, default 0 / 128; a BIN=path in a
-# setting runs that CLI instead, a B=N passes -b N), default
+# setting runs that CLI instead, a B=N passes -b N, a TT=N --ttft-prompt N), default
 # q4_k_m, next to the A/B lines), ALTCHECK (one VAR=VALUE: the parity tests again under it), PROFILE=1 (ncu: one
 # decode token step's kernels, this CLI and PB_BIN_BASE's), PROFILE_KERNELS (regexes of kernel names: ncu's
 # speed-of-light, memory, occupancy and warp-state sections of one launch each, this CLI).
@@ -184,11 +184,14 @@ if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CU
   for t in ${AB_TYPES:-q4_k_m}; do
     [ -f /tmp/gemma2-2b-$t.gguf ] || continue
     for v in $VARIANTS; do
-      b=$PB nb= # BIN=path: that CLI instead of this tree's (an A/B against an older build); B=N: bench -b N
-      for kv in $(echo "$v" | tr , ' '); do case $kv in BIN=*) b=${kv#BIN=} ;; B=*) nb="-b ${kv#B=}" ;; esac; done
-      env $(echo "$v" | tr , '\n' | grep -v '^BIN=' | grep -v '^B=' | tr '\n' ' ') $b bench --gpu -m /tmp/gemma2-2b-$t.gguf \
-        -p ${VARIANTS_P:-0} -n ${VARIANTS_N:-128} -r 3 $nb --json >/tmp/ab.json 2>/dev/null
-      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], ' '.join(f'{k} {v[\"median\"]:.1f}' for k,v in r.items() if k[:2] in ('tg','pp')), 'tok/s')" /tmp/ab.json "$t" "$v"
+      # BIN=path: that CLI instead of this tree's (an A/B against an older build); B=N: bench -b N; TT=N: --ttft-prompt N
+      b=$PB nb= tt=
+      for kv in $(echo "$v" | tr , ' '); do
+        case $kv in BIN=*) b=${kv#BIN=} ;; B=*) nb="-b ${kv#B=}" ;; TT=*) tt="--ttft-prompt ${kv#TT=}" ;; esac
+      done
+      env $(echo "$v" | tr , '\n' | grep -v -e '^BIN=' -e '^B=' -e '^TT=' | tr '\n' ' ') $b bench --gpu \
+        -m /tmp/gemma2-2b-$t.gguf -p ${VARIANTS_P:-0} -n ${VARIANTS_N:-128} -r 3 $nb $tt --json >/tmp/ab.json 2>/dev/null
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], ' '.join(f'{k} {v[\"median\"]:.1f}' for k,v in r.items() if k[:2] in ('tg','pp')), 'tok/s, ttft', r['ttft_ms']['median'], 'ms')" /tmp/ab.json "$t" "$v"
     done
   done
 fi

@@ -645,7 +645,7 @@ __global__ void __launch_bounds__(128)
 // of it, as k_attn's gridDim.z), every query head through rope_head (q norm where qn is set); kc / vc / cap / ring
 // and kn / vn are those of the layer whose cache it reads (a KV-shared layer: its producer's).
 template <int EPL, int REP, bool G4>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, EPL > 8 ? 1 : REP <= 2 ? 6 : REP <= 4 ? 4 : 1)
     k_pf_attn(const float *q, const __half *kc, const __half *vc, const __half *kn, const __half *vn, const float *qn,
               const float *inv, float eps, float *part, int p0, int n_rep, int hd, int cap, int ring, int window,
               float scale, float softcap, const pf_rowl rt, int nz, int Sc, int spb) {

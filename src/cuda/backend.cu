@@ -1355,6 +1355,76 @@ static __device__ void rope_heads(const float *src, const float *inv, int hd, in
     __syncthreads();
 }
 
+// One key row (kv, vv: this lane's EPL values of it) into the online softmax of the block's nr query heads: the
+// score (this lane's products, then the warp's xor tree), Gemma 2's soft-cap, the running max, sum and values. k_attn
+// and k_pf_attn share it (the prompt path's bits are the token step's).
+template <int EPL, int REP>
+static __device__ __forceinline__ void split_key(const float (&qr)[REP][EPL], const float (&kv)[EPL],
+                                                 const float (&vv)[EPL], int nr, float scale, float softcap,
+                                                 float (&mx)[REP], float (&l)[REP], float (&acc)[REP][EPL]) {
+#pragma unroll
+    for (int r = 0; r < REP; r++) {
+        if (r >= nr) break;
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        float sc = d * scale;
+        if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
+        const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
+        mx[r] = mn;
+        l[r] = l[r] * c + p;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[i];
+    }
+}
+
+// The block's 4 warps' states of one split (each warp's mx, l, acc) merged into the split's rows at prow (row r of
+// the block's heads at prow + r (hd + 2): {max, sum, sum of exp * v}), through shared memory sm, wM, wW: every
+// thread of the block calls it; the caller syncs before sm is written again.
+template <int EPL, int REP>
+static __device__ __forceinline__ void split_write(float (*sm)[REP][2 + 32 * EPL], float *wM, float (*wW)[4],
+                                                   const float (&mx)[REP], const float (&l)[REP],
+                                                   const float (&acc)[REP][EPL], int nr, int hd, float *prow) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < REP; r++) {
+        if (r >= nr) break;
+        if (lane == 0) {
+            sm[w][r][0] = mx[r];
+            sm[w][r][1] = l[r];
+        }
+#pragma unroll
+        for (int i = 0; i < EPL; i++)
+            if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
+    }
+    __syncthreads();
+    if (threadIdx.x < nr) { /* each head's common max and the 4 warps' weights, once */
+        const int r = threadIdx.x;
+        float M = -INFINITY;
+        for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
+        wM[r] = M;
+        for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
+        const int r = idx / (hd + 2), e = idx % (hd + 2);
+        const float M = wM[r];
+        float out;
+        if (e == 0)
+            out = M;
+        else if (M == -INFINITY)
+            out = 0.0f;
+        else {
+            out = 0.0f;
+            for (int ww = 0; ww < 4; ww++)
+                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
+        }
+        prow[(size_t)r * (hd + 2) + e] = out;
+    }
+}
+
 // Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
 // walks keys warp, warp + 4, ... with an online softmax; the 4 warps' states are merged into
 // part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}. Each block first ropes its n_rep query
@@ -1472,59 +1542,10 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             if (j == 1 && !two) break;
-#pragma unroll
-            for (int r = 0; r < REP; r++) {
-                if (r >= nr) break;
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[j][i];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                float sc = d * scale;
-                if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
-                const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
-                mx[r] = mn;
-                l[r] = l[r] * c + p;
-#pragma unroll
-                for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
-            }
+            split_key<EPL, REP>(qr, kv[j], vv[j], nr, scale, softcap, mx, l, acc);
         }
     }
-#pragma unroll
-    for (int r = 0; r < REP; r++) {
-        if (r >= nr) break;
-        if (lane == 0) {
-            sm[w][r][0] = mx[r];
-            sm[w][r][1] = l[r];
-        }
-#pragma unroll
-        for (int i = 0; i < EPL; i++)
-            if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
-    }
-    __syncthreads();
-    if (threadIdx.x < nr) { /* each head's common max and the 4 warps' weights, once */
-        const int r = threadIdx.x;
-        float M = -INFINITY;
-        for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
-        wM[r] = M;
-        for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
-        const int r = idx / (hd + 2), e = idx % (hd + 2);
-        const float M = wM[r];
-        float out;
-        if (e == 0)
-            out = M;
-        else if (M == -INFINITY)
-            out = 0.0f;
-        else {
-            out = 0.0f;
-            for (int ww = 0; ww < 4; ww++)
-                if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
-        }
-        part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = out;
-    }
+    split_write<EPL, REP>(sm, wM, wW, mx, l, acc, nr, hd, part + (((size_t)g * S + s) * n_rep + r0) * (hd + 2));
     __threadfence();
     __syncthreads();
     const int nblk = G4 ? S * (int)gridDim.z : S; // blocks of kv head g

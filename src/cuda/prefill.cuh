@@ -720,59 +720,11 @@ __global__ void __launch_bounds__(128, EPL > 8 ? 1 : REP <= 2 ? 6 : REP <= 4 ? 4
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 if (j == 1 && !two) break;
-#pragma unroll
-                for (int r = 0; r < REP; r++) {
-                    if (r >= nr) break;
-                    float d = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < EPL; i++) d += qr[r][i] * kv[j][i];
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                    float sc = d * scale;
-                    if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
-                    const float mn = fmaxf(mx[r], sc), c = expf(mx[r] - mn), p = expf(sc - mn);
-                    mx[r] = mn;
-                    l[r] = l[r] * c + p;
-#pragma unroll
-                    for (int i = 0; i < EPL; i++) acc[r][i] = acc[r][i] * c + p * vv[j][i];
-                }
+                split_key<EPL, REP>(qr, kv[j], vv[j], nr, scale, softcap, mx, l, acc);
             }
         }
-#pragma unroll
-        for (int r = 0; r < REP; r++) {
-            if (r >= nr) break;
-            if (lane == 0) {
-                sm[w][r][0] = mx[r];
-                sm[w][r][1] = l[r];
-            }
-#pragma unroll
-            for (int i = 0; i < EPL; i++)
-                if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
-        }
-        __syncthreads();
-        if (threadIdx.x < nr) {
-            const int r = threadIdx.x;
-            float M = -INFINITY;
-            for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
-            wM[r] = M;
-            for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
-        }
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
-            const int r = idx / (hd + 2), e = idx % (hd + 2);
-            const float M = wM[r];
-            float out;
-            if (e == 0)
-                out = M;
-            else if (M == -INFINITY)
-                out = 0.0f;
-            else {
-                out = 0.0f;
-                for (int ww = 0; ww < 4; ww++)
-                    if (sm[ww][r][0] != -INFINITY) out += sm[ww][r][e] * wW[r][ww];
-            }
-            part[(((size_t)g * S + s) * n_rep + r0 + r) * (hd + 2) + e] = out;
-        }
+        split_write<EPL, REP>(sm, wM, wW, mx, l, acc, nr, hd,
+                              part + (((size_t)g * S + s) * n_rep + r0) * (hd + 2));
         __syncthreads(); // sm and wM / wW are the next split's
     }
 }

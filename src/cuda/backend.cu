@@ -128,6 +128,7 @@ struct pb_cu_model {
     int pf_spb;   // PB_CUDA_PF_SPB: key splits a prompt-path attention block takes in turn (1-16; default 4)
     int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention (token step and prompt path) sized for 8 query heads (A/B)
     int n_sm;     // multiprocessors of device 0
+    int smem_optin; // the most dynamic shared memory a block may opt into (k_pf_mma's attribute, set to this alone)
     // The batched decode step's scratch (batch.cuh: PB_CU_BATCH_MAX rows, made at the first batch of >= 2 rows) and
     // the lock that gives it to one pb_cu_forward_batch call at a time.
     struct bt_bufs *bt;
@@ -470,6 +471,7 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
         snprintf(g->name, sizeof g->name, "%s", prop.name);
         g->n_sm = prop.multiProcessorCount;
+        g->smem_optin = (int)prop.sharedMemPerBlockOptin;
     }
     int st = ST_OK;
     char what[64];

@@ -446,6 +446,16 @@ __global__ void k_pf_geglu(float *y, const float *u, size_t n);
 
 static bool is_float_type(int t) { return t == T_F32 || t == T_F16 || t == T_BF16 || t >= T_SCALAR; }
 
+// A k_pf_mma launch past 48 KiB of dynamic shared memory opts in, always to the device's most (optin): the same value
+// whatever the launch, so that a context launching the same kernel from another thread never finds it lowered below
+// its own need between its set and its launch (setting each launch's own size could). False: it does not fit.
+static bool mq_optin(mq_kernel k, size_t sm, int optin) {
+    if (sm > (size_t)optin) return false;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess) return true;
+    cudaGetLastError(); // not left for the next launch's check
+    return false;
+}
+
 // y = A x for the chunk's n tokens (B: GeGLU with A's type), with lanes a row sw (the decode launch's choice).
 static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, const dmat *B, int sw, const float *x,
                          int xs, float *y, int ys, int n, float softcap, cudaStream_t s) {
@@ -470,11 +480,11 @@ static void pf_launch_mm(const pb_cu_ctx *c, const pf_bufs *p, const dmat &A, co
     const bool i8 = c->g->int8 && !is_float_type(A.type);
     // the tensor-core form where the type has one (a GeGLU as its two matrices, then k_pf_geglu: the same bits)
     const int nt = mq_nt(n), ks = mq_ks(A.N, n, nt, c->g->n_sm, c->g->mma_ks);
-    const mq_kernel mq = i8 && c->g->mma && n >= c->g->mma_min && (!B || ys == A.N) ? mq_pick(A.type, nt, ks) : NULL;
+    mq_kernel mq = i8 && c->g->mma && n >= c->g->mma_min && (!B || ys == A.N) ? mq_pick(A.type, nt, ks) : NULL;
+    const size_t sm = mq ? mq_smem(A.type, A.nunits8, nt, a.sw, ks) : 0;
+    if (mq && sm > 48 * 1024 && !mq_optin(mq, sm, c->g->smem_optin)) mq = NULL; // the dp4a form: the same bits
     if (mq && (a.sw & (a.sw - 1)) == 0 && a.sw >= 4 && a.sw <= 64) {
         const dim3 grid((n + 8 * nt - 1) / (8 * nt), (A.N + 64 / ks - 1) / (64 / ks));
-        const size_t sm = mq_smem(A.type, A.nunits8, nt, a.sw, ks);
-        if (sm > 48 * 1024) cudaFuncSetAttribute(mq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         mq<<<grid, 128, sm, s>>>(a);
         if (B) {
             a.A = *B;

@@ -300,7 +300,8 @@ template <int NT> static __device__ __forceinline__ void mq_join(float (&p)[NT][
 // slot (each slot's units in turn into one float per output, mq_join after a slot's last), the weights of the next
 // MQ_AHEAD units of that walk loading while a unit is dotted.
 template <int T, int NT, int KS> __global__ void __launch_bounds__(128, T == T_Q4_K ? 4 : 3) k_pf_mma(const mm_args a) {
-    extern __shared__ float mq_wait[]; // [levels][NT][4][128]; with KS 4 then [4][NT][4][32]: the quarters' sums
+    // [levels][NT][4][128]; with KS 4 then [4][NT][4][32] (the quarters' sums); then, for the K-quants, the scale table
+    extern __shared__ float mq_wait[];
     typedef mq_unit<T> U;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     const int rowA = blockIdx.y * (64 / KS) + (KS == 1 ? 16 * wp : 0) + g, rowB = rowA + 8;

@@ -257,7 +257,7 @@ static __host__ __device__ __forceinline__ int mq_wait_floats(int nt, int sw, in
 // a token pair and unit instead of two global loads and their address arithmetic (2026-12-05, SASS: ~40 of ~290
 // instructions a unit rebuilt the 8 scale pointers the registers could not keep).
 static int mq_tab_floats(int type, int nu, int nt) {
-    const int upb = type == T_Q4_K ? 8 : type == T_Q6_K ? 4 : 0;
+    const int upb = type == T_Q4_K ? mq_unit<T_Q4_K>::UPB : type == T_Q6_K ? mq_unit<T_Q6_K>::UPB : 0;
     return upb ? (nu + upb - 1) / upb * 8 * nt : 0;
 }
 

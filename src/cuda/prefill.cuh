@@ -451,8 +451,9 @@ static bool is_float_type(int t) { return t == T_F32 || t == T_F16 || t == T_BF1
 // its own need between its set and its launch (setting each launch's own size could). False: it does not fit.
 static bool mq_optin(mq_kernel k, size_t sm, int optin) {
     if (sm > (size_t)optin) return false;
+    const cudaError_t before = cudaPeekAtLastError(); // an earlier launch's error stays for its check
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess) return true;
-    cudaGetLastError(); // not left for the next launch's check
+    if (before == cudaSuccess) cudaGetLastError(); // only this call's error is cleared
     return false;
 }
 

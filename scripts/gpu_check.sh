@@ -14,7 +14,8 @@
 # VARIANTS (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for several at once, each a tg128 of this
 # tree's CLI on the AB_TYPES files (VARIANTS_P / VARIANTS_N: the bench's -p / -n, default 0 / 128; a BIN=path in a
 # setting runs that CLI instead, a B=N passes -b N, a TT=N --ttft-prompt N), default
-# q4_k_m, next to the A/B lines), ALTCHECK (one VAR=VALUE: the parity tests again under it), PROFILE=1 (ncu: one
+# q4_k_m, next to the A/B lines), ALTCHECK (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for
+# several at once: the parity tests again under each), PROFILE=1 (ncu: one
 # decode token step's kernels, this CLI and PB_BIN_BASE's), PROFILE_KERNELS (regexes of kernel names: ncu's
 # speed-of-light, memory, occupancy and warp-state sections of one launch each, this CLI).
 set -u
@@ -129,10 +130,14 @@ if [ -n "${PDLCHECK:-}" ]; then # programmatic dependent launch (PB_CUDA_PDL=1):
   echo "parity (PB_CUDA_PDL=1): $(grep -c '^ok' "$OUT/parity-pdl.log") ok, $(grep -c '^not ok' "$OUT/parity-pdl.log") not ok"
   grep "^not ok" "$OUT/parity-pdl.log" | head -5
 fi
-if [ -n "${ALTCHECK:-}" ]; then # the parity tests again under one VAR=VALUE setting (a tuning switch's other path)
-  env "$ALTCHECK" $PAR "$@" >"$OUT/parity-alt.log" 2>&1
-  echo "parity ($ALTCHECK): $(grep -c '^ok' "$OUT/parity-alt.log") ok, $(grep -c '^not ok' "$OUT/parity-alt.log") not ok"
-  grep "^not ok" "$OUT/parity-alt.log" | head -5
+if [ -n "${ALTCHECK:-}" ]; then # the parity tests again under each setting (a tuning switch's other path)
+  i=0
+  for a in $ALTCHECK; do # space-separated; VAR=VALUE,VAR2=VALUE2 for several at once
+    i=$((i + 1))
+    env $(echo "$a" | tr , ' ') $PAR "$@" >"$OUT/parity-alt$i.log" 2>&1
+    echo "parity ($a): $(grep -c '^ok' "$OUT/parity-alt$i.log") ok, $(grep -c '^not ok' "$OUT/parity-alt$i.log") not ok"
+    grep "^not ok" "$OUT/parity-alt$i.log" | head -5
+  done
 fi
 if [ -n "${FLOATCHECK:-}" ]; then # the float path (PB_CUDA_FLOAT=1) against the CPU's exact mode
   PB_CUDA_FLOAT=1 $PAR "$@" >"$OUT/parity-float.log" 2>&1

@@ -6,6 +6,7 @@
 #include "cuda/pb_cuda.h"
 #include "cuda/weights.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
@@ -30,6 +31,8 @@ enum {
 #define WIDE_EPL   16 // Gemma 4's wide attention form: head_dim <= 512 (E2B's full layers) ...
 #define WIDE_REP   4  // ... with 4 query heads a block (a kv head's heads over gridDim.z blocks)
 #define MAX_SPLITS 64 // key splits of one attention row
+
+namespace cg = cooperative_groups;
 #define MV_WARPS   4  // warps per mat-vec block (32 x MV_WARPS / sw rows a block)
 
 static int fail(char *err, size_t cap, int st, const char *fmt, ...) {
@@ -980,9 +983,12 @@ static __device__ double block_sum(double v, double *sh) {
     return t;
 }
 
-static __device__ float rms_factor(const float *x, int n, float eps, double *sh) {
+// 1 / RMS of x[0..n) (+ eps): thread t sums values t, t + nt, ... in double (nt = blockDim.x; NT > 0: only the first
+// NT threads take values, nt = NT, and the other warps add 0.0 after theirs: the bits of an NT-thread block).
+template <int NT = 0> static __device__ float rms_factor(const float *x, int n, float eps, double *sh) {
     double ss = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    if (!NT || threadIdx.x < (unsigned)NT)
+        for (int i = threadIdx.x; i < n; i += NT ? NT : blockDim.x) ss += (double)x[i] * (double)x[i];
     ss = block_sum(ss, sh);
     return 1.0f / sqrtf((float)(ss / (double)n) + eps);
 }
@@ -1106,13 +1112,13 @@ static __device__ void norm_tail(const mv_args &a) {
 // qo asks for (q0 / qK set). One block. Where d <= NORM_NPT x blockDim.x every thread first loads all of its
 // values of o, x and both weights at once (one memory round trip instead of one a phase) and keeps them in
 // registers, and the quantization reads xn from shared memory; the sums run in the same order as the loop form
-// below (the same bits).
+// below (the same bits). The norm weights never change: they are requested before the wait (2026-12-05: their
+// DRAM round trip off the step's chain; the weight streams of the mat-vecs evict them from L2 every token).
 __global__ void k_add_norm(float *x, const float *o, const float *post_w, const float *next_w, float *xn, int d,
                            float eps, const qout qo) {
     __shared__ double sh[32];
     __shared__ float xs[NORM_NPT * 1024];
     pdl_start();
-    pdl_wait();
     const int t = threadIdx.x, bd = blockDim.x;
     if (d <= NORM_NPT * bd) {
         float ov[NORM_NPT], xv[NORM_NPT], pw[NORM_NPT], nw[NORM_NPT];
@@ -1120,10 +1126,16 @@ __global__ void k_add_norm(float *x, const float *o, const float *post_w, const 
         for (int k = 0; k < NORM_NPT; k++) {
             const int i = t + k * bd;
             const bool in = i < d;
-            ov[k] = in && o ? o[i] : 0.0f;
             pw[k] = in && post_w ? post_w[i] : 0.0f;
-            xv[k] = in ? x[i] : 0.0f;
             nw[k] = in ? next_w[i] : 0.0f;
+        }
+        pdl_wait();
+#pragma unroll
+        for (int k = 0; k < NORM_NPT; k++) {
+            const int i = t + k * bd;
+            const bool in = i < d;
+            ov[k] = in && o ? o[i] : 0.0f;
+            xv[k] = in ? x[i] : 0.0f;
         }
         if (o) {
             float r = 1.0f;
@@ -1161,6 +1173,7 @@ __global__ void k_add_norm(float *x, const float *o, const float *post_w, const 
         }
         return;
     }
+    pdl_wait();
     if (o) {
         float r = post_w ? rms_factor(o, d, eps, sh) : 1.0f;
         for (int i = t; i < d; i += bd) x[i] += post_w ? (o[i] * r) * post_w[i] : o[i];
@@ -1251,13 +1264,14 @@ __global__ void k_ple_in(float *pli, const dmat E, const int *params, const floa
 
 // One head of hd values at src: [RMSNorm with weights nw (Gemma 3 q/k norm)], then RoPE (NeoX halves) at position p
 // with inverse frequencies inv, into out (shared memory); buf: hd floats of shared scratch. Every thread of the
-// block calls it; it ends with a barrier.
+// block calls it; it ends with a barrier. NT: the RMS's sums as an NT-thread block's (rms_factor; 0: this block's).
+template <int NT = 0>
 static __device__ void rope_head(const float *src, const float *nw, const float *inv, int hd, float p, float eps,
                                  float *buf, double *sh, float *out) {
     for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = src[i];
     __syncthreads();
     if (nw) {
-        float r = rms_factor(buf, hd, eps, sh);
+        float r = rms_factor<NT>(buf, hd, eps, sh);
         for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = (buf[i] * r) * nw[i];
         __syncthreads();
     }
@@ -1272,27 +1286,28 @@ static __device__ void rope_head(const float *src, const float *nw, const float 
     __syncthreads();
 }
 
-// att[h] = merge of the S split states of query head h = g * n_rep + r, for the n_rep query heads of kv head g at
-// once, divided by the softmax sum (one block, blockDim.x a multiple of 32; wt and Ls in shared memory). Warp r
-// finds head r's common max and each split's weight; then every thread merges its values, each value's sum over
-// the splits in split order whatever the block size. The states are read through L2 (__ldcg: other blocks wrote
-// them in this kernel). With qo set (the caller checks that a head holds whole quantization blocks: hd % 32 for
-// q8_0, hd % 256 for q8_K) the block then quantizes the heads' values as k_quant would over the whole of att
-// (quant_act: the same bits), the warps shared out among the heads, reading the values from as (n_rep x hd floats
-// of shared memory the merge fills beside att: no round trip through L2 for values the block just wrote).
-static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
-                                   float (*wt)[MAX_SPLITS], float *Ls, float *as) {
-    const size_t st = (size_t)n_rep * (hd + 2);
+// att[h] = merge of the S split states of query head h = g * n_rep + r, for query heads rlo .. rhi - 1 of kv head g
+// (all n_rep of them but in k_attn_cl, a head a block), divided by the softmax sum (one block, blockDim.x a multiple
+// of 32; wt and Ls in shared memory). ld(r, s, e) reads value e of head r's state of split s ({max, sum, sum of exp
+// * v}). Warp w finds head rlo + w's common max and each split's weight; then every thread merges its values, each
+// value's sum over the splits in split order whatever the block size or the place the states are read from. With
+// qo set (the caller checks that a head holds whole quantization blocks: hd % 32 for q8_0, hd % 256 for q8_K) the
+// block then quantizes the heads' values as k_quant would over the whole of att (quant_act: the same bits), the
+// warps shared out among the heads, reading the values from as ((rhi - rlo) x hd floats of shared memory the merge
+// fills beside att: no round trip through L2 for values the block just wrote).
+template <class LD>
+static __device__ __forceinline__ void merge_heads_t(const LD &ld, float *att, int g, int n_rep, int hd, int S,
+                                                     const qout &qo, float (*wt)[MAX_SPLITS], float *Ls, float *as,
+                                                     int rlo, int rhi) {
     const int w = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
-    for (int r = w; r < n_rep; r += nw) {
-        const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
-        // each lane's splits' max and sum in one round trip through L2 (S <= MAX_SPLITS = 64: 2 a lane)
+    for (int r = rlo + w; r < rhi; r += nw) {
+        // each lane's splits' max and sum in one round trip (S <= MAX_SPLITS = 64: 2 a lane)
         float mv[MAX_SPLITS / 32], lv[MAX_SPLITS / 32];
 #pragma unroll
         for (int j = 0; j < MAX_SPLITS / 32; j++) {
             const int s = lane + 32 * j;
-            mv[j] = s < S ? __ldcg(part + base + s * st) : -INFINITY;
-            lv[j] = s < S ? __ldcg(part + base + s * st + 1) : 0.0f;
+            mv[j] = s < S ? ld(r, s, 0) : -INFINITY;
+            lv[j] = s < S ? ld(r, s, 1) : 0.0f;
         }
         float M = -INFINITY;
 #pragma unroll
@@ -1315,22 +1330,21 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
     __syncthreads();
     // (2026-12-05: loading each value's 16 splits at once, 4 or 2 values a thread, measured 15% slower tg128 on an
     // H100, 505 against 599 tok/s: this loop stays)
-    for (int idx = threadIdx.x; idx < n_rep * hd; idx += blockDim.x) {
-        const int r = idx / hd, e = idx % hd;
-        const size_t base = ((size_t)g * S * n_rep + r) * (hd + 2);
+    for (int idx = threadIdx.x; idx < (rhi - rlo) * hd; idx += blockDim.x) {
+        const int r = rlo + idx / hd, e = idx % hd;
         float acc = 0.0f;
 #pragma unroll 8
-        for (int s = 0; s < S; s++) acc += __ldcg(part + base + s * st + 2 + e) * wt[r][s];
+        for (int s = 0; s < S; s++) acc += ld(r, s, 2 + e) * wt[r][s];
         const float v = acc / Ls[r];
         att[((size_t)g * n_rep + r) * hd + e] = v;
         as[idx] = v;
     }
     if (!qo.q0 && !qo.qK) return;
     __syncthreads(); // this block's att values (as: shared), written by its other threads, are visible after it
-    const int wph = nw >= n_rep ? nw / n_rep : 1; /* warps a head */
-    for (int r0 = 0; r0 < n_rep; r0 += nw / wph) {
-        const int r = r0 + w / wph, h = g * n_rep + r;
-        if (r >= n_rep || w / wph >= nw / wph) continue;
+    const int nh = rhi - rlo, wph = nw >= nh ? nw / nh : 1; /* warps a head */
+    for (int r0 = 0; r0 < nh; r0 += nw / wph) {
+        const int r = r0 + w / wph, h = g * n_rep + rlo + r;
+        if (r >= nh || w / wph >= nw / wph) continue;
         qout o;
         o.q0 = qo.q0 ? qo.q0 + (size_t)h * hd : NULL;
         o.qK = qo.qK ? qo.qK + (size_t)h * hd : NULL;
@@ -1338,6 +1352,17 @@ static __device__ void merge_heads(const float *part, float *att, int g, int n_r
         o.dK = qo.dK + (size_t)h * (hd / 256);
         quant_act(as + (size_t)r * hd, hd, o, w % wph, wph); // the values just written, from shared memory
     }
+}
+
+// merge_heads_t over states in part[((g * S + s) * n_rep + r) * (hd + 2)], written by other blocks of this kernel
+// (read through L2: __ldcg), all n_rep heads of kv head g in one block.
+static __device__ void merge_heads(const float *part, float *att, int g, int n_rep, int hd, int S, const qout &qo,
+                                   float (*wt)[MAX_SPLITS], float *Ls, float *as) {
+    const size_t st = (size_t)n_rep * (hd + 2);
+    auto ld = [&](int r, int s, int e) {
+        return __ldcg(part + ((size_t)g * S * n_rep + r) * (hd + 2) + s * st + e);
+    };
+    merge_heads_t(ld, att, g, n_rep, hd, S, qo, wt, Ls, as, 0, n_rep);
 }
 
 // n heads of hd values at src (RoPE, NeoX halves, at position p with inverse frequencies inv) into out[r] (shared
@@ -1382,14 +1407,17 @@ static __device__ __forceinline__ void split_key(const float (&qr)[REP][EPL], co
     }
 }
 
-// The block's 4 warps' states of one split (each warp's mx, l, acc) merged into the split's rows at prow (row r of
-// the block's heads at prow + r (hd + 2): {max, sum, sum of exp * v}), through shared memory sm, wM, wW: every
-// thread of the block calls it; the caller syncs before sm is written again.
-template <int EPL, int REP>
+// The 4 warps' states of one split (each warp's mx, l, acc) merged into the split's rows at prow (row r of the
+// block's heads at prow + r (hd + 2): {max, sum, sum of exp * v}), through shared memory sm, wM, wW: every thread of
+// the block calls it (its barriers are the block's); NT = 0: the block is the split's, NT = 128: each 128 threads
+// of the block write a split of their own, each with its own sm, wM, wW (k_attn_cl); the caller syncs before sm is
+// written again.
+template <int EPL, int REP, int NT = 0>
 static __device__ __forceinline__ void split_write(float (*sm)[REP][2 + 32 * EPL], float *wM, float (*wW)[4],
                                                    const float (&mx)[REP], const float (&l)[REP],
                                                    const float (&acc)[REP][EPL], int nr, int hd, float *prow) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const unsigned tid = NT ? threadIdx.x % NT : threadIdx.x, nt = NT ? NT : blockDim.x;
+    const int lane = tid & 31, w = tid >> 5;
 #pragma unroll
     for (int r = 0; r < REP; r++) {
         if (r >= nr) break;
@@ -1402,15 +1430,15 @@ static __device__ __forceinline__ void split_write(float (*sm)[REP][2 + 32 * EPL
             if (lane + 32 * i < hd) sm[w][r][2 + lane + 32 * i] = acc[r][i];
     }
     __syncthreads();
-    if (threadIdx.x < nr) { /* each head's common max and the 4 warps' weights, once */
-        const int r = threadIdx.x;
+    if (tid < nr) { /* each head's common max and the 4 warps' weights, once */
+        const int r = tid;
         float M = -INFINITY;
         for (int ww = 0; ww < 4; ww++) M = fmaxf(M, sm[ww][r][0]);
         wM[r] = M;
         for (int ww = 0; ww < 4; ww++) wW[r][ww] = sm[ww][r][0] != -INFINITY ? expf(sm[ww][r][0] - M) : 0.0f;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
+    for (int idx = tid; idx < nr * (hd + 2); idx += nt) {
         const int r = idx / (hd + 2), e = idx % (hd + 2);
         const float M = wM[r];
         float out;
@@ -1560,6 +1588,183 @@ __global__ void __launch_bounds__(128)
     if (threadIdx.x == 0) cnt[g] = 0;
 }
 
+// k_attn of Gemma 1-3 with the key splits' merge inside a thread-block cluster (Hopper): the C blocks of kv head g
+// form one cluster (grid Hkv x C, cluster 1 x C) and block c runs splits c P .. c P + P - 1 side by side, 128
+// threads a split (S = C P; the q / k norms' sums as a 128-thread block's: rope_head<128>), each as k_attn's block
+// of that split would; the splits' states stay in the block's shared memory, and after a
+// cluster barrier block r (r < n_rep) merges query head r, reading every block's states through distributed shared
+// memory: no states through L2, no fence, no counter, no last block, and the merge spread over n_rep blocks. The
+// same bits as k_attn: each split's keys, order and per-warp softmax are k_attn's (split_key, split_write), and the
+// merge is merge_heads_t's, only its loads come from the cluster. A block whose splits hold no key writes their
+// empty states ({-inf, 0, ...}, what a pass over no keys gives) without roping.
+template <int EPL, int REP, int P>
+__global__ void __launch_bounds__(128 * P)
+    k_attn_cl(const float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn,
+              const float *kn, const float *inv, float eps, const int *params, int n_rep, int hd, int cap, int ring,
+              int window, float scale, float softcap, float *att, const qout qo, int S, int dbg) {
+    __shared__ float sm[P][4][REP][2 + 32 * EPL];
+    __shared__ float qs[REP][32 * EPL], rbuf[32 * EPL], ks[1][32 * EPL];
+    __shared__ double rsh[32];
+    __shared__ float wt[MAX_REP][MAX_SPLITS], Ls[MAX_REP], wM[P][REP], wW[P][REP][4];
+    __shared__ float st[P * REP * (2 + 32 * EPL)]; // the splits' states: split j, head r at (j n_rep + r) (hd + 2)
+    __shared__ const float *sp[MAX_SPLITS];       // the merging block's view of split s's states (its head's row)
+    pdl_start();
+    cg::cluster_group cl = cg::this_cluster();
+    const int g = blockIdx.x, c = (int)cl.block_rank(), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int j = w >> 2, wl = w & 3, s = c * P + j; // this warp's split and its warp index in it
+    const int pos = params[1], lo = window > 0 ? max(0, pos - window + 1) : 0, nk = pos - lo + 1;
+    const int per = (nk + S - 1) / S, ps = (pos - lo) / per; // ps: the split that holds pos
+    const bool own = ps >= c * P && ps < c * P + P, has = lo + c * P * per <= pos; // the block's splits
+    const int k0 = lo + s * per, k1 = (dbg & 2) ? k0 - 1 : min(pos, k0 + per - 1);
+    const size_t srow = (size_t)n_rep * (hd + 2); // one split's states
+    __half *kh = (__half *)rbuf, *vh = kh + 32 * EPL;
+    float kv[2][EPL], vv[2][EPL];
+    auto load_row = [&](int jj, int kk) { // k_attn's
+        const int sl = ring ? kk % cap : kk;
+        const bool sh = own && kk == pos && !(dbg & 64);
+        const __half *kr = sh ? kh : kc + ((size_t)g * cap + sl) * hd;
+        const __half *vr = sh ? vh : vc + ((size_t)g * cap + sl) * hd;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) {
+            const int e = lane + 32 * i;
+            kv[jj][i] = e < hd ? __half2float(kr[e]) : 0.0f;
+            vv[jj][i] = e < hd ? __half2float(vr[e]) : 0.0f;
+        }
+    };
+    // the warp's first two keys, requested before the wait (k_attn's)
+    const int kf = k0 + wl, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
+    const bool pre0 = !(dbg & 32) && kf <= k1 && kf != pos, pre1 = !(dbg & 32) && kf <= k1 && kf2 != pos;
+    if (pre0) load_row(0, kf);
+    if (pre1) load_row(1, kf2);
+    if (has && !(dbg & 128)) { // the RoPE's inverse frequencies and the q / k norm weights (constants) into L1
+        const int nl = (hd / 2 + 31) / 32, t = threadIdx.x;
+        if (t < nl) asm volatile("prefetch.global.L1 [%0];" ::"l"(inv + 32 * t));
+        const float *nwp = t < 32 ? qn : kn;
+        if (t < 64 && nwp && (t & 31) < (hd + 31) / 32)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(nwp + 32 * (t & 31)));
+    }
+    pdl_wait();
+    if (dbg & 1) return; // a diagnostic (pb_cu_model.adiag): wrong results, timing only (every block returns)
+    if (!has) {
+        for (int idx = threadIdx.x; idx < P * (int)srow; idx += blockDim.x)
+            st[idx] = idx % (hd + 2) == 0 ? -INFINITY : 0.0f;
+    } else {
+        if (own && !(dbg & 128)) {
+            const float *src = threadIdx.x < 64 ? k + (size_t)g * hd : v + (size_t)g * hd;
+            const int o = 32 * (threadIdx.x & 63);
+            if (threadIdx.x < 128 && o < hd) asm volatile("prefetch.global.L1 [%0];" ::"l"(src + o));
+        }
+        constexpr int RT = P > 1 ? 128 : 0; // the q / k norms' sums as k_attn's 128-thread block's
+        if (qn)
+            for (int r = 0; r < n_rep; r++)
+                rope_head<RT>(q + ((size_t)g * n_rep + r) * hd, qn, inv, hd, (float)pos, eps, rbuf, rsh, qs[r]);
+        else
+            rope_heads(q + (size_t)g * n_rep * hd, inv, hd, n_rep, (float)pos, qs);
+        if (own) { // k_attn's row write of this position
+            const int slot = ring ? pos % cap : pos;
+            if (kn)
+                rope_head<RT>(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
+            else
+                rope_heads(k + (size_t)g * hd, inv, hd, 1, (float)pos, ks);
+            __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
+            for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+                const __half kb = __float2half_rn(ks[0][i]), vb = __float2half_rn(v[(size_t)g * hd + i]);
+                kd[i] = kb, vd[i] = vb;
+                kh[i] = kb, vh[i] = vb;
+            }
+            __syncthreads();
+        }
+        float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
+#pragma unroll
+        for (int r = 0; r < REP; r++) {
+            mx[r] = -INFINITY;
+            l[r] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < EPL; i++) {
+                const int e = lane + 32 * i;
+                qr[r][i] = r < n_rep && e < hd ? qs[r][e] : 0.0f;
+                acc[r][i] = 0.0f;
+            }
+        }
+        for (int kk = k0 + wl; kk <= k1; kk += 8) {
+            const bool two = kk + 4 <= k1;
+            if (kk != kf || !pre0) load_row(0, kk);
+            if (kk != kf || !pre1) load_row(1, two ? kk + 4 : kk);
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                if (jj == 1 && !two) break;
+                split_key<EPL, REP>(qr, kv[jj], vv[jj], n_rep, scale, softcap, mx, l, acc);
+            }
+        }
+        split_write<EPL, REP, 128>(sm[j], wM[j], wW[j], mx, l, acc, n_rep, hd, st + j * srow);
+    }
+    const int r = c; // the query head this block merges (r < n_rep)
+    if (r < n_rep && threadIdx.x < S) { // split s's row of head r, in the shared memory of block s / P
+        const int s2 = threadIdx.x;
+        sp[s2] = cl.map_shared_rank(st, s2 / P) + (s2 % P) * srow + (size_t)r * (hd + 2);
+    }
+    cl.sync(); // every block's states are written (and sp)
+    if (r < n_rep && !(dbg & 4)) {
+        auto ld = [&](int, int s2, int e) { return sp[s2][e]; };
+        merge_heads_t(ld, att, g, n_rep, hd, S, qo, wt, Ls, &sm[0][0][0][0], r, r + 1);
+    }
+    cl.sync(); // no block leaves while another may still read its shared memory
+}
+
+typedef void (*attn_cl_fn)(const float *, const float *, const float *, __half *, __half *, const float *,
+                           const float *, const float *, float, const int *, int, int, int, int, int, float, float,
+                           float *, const qout, int, int);
+
+// k_attn_cl's form for n_rep query heads a kv head and P splits a block (NULL: none instantiated).
+static attn_cl_fn attn_cl_kernel(int n_rep, int P) {
+    if (n_rep <= 2)
+        return P == 1   ? k_attn_cl<MAX_EPL, 2, 1>
+               : P == 2 ? k_attn_cl<MAX_EPL, 2, 2>
+               : P == 4 ? k_attn_cl<MAX_EPL, 2, 4>
+                        : NULL;
+    return P == 1 ? k_attn_cl<MAX_EPL, 4, 1> : NULL; // (4 query heads, 2 splits a block: past 48 KB of shared memory)
+}
+
+// k_attn_cl's cluster size for S key splits of a Gemma 1-3 step (0: k_attn) and its splits a block (*P): 16 blocks a
+// kv head (a non-portable size, opted into) or else 8, the first that divides S into 1, 2 or 4 splits a block with
+// a form for the model's query heads a kv head (2 query heads, Gemma 2 and Gemma 3 from 4b: 16, 32 or 64 splits,
+// n_ctx up to 2,175, 4,096-4,223 and from 8,192 by the default split count; 4 query heads: 16 splits), a block for
+// each query head to merge, and that the device can place (cudaOccupancyMaxActiveClusters). PB_CUDA_CL=0 | 8 | 16
+// (read at context creation) turns it off or asks for one size (A/B runs). Any refusal leaves k_attn (the same bits).
+static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd, int *P) {
+    const char *e = getenv("PB_CUDA_CL");
+    const int want = e ? atoi(e) : -1;
+    *P = 1;
+    if (want == 0 || g->g4 || g->arep_max || n_rep > 4 || hd > 32 * MAX_EPL) return 0;
+    // a model with a q / k norm (Gemma 3): one split a block until rope_head<128>'s bits have run on a GPU
+    // (PB_CUDA_CL_QK=1: the forms of several splits for it too, to run the parity tests on them)
+    const char *qe = getenv("PB_CUDA_CL_QK");
+    const bool qk = (g->layers[0].q_norm || g->layers[0].k_norm) && !(qe && atoi(qe) == 1);
+    const cudaError_t before = cudaPeekAtLastError(); // an earlier error stays for its own check
+    for (int C = 16; C >= 8; C /= 2) {
+        const int p = S / C;
+        attn_cl_fn k = S % C ? NULL : attn_cl_kernel(n_rep, p);
+        if ((want > 0 && C != want) || !k || n_rep > C || (qk && p > 1)) continue;
+        if (C > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+            continue;
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = C, at[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(g->hp.n_head_kv, C);
+        cfg.blockDim = dim3(128 * p);
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, (void *)k, &cfg) == cudaSuccess && n >= 1) {
+            *P = p;
+            return C;
+        }
+    }
+    if (before == cudaSuccess) cudaGetLastError(); // only this function's errors are cleared
+    return 0;
+}
+
 // ---- greedy argmax of the logits on the device -------------------------------------------------------------
 
 #define AM_T         256       // threads of a k_argmax block
@@ -1638,6 +1843,7 @@ struct pb_cu_ctx {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem, *acnt_mem, *ncnt_mem;
     int *gcnt;                    // k_mv_geglu's blocks done per group of rows (gcnt_mem; zero between launches)
     int *acnt;                    // k_attn's blocks done per kv head (acnt_mem; zero between launches)
+    int cl, cl_p;                 // k_attn_cl's cluster size (blocks a kv head; 0: k_attn) and splits a block
     int *ncnt;                    // blocks done of a mat-vec with the add + norm in its last block (ncnt_mem)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     // The GeGLU output's int8 forms, made by the GeGLU mat-vec's blocks while others of that launch still read its
@@ -1700,10 +1906,19 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     c->max_tok = 512; /* tokens per staged chunk (hidden rows kept on the device) */
     /* key splits per attention row: enough blocks to keep the chip busy at short contexts too */
     c->S = n_ctx / 128 < 16 ? 16 : n_ctx / 128 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 128;
-    {
-        const char *sp = getenv("PB_CUDA_SPLITS"); /* tuning switch (A/B runs): key splits a kv head, 1..64 */
-        if (sp && atoi(sp) >= 1 && atoi(sp) <= MAX_SPLITS) c->S = atoi(sp);
-    }
+    const char *sp = getenv("PB_CUDA_SPLITS"); /* tuning switch (A/B runs): key splits a kv head, 1..64 */
+    if (sp && atoi(sp) >= 1 && atoi(sp) <= MAX_SPLITS) c->S = atoi(sp);
+    const int n_rep_i = hp->n_head / hp->n_head_kv;
+    c->cl = choose_cl(g, c->S, n_rep_i, hp->head_dim, &c->cl_p);
+    /* a split count between 16, 32 and 64 (n_ctx 2,176-4,095 or 4,224-8,191) has no cluster form: the next of them
+     * up where the model has one (the cluster form ran faster at 32 and 64 splits than k_attn at 16; every path of
+     * the context uses c->S, so the bits stay one context's) */
+    for (int up = 32; !c->cl && !sp && up <= MAX_SPLITS; up *= 2)
+        if (c->S < up) {
+            c->cl = choose_cl(g, up, n_rep_i, hp->head_dim, &c->cl_p);
+            if (c->cl) c->S = up;
+            break;
+        }
     const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd, qd = (size_t)hp->n_head * hd;
     const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
     size_t kmax = (size_t)hp->n_embd > qd ? (size_t)hp->n_embd : qd;
@@ -1880,6 +2095,29 @@ static void launch_k(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStrea
     cfg.stream = s;
     cfg.attrs = at;
     cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, k, args...); /* errors surface at the end of the graph capture */
+}
+
+// launch_k for a kernel of clusters of 1 x C x 1 blocks of `threads` (k_attn_cl), with PDL as launch_k.
+template <typename... P, typename... A>
+static void launch_cl(bool pdl, void (*k)(P...), dim3 grid, int threads, int C, cudaStream_t s, A... args) {
+    if (tl_empty) {
+        tl_empty = false;
+        launch_k(pdl, k_nop, grid, threads, s);
+        tl_empty = true;
+        return;
+    }
+    cudaLaunchAttribute at[2] = {};
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = C, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 2 : 1;
     cudaLaunchKernelEx(&cfg, k, args...); /* errors surface at the end of the graph capture */
 }
 
@@ -2100,19 +2338,29 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         qout mq = qout_of(c);
         const bool fuse = !g->no_mq && (!mq.q0 || hd % 32 == 0) && (!mq.qK || hd % 256 == 0);
         if (!fuse) mq.q0 = NULL, mq.qK = NULL;
-        // query heads a block sized to the model's (the same sums: each head's are its own; fewer registers)
-        void (*ka)(const float *, const float *, const float *, __half *, __half *, const float *, const float *,
-                   const float *, float, float *, const int *, int, int, int, int, int, float, float, float *,
-                   const qout, int *, int, int) = g->arep_max  ? k_attn<MAX_EPL, MAX_REP, false>
-                                                  : n_rep <= 2 ? k_attn<MAX_EPL, 2, false>
-                                                  : n_rep <= 4 ? k_attn<MAX_EPL, 4, false>
-                                                               : k_attn<MAX_EPL, MAX_REP, false>;
-        if (!(g->skip & 2))
+        // query heads a block sized to the model's (the same sums: each head's are its own; fewer registers); the
+        // splits' merge in a cluster where choose_cl found one (k_attn_cl: the same bits)
+        if (g->skip & 2) {
+        } else if (c->cl) {
+            launch_cl(pdl, attn_cl_kernel(n_rep, c->cl_p), dim3(Hkv, c->cl), 128 * c->cl_p, c->cl, s,
+                      (const float *)c->q, (const float *)c->k,
+                      (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
+                      (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, (const int *)c->params, n_rep,
+                      hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap,
+                      c->att, mq, c->S, g->adiag);
+        } else {
+            void (*ka)(const float *, const float *, const float *, __half *, __half *, const float *, const float *,
+                       const float *, float, float *, const int *, int, int, int, int, int, float, float, float *,
+                       const qout, int *, int, int) = g->arep_max  ? k_attn<MAX_EPL, MAX_REP, false>
+                                                      : n_rep <= 2 ? k_attn<MAX_EPL, 2, false>
+                                                      : n_rep <= 4 ? k_attn<MAX_EPL, 4, false>
+                                                                   : k_attn<MAX_EPL, MAX_REP, false>;
             launch_k(pdl, ka, dim3(Hkv, c->S), 128, s, (const float *)c->q, (const float *)c->k, (const float *)c->v,
                      c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
                      (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, c->part, (const int *)c->params,
                      n_rep, hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap,
                      c->att, mq, c->acnt, 0, g->adiag);
+        }
         if (!fuse) launch_quant(c, c->att, H * hd, s);
         add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
         mv_args gu, dn;

@@ -1455,6 +1455,72 @@ static __device__ __forceinline__ void split_write(float (*sm)[REP][2 + 32 * EPL
     }
 }
 
+// One key row's K and V (F16 at kr / vr) into this lane's EPL values of each (0 past hd).
+template <int EPL>
+static __device__ __forceinline__ void kv_row(float (&kv)[EPL], float (&vv)[EPL], const __half *kr, const __half *vr,
+                                              int lane, int hd) {
+#pragma unroll
+    for (int i = 0; i < EPL; i++) {
+        const int e = lane + 32 * i;
+        kv[i] = e < hd ? __half2float(kr[e]) : 0.0f;
+        vv[i] = e < hd ? __half2float(vr[e]) : 0.0f;
+    }
+}
+
+// pos's roped key (ks) and its value (vs; G4 with vnorm: times rv, V's RMS factor) as F16 into the cache row kd /
+// vd and into kh / vh (the block's copy of what it wrote, read back by its own split); the block's threads share
+// the row, then sync.
+template <bool G4>
+static __device__ __forceinline__ void store_pos_row(const float *ks, const float *vs, float rv, int vnorm, __half *kd,
+                                                     __half *vd, __half *kh, __half *vh, int hd) {
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const __half kb = __float2half_rn(ks[i]);
+        __half vb;
+        if constexpr (G4)
+            vb = __float2half_rn(vnorm ? vs[i] * rv : vs[i]);
+        else
+            vb = __float2half_rn(vs[i]);
+        kd[i] = kb, vd[i] = vb;
+        kh[i] = kb, vh[i] = vb;
+    }
+    __syncthreads(); // kh / vh, written by the block's other threads, are visible after the barrier
+}
+
+// One split's key walk for a warp (k_attn's and k_attn_cl's): the nr roped query heads from qs into registers, then
+// keys k0 + wl, k0 + wl + 4, ... up to k1, two rows in flight a step (latency, not bandwidth, bounds decode), into the
+// warp's online softmax (split_key). load_row(j, key) fills kv[j] / vv[j]; the rows of key kf were requested before
+// the wait where pre0 (slot 0) / pre1 (slot 1, key kf + 4 or kf).
+template <int EPL, int REP, class LR>
+static __device__ __forceinline__ void split_walk(const LR &load_row, const float (&kv)[2][EPL],
+                                                  const float (&vv)[2][EPL], const float (*qs)[32 * EPL], int nr,
+                                                  int hd, int k0, int k1, int wl, int kf, bool pre0, bool pre1,
+                                                  float scale, float softcap, float (&mx)[REP], float (&l)[REP],
+                                                  float (&acc)[REP][EPL]) {
+    const int lane = threadIdx.x & 31;
+    float qr[REP][EPL];
+#pragma unroll
+    for (int r = 0; r < REP; r++) {
+        mx[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) {
+            const int e = lane + 32 * i;
+            qr[r][i] = r < nr && e < hd ? qs[r][e] : 0.0f;
+            acc[r][i] = 0.0f;
+        }
+    }
+    for (int k = k0 + wl; k <= k1; k += 8) {
+        const bool two = k + 4 <= k1;
+        if (k != kf || !pre0) load_row(0, k);
+        if (k != kf || !pre1) load_row(1, two ? k + 4 : k);
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            if (j == 1 && !two) break;
+            split_key<EPL, REP>(qr, kv[j], vv[j], nr, scale, softcap, mx, l, acc);
+        }
+    }
+}
+
 // Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
 // walks keys warp, warp + 4, ... with an online softmax; the 4 warps' states are merged into
 // part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}. Each block first ropes its n_rep query
@@ -1497,14 +1563,8 @@ __global__ void __launch_bounds__(128)
     auto load_row = [&](int j, int kk) {
         const int sl = ring ? kk % cap : kk;
         const bool sh = own && kk == pos && !(dbg & 64);
-        const __half *kr = sh ? kh : kc + ((size_t)g * cap + sl) * hd;
-        const __half *vr = sh ? vh : vc + ((size_t)g * cap + sl) * hd;
-#pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            const int e = lane + 32 * i;
-            kv[j][i] = e < hd ? __half2float(kr[e]) : 0.0f;
-            vv[j][i] = e < hd ? __half2float(vr[e]) : 0.0f;
-        }
+        kv_row<EPL>(kv[j], vv[j], sh ? kh : kc + ((size_t)g * cap + sl) * hd,
+                    sh ? vh : vc + ((size_t)g * cap + sl) * hd, lane, hd);
     };
     // the warp's first two keys (kf2 = kf where it has one): each row but pos's requested before the wait
     const int kf = k0 + w, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
@@ -1539,42 +1599,11 @@ __global__ void __launch_bounds__(128)
             rope_head(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
         else
             rope_heads(k + (size_t)g * hd, inv, hd, 1, (float)pos, ks);
-        __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const __half kb = __float2half_rn(ks[0][i]);
-            __half vb;
-            if constexpr (G4)
-                vb = __float2half_rn(vnorm ? v[(size_t)g * hd + i] * rv : v[(size_t)g * hd + i]);
-            else
-                vb = __float2half_rn(v[(size_t)g * hd + i]);
-            kd[i] = kb, vd[i] = vb;
-            kh[i] = kb, vh[i] = vb;
-        }
-        __syncthreads(); // kh / vh, written by the block's other threads, are visible after the barrier
+        store_pos_row<G4>(ks[0], v + (size_t)g * hd, rv, vnorm, kc + ((size_t)g * cap + slot) * hd,
+                          vc + ((size_t)g * cap + slot) * hd, kh, vh, hd);
     }
-    float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
-#pragma unroll
-    for (int r = 0; r < REP; r++) {
-        mx[r] = -INFINITY;
-        l[r] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            const int e = lane + 32 * i;
-            qr[r][i] = r < nr && e < hd ? qs[r][e] : 0.0f;
-            acc[r][i] = 0.0f;
-        }
-    }
-    // two keys per step, both rows requested before either is used (latency, not bandwidth, bounds decode)
-    for (int k = k0 + w; k <= k1; k += 8) {
-        const bool two = k + 4 <= k1;
-        if (k != kf || !pre0) load_row(0, k);
-        if (k != kf || !pre1) load_row(1, two ? k + 4 : k);
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (j == 1 && !two) break;
-            split_key<EPL, REP>(qr, kv[j], vv[j], nr, scale, softcap, mx, l, acc);
-        }
-    }
+    float acc[REP][EPL], mx[REP], l[REP];
+    split_walk<EPL, REP>(load_row, kv, vv, qs, nr, hd, k0, k1, w, kf, pre0, pre1, scale, softcap, mx, l, acc);
     split_write<EPL, REP>(sm, wM, wW, mx, l, acc, nr, hd, part + (((size_t)g * S + s) * n_rep + r0) * (hd + 2));
     __threadfence();
     __syncthreads();
@@ -1622,14 +1651,8 @@ __global__ void __launch_bounds__(128 * P)
     auto load_row = [&](int jj, int kk) { // k_attn's
         const int sl = ring ? kk % cap : kk;
         const bool sh = own && kk == pos && !(dbg & 64);
-        const __half *kr = sh ? kh : kc + ((size_t)g * cap + sl) * hd;
-        const __half *vr = sh ? vh : vc + ((size_t)g * cap + sl) * hd;
-#pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            const int e = lane + 32 * i;
-            kv[jj][i] = e < hd ? __half2float(kr[e]) : 0.0f;
-            vv[jj][i] = e < hd ? __half2float(vr[e]) : 0.0f;
-        }
+        kv_row<EPL>(kv[jj], vv[jj], sh ? kh : kc + ((size_t)g * cap + sl) * hd,
+                    sh ? vh : vc + ((size_t)g * cap + sl) * hd, lane, hd);
     };
     // the warp's first two keys, requested before the wait (k_attn's)
     const int kf = k0 + wl, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
@@ -1666,36 +1689,11 @@ __global__ void __launch_bounds__(128 * P)
                 rope_head<RT>(k + (size_t)g * hd, kn, inv, hd, (float)pos, eps, rbuf, rsh, ks[0]);
             else
                 rope_heads(k + (size_t)g * hd, inv, hd, 1, (float)pos, ks);
-            __half *kd = kc + ((size_t)g * cap + slot) * hd, *vd = vc + ((size_t)g * cap + slot) * hd;
-            for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-                const __half kb = __float2half_rn(ks[0][i]), vb = __float2half_rn(v[(size_t)g * hd + i]);
-                kd[i] = kb, vd[i] = vb;
-                kh[i] = kb, vh[i] = vb;
-            }
-            __syncthreads();
+            store_pos_row<false>(ks[0], v + (size_t)g * hd, 1.0f, 0, kc + ((size_t)g * cap + slot) * hd,
+                                 vc + ((size_t)g * cap + slot) * hd, kh, vh, hd);
         }
-        float qr[REP][EPL], acc[REP][EPL], mx[REP], l[REP];
-#pragma unroll
-        for (int r = 0; r < REP; r++) {
-            mx[r] = -INFINITY;
-            l[r] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < EPL; i++) {
-                const int e = lane + 32 * i;
-                qr[r][i] = r < n_rep && e < hd ? qs[r][e] : 0.0f;
-                acc[r][i] = 0.0f;
-            }
-        }
-        for (int kk = k0 + wl; kk <= k1; kk += 8) {
-            const bool two = kk + 4 <= k1;
-            if (kk != kf || !pre0) load_row(0, kk);
-            if (kk != kf || !pre1) load_row(1, two ? kk + 4 : kk);
-#pragma unroll
-            for (int jj = 0; jj < 2; jj++) {
-                if (jj == 1 && !two) break;
-                split_key<EPL, REP>(qr, kv[jj], vv[jj], n_rep, scale, softcap, mx, l, acc);
-            }
-        }
+        float acc[REP][EPL], mx[REP], l[REP];
+        split_walk<EPL, REP>(load_row, kv, vv, qs, n_rep, hd, k0, k1, wl, kf, pre0, pre1, scale, softcap, mx, l, acc);
         split_write<EPL, REP, 128>(sm[j], wM[j], wW[j], mx, l, acc, n_rep, hd, st + j * srow);
     }
     const int r = c; // the query head this block merges (r < n_rep)

@@ -211,6 +211,23 @@ static void test_tiny(const char *tmp) {
         pb_gguf_close(g);
     }
 
+    /* Gemma 3 tiny with 2 query heads a kv head (the GPU tests' grouped form): 2 kv heads, and it runs */
+    char gq[1024];
+    snprintf(gq, sizeof gq, "%s/g3gqa.gguf", tmp);
+    snprintf(args, sizeof args, "synth --arch gemma3 --size tiny-gqa2 --type q4_k_m -o '%s'", gq);
+    CHECK(run_cli(args, logf_) == 0, "synth gemma3 tiny-gqa2 q4_k_m");
+    pb_gguf *gg = NULL;
+    uint32_t nh = 0, nkv = 0;
+    if (pb_gguf_open(gq, &gg) == PB_OK) {
+        pb_gguf_get_u32(gg, "gemma3.attention.head_count", &nh);
+        pb_gguf_get_u32(gg, "gemma3.attention.head_count_kv", &nkv);
+        pb_gguf_close(gg);
+    }
+    CHECK(nh == 4 && nkv == 2, "tiny-gqa2: 4 query heads, 2 kv heads (%u, %u)", nh, nkv);
+    snprintf(args, sizeof args, "run -m '%s' -p hello -n 4 --raw --temp 0 --no-gpu", gq);
+    CHECK(run_cli(args, logf_) == 0, "tiny-gqa2 generates 4 tokens");
+    remove(gq);
+
     /* the synthetic vocabulary is usable by the tokenizer */
     pb_vocab *v = NULL;
     CHECK(pb_vocab_open(a, &v) == PB_OK, "synthetic vocabulary loads (%s)", pb_last_error());

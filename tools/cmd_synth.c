@@ -18,7 +18,7 @@
 static const char *usage =
     "pocketbrain synth --arch gemma|gemma2|gemma3|gemma4 --size SIZE --type f32|f16|bf16|q8_0|MIX -o FILE\n"
     "                  [--vocab tokenizer.json] [--seed N] [--threads N] [--name NAME] [--print-table]\n"
-    "  sizes: gemma 2b 7b tiny; gemma2 2b 9b 27b tiny; gemma3 270m 1b 4b tiny; gemma4 e2b e4b tiny\n"
+    "  sizes: gemma 2b 7b tiny; gemma2 2b 9b 27b tiny; gemma3 270m 1b 4b tiny tiny-gqa2; gemma4 e2b e4b tiny\n"
     "  --vocab uses a real Hugging Face tokenizer (tokenizer_config.json next to it); else a synthetic one.\n"
     "  --print-table prints the tensor table (name, type, shape, bytes) and writes nothing.";
 

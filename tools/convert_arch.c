@@ -308,6 +308,9 @@ static const preset presets[] = {
     {CV_GEMMA3, "1b", 26, 1152, 6912, 4, 1, 256, 262144, 32768, 512, 1000000, 0},
     {CV_GEMMA3, "4b", 34, 2560, 10240, 8, 4, 256, 262144, 131072, 1024, 1000000, 8},
     {CV_GEMMA3, "tiny", 6, 256, 512, 4, 1, 64, 4096, 8192, 32, 1000000, 0},
+    /* tiny with 2 query heads a kv head, as Gemma 3 from 4b: the GPU tests' q / k norm in attention blocks of several
+     * key splits (docs/CUDA.md "The splits' merge in a thread-block cluster") */
+    {CV_GEMMA3, "tiny-gqa2", 6, 256, 512, 4, 2, 64, 4096, 8192, 32, 1000000, 0},
 };
 
 /* Gemma 4 E2B / E4B text models (shared/docs/gemma4-architecture.md §4): layer pattern, KV sharing, PLE. */
@@ -384,7 +387,7 @@ const char *cv_preset_names(cv_arch arch) {
     switch (arch) {
     case CV_GEMMA: return "2b, 7b, tiny";
     case CV_GEMMA2: return "2b, 9b, 27b, tiny";
-    case CV_GEMMA3: return "270m, 1b, 4b, tiny";
+    case CV_GEMMA3: return "270m, 1b, 4b, tiny, tiny-gqa2";
     case CV_GEMMA4: return "e2b, e4b, tiny";
     }
     return "";

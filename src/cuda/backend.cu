@@ -1723,16 +1723,15 @@ static attn_cl_fn attn_cl_kernel(int n_rep, int P) {
     return P == 1 ? k_attn_cl<MAX_EPL, 4, 1> : NULL; // (4 query heads, 2 splits a block: past 48 KB of shared memory)
 }
 
-// k_attn_cl's cluster size for S key splits of a Gemma 1-3 step (0: k_attn) and its splits a block (*P): 16 blocks a
+// k_attn_cl's cluster size C for S key splits of a Gemma 1-3 step (0: k_attn; S / C splits a block): 16 blocks a
 // kv head (a non-portable size, opted into) or else 8, the first that divides S into 1, 2 or 4 splits a block with
 // a form for the model's query heads a kv head (2 query heads, Gemma 2 and Gemma 3 from 4b: 16, 32 or 64 splits,
 // n_ctx up to 2,175, 4,096-4,223 and from 8,192 by the default split count; 4 query heads: 16 splits), a block for
 // each query head to merge, and that the device can place (cudaOccupancyMaxActiveClusters). PB_CUDA_CL=0 | 8 | 16
 // (read at context creation) turns it off or asks for one size (A/B runs). Any refusal leaves k_attn (the same bits).
-static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd, int *P) {
+static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd) {
     const char *e = getenv("PB_CUDA_CL");
     const int want = e ? atoi(e) : -1;
-    *P = 1;
     if (want == 0 || g->g4 || g->arep_max || n_rep > 4 || hd > 32 * MAX_EPL) return 0;
     // a model with a q / k norm (Gemma 3): one split a block until rope_head<128>'s bits have run on a GPU
     // (PB_CUDA_CL_QK=1: the forms of several splits for it too, to run the parity tests on them)
@@ -1755,7 +1754,6 @@ static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd, int *P) {
         cfg.numAttrs = 1;
         int n = 0;
         if (cudaOccupancyMaxActiveClusters(&n, (void *)k, &cfg) == cudaSuccess && n >= 1) {
-            *P = p;
             return C;
         }
     }
@@ -1841,7 +1839,7 @@ struct pb_cu_ctx {
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *logits, *part, *hid, *up, *gcnt_mem, *acnt_mem, *ncnt_mem;
     int *gcnt;                    // k_mv_geglu's blocks done per group of rows (gcnt_mem; zero between launches)
     int *acnt;                    // k_attn's blocks done per kv head (acnt_mem; zero between launches)
-    int cl, cl_p;                 // k_attn_cl's cluster size (blocks a kv head; 0: k_attn) and splits a block
+    int cl;                       // k_attn_cl's cluster size (blocks a kv head; 0: k_attn): S / cl splits a block
     int *ncnt;                    // blocks done of a mat-vec with the add + norm in its last block (ncnt_mem)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     // The GeGLU output's int8 forms, made by the GeGLU mat-vec's blocks while others of that launch still read its
@@ -1907,13 +1905,13 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     const char *sp = getenv("PB_CUDA_SPLITS"); /* tuning switch (A/B runs): key splits a kv head, 1..64 */
     if (sp && atoi(sp) >= 1 && atoi(sp) <= MAX_SPLITS) c->S = atoi(sp);
     const int n_rep_i = hp->n_head / hp->n_head_kv;
-    c->cl = choose_cl(g, c->S, n_rep_i, hp->head_dim, &c->cl_p);
+    c->cl = choose_cl(g, c->S, n_rep_i, hp->head_dim);
     /* a split count between 16, 32 and 64 (n_ctx 2,176-4,095 or 4,224-8,191) has no cluster form: the next of them
      * up where the model has one (the cluster form ran faster at 32 and 64 splits than k_attn at 16; every path of
      * the context uses c->S, so the bits stay one context's) */
     for (int up = 32; !c->cl && !sp && up <= MAX_SPLITS; up *= 2)
         if (c->S < up) {
-            c->cl = choose_cl(g, up, n_rep_i, hp->head_dim, &c->cl_p);
+            c->cl = choose_cl(g, up, n_rep_i, hp->head_dim);
             if (c->cl) c->S = up;
             break;
         }
@@ -2340,7 +2338,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // splits' merge in a cluster where choose_cl found one (k_attn_cl: the same bits)
         if (g->skip & 2) {
         } else if (c->cl) {
-            launch_cl(pdl, attn_cl_kernel(n_rep, c->cl_p), dim3(Hkv, c->cl), 128 * c->cl_p, c->cl, s,
+            launch_cl(pdl, attn_cl_kernel(n_rep, c->S / c->cl), dim3(Hkv, c->cl), 128 * (c->S / c->cl), c->cl, s,
                       (const float *)c->q, (const float *)c->k,
                       (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
                       (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, (const int *)c->params, n_rep,

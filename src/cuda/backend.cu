@@ -1754,6 +1754,7 @@ static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd) {
         cfg.numAttrs = 1;
         int n = 0;
         if (cudaOccupancyMaxActiveClusters(&n, (void *)k, &cfg) == cudaSuccess && n >= 1) {
+            if (before == cudaSuccess) cudaGetLastError(); // a refused size tried first leaves no error behind
             return C;
         }
     }

@@ -1,6 +1,8 @@
 #!/bin/sh
 # test_server_http.sh -- raw HTTP edge cases against `pocketbrain serve`: malformed JSON, wrong types, huge
-# bodies, unknown routes, wrong methods, bad API key -> the right 4xx JSON; the server stays up.
+# bodies, unknown routes, wrong methods, bad API key -> the right 4xx JSON; the server stays up. Also: text after the
+# JSON value, NUL bytes, wrong types of the fields the server refuses, a large array scanned in linear time, and
+# libmicrohttpd's own messages going to the request log (never bare on stderr).
 BIN=${PB_BIN:-build/pocketbrain}
 MODEL=${PB_TEST_MODEL:-models/default.gguf}
 [ -f "$MODEL" ] || MODEL=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -8,7 +10,7 @@ OUT=$(mktemp -d)
 trap 'kill $PID 2>/dev/null; rm -rf "$OUT"' EXIT
 echo 91000 >"$OUT/temp"   # a fake thermal zone at 91 degrees C
 : >"$OUT/stdout" # empty before the launch (tests/test_server_start.sh)
-"$BIN" serve -m "$MODEL" --port 0 --api-key k1 --max-body 4096 --thermal "$OUT/temp" >"$OUT/stdout" 2>"$OUT/stderr" &
+"$BIN" serve -m "$MODEL" --port 0 --api-key k1 --max-body 1M --thermal "$OUT/temp" >"$OUT/stdout" 2>"$OUT/stderr" &
 PID=$!
 for i in $(seq 1 600); do grep -q listening "$OUT/stdout" && break; kill -0 $PID 2>/dev/null || break; sleep 0.1; done # up to 60 s
 PORT=$(sed -n 's/^listening //p' "$OUT/stdout")
@@ -50,8 +52,52 @@ req 400 "unknown preset" -X POST -H "$AUTH" -H "$J" -d '{"messages":[{"role":"us
 req 400 "n other than 1" -X POST -H "$AUTH" -H "$J" -d '{"messages":[{"role":"user","content":"hi"}],"n":3}' "$URL/v1/chat/completions"
 req 400 "use_documents without a knowledge base" -X POST -H "$AUTH" -H "$J" -d '{"messages":[{"role":"user","content":"hi"}],"use_documents":true}' "$URL/v1/chat/completions"
 req 400 "completion prompt missing" -X POST -H "$AUTH" -H "$J" -d '{"max_tokens":3}' "$URL/v1/completions"
-head -c 100000 /dev/zero | tr '\0' 'a' > "$OUT/huge"
+head -c 1100000 /dev/zero | tr '\0' 'a' > "$OUT/huge"
 req 413 "huge body" -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/huge" "$URL/v1/chat/completions"
+# JSON that cJSON alone would take in part: text after the value, a raw NUL byte (it cut the string short)
+HI='{"messages":[{"role":"user","content":"hi"}],"max_tokens":1'
+req 400 "text after the JSON value" -X POST -H "$AUTH" -H "$J" -d "$HI} junk" "$URL/v1/chat/completions"
+grep -q 'more text after the JSON value' "$OUT/body" && echo "ok - the error says text follows the JSON value" \
+  || echo "not ok - trailing text message: $(cat "$OUT/body")"
+req 200 "whitespace after the JSON value is fine" -X POST -H "$AUTH" -H "$J" -d "$HI}  " "$URL/v1/chat/completions"
+printf '{"messages":[{"role":"user","content":"hi\000 and the rest"}],"max_tokens":1}' >"$OUT/nul"
+req 400 "a raw NUL byte inside a message" -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/nul" \
+  "$URL/v1/chat/completions"
+grep -q 'NUL byte' "$OUT/body" && echo "ok - the error names the NUL byte" \
+  || echo "not ok - NUL message: $(cat "$OUT/body")"
+printf '{"content":"hi\000 and the rest"}' >"$OUT/nul"
+req 400 "/tokenize: a raw NUL byte in content" -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/nul" "$URL/tokenize"
+req 400 "/tokenize: text after the JSON value" -X POST -H "$AUTH" -H "$J" -d '{"content":"hi"} x' "$URL/tokenize"
+# a huge integer is out of range (it was "not an integer": converting it to int64_t was undefined behaviour)
+req 400 "max_tokens 1e20" -X POST -H "$AUTH" -H "$J" -d "$HI"'00000000000000000000}' "$URL/v1/chat/completions"
+grep -q "'max_tokens' must be between" "$OUT/body" && echo "ok - 1e20 max_tokens is out of range" \
+  || echo "not ok - 1e20 max_tokens: $(cat "$OUT/body")"
+req 400 "seed 1e30" -X POST -H "$AUTH" -H "$J" -d "$HI"',"seed":1e30}' "$URL/v1/chat/completions"
+grep -q "'seed' must be between" "$OUT/body" && echo "ok - 1e30 seed is out of range" \
+  || echo "not ok - 1e30 seed: $(cat "$OUT/body")"
+# the fields the server refuses when asked for are refused with a wrong type too, not read as "off"
+wrong_type() { # route field value
+  req 400 "$1 $2: $3" -X POST -H "$AUTH" -H "$J" -d "$4" "$URL/$1"
+  grep -q "\"param\":\"$2\"" "$OUT/body" && echo "ok - $1 $2: $3 names $2" \
+    || echo "not ok - $1 $2 param: $(cat "$OUT/body")"
+}
+wrong_type v1/chat/completions logprobs 'a string' "$HI"',"logprobs":"5"}'
+wrong_type v1/chat/completions top_logprobs 'a boolean' "$HI"',"top_logprobs":true}'
+wrong_type v1/completions echo 'a string' '{"prompt":"hi","echo":"yes"}'
+wrong_type v1/completions best_of 'a string' '{"prompt":"hi","best_of":"3"}'
+wrong_type v1/completions suffix 'a number' '{"prompt":"hi","suffix":5}'
+wrong_type v1/chat/completions logit_bias 'a key with a space' "$HI"',"logit_bias":{" 5":1}}'
+req 200 "the refused fields with their 'off' values" -X POST -H "$AUTH" -H "$J" \
+  -d '{"prompt":"hi","max_tokens":1,"logprobs":0,"top_logprobs":0,"echo":false,"best_of":1,"suffix":""}' \
+  "$URL/v1/completions"
+# a large array is scanned for invalid UTF-8 in linear time (its index was found from the head for each element: a
+# 1 MB body held a thread for minutes)
+{ printf '{"x":['; yes '0,' | head -n 300000 | tr -d '\n'; printf '0],%s}' "${HI#?}"; } >"$OUT/array"
+req 200 "a 300000-element array answers within 10 s" -m 10 -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/array" \
+  "$URL/v1/chat/completions"
+req 404 "POST to an unknown route" -X POST -H "$AUTH" "$URL/nope"
+req 404 "DELETE of an unknown route" -X DELETE "$URL/no/such/page.html"
+req 405 "POST to the UI page" -X POST "$URL/"
 req 404 "unknown route" "$URL/nope"
 req 404 "unknown /v1 route" -H "$AUTH" "$URL/v1/embeddings"
 req 405 "GET on a POST route" -H "$AUTH" "$URL/v1/chat/completions"
@@ -70,6 +116,19 @@ grep -q '"thermal":{"enabled":true,"temp_c":91,"level":2,"n_threads":1' "$OUT/bo
 req 200 "GET /metrics" -H "$AUTH" "$URL/metrics"
 grep -q '^pocketbrain_thermal_level{slot="0"} 2' "$OUT/body" && echo "ok - /metrics reports the thermal level" || echo "not ok - thermal metric"
 grep -q '^pocketbrain_requests_total{code="4xx"} [1-9]' "$OUT/body" && echo "ok - metrics count the 4xx responses" || echo "not ok - metrics: $(grep requests_total "$OUT/body")"
+# a streaming client that leaves mid-answer: libmicrohttpd's "Failed to send" goes to the request log (it was printed
+# bare on stderr, --quiet or not)
+n_before=$(grep -c 'POST /v1/chat/completions' "$OUT/stderr")
+curl -sN -H "$AUTH" -H "$J" -d "$HI"'999,"stream":true,"logit_bias":{"1":-100,"107":-100}}' \
+  "$URL/v1/chat/completions" 2>/dev/null | head -c 1500 >/dev/null
+for i in $(seq 1 100); do # up to 10 s for the abandoned stream's log line
+  [ "$(grep -c 'POST /v1/chat/completions' "$OUT/stderr")" -gt "$n_before" ] && break
+  sleep 0.1
+done
+req 200 "GET /health after the client left" "$URL/health"
 kill -TERM $PID
 wait $PID; rc=$?
+bare=$(grep -v '^pocketbrain serve: ' "$OUT/stderr")
+[ -z "$bare" ] && echo "ok - every stderr line is the server's own" \
+  || echo "not ok - bare stderr lines: $(echo "$bare" | head -3)"
 [ $rc = 0 ] && echo "ok - clean exit on SIGTERM" || echo "not ok - exit status $rc on SIGTERM: $(tail -5 "$OUT/stderr")"

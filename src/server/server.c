@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,23 @@ static pb_status resolve_host(const char *host, int port, struct sockaddr_storag
     memcpy(out, pick->ai_addr, pick->ai_addrlen);
     freeaddrinfo(res);
     return PB_OK;
+}
+
+/* libmicrohttpd's own messages ("Failed to send ..." when a client leaves mid-stream): to the request log, made
+ * printable (they quote the client's URL), or nowhere. MHD_USE_ERROR_LOG alone printed them on stderr, --quiet or not:
+ * the server room prints nothing itself. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    pb_server *srv = cls;
+    if (!srv->p.log) return;
+    char line[512] = "http: ";
+    size_t k = strlen(line);
+    vsnprintf(line + k, sizeof line - k, fmt, ap);
+    size_t n = strlen(line);
+    while (n > k && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    for (size_t i = k; i < n; i++)
+        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f) line[i] = '?';
+    srv->p.log(srv->p.log_user, line);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------------------- */
@@ -122,9 +140,9 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
         if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
         srv->daemon = MHD_start_daemon(
-            flags, (uint16_t)srv->p.port, NULL, NULL, pb_server_on_request, srv, MHD_OPTION_SOCK_ADDR,
-            (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, pb_server_on_completed, srv,
-            MHD_OPTION_NOTIFY_CONNECTION, pb_server_on_connection, srv, MHD_OPTION_CONNECTION_TIMEOUT,
+            flags, (uint16_t)srv->p.port, NULL, NULL, pb_server_on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+            srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, pb_server_on_completed,
+            srv, MHD_OPTION_NOTIFY_CONNECTION, pb_server_on_connection, srv, MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(srv->p.idle_timeout > 0 ? srv->p.idle_timeout : 0), MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(srv->p.max_connections > 0 ? srv->p.max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned)(srv->p.max_conn_per_client > 0 ? srv->p.max_conn_per_client : 0), MHD_OPTION_END);

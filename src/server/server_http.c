@@ -213,7 +213,11 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
     }
     bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
     if (!is_get) {
-        if (strncmp(url, "/v1/", 4) == 0 && strcmp(url, "/v1/models") != 0 && !model_route)
+        /* 405 only where GET answers: another method on a path that does not exist is a 404, as GET of it is */
+        bool get_route = strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 ||
+                         strcmp(url, "/metrics") == 0 || strcmp(url, "/stats") == 0 ||
+                         (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
+        if (!get_route)
             return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
                                         "no route for %.10s %.200s", method, url);
         return send_405(srv, c, "GET, HEAD, OPTIONS", method, url);

@@ -260,6 +260,8 @@ enum MHD_Result pb_server_route_stats(pb_server *srv, struct MHD_Connection *c);
 
 /* GET of a web UI asset ("/" is index.html); 404 JSON for anything else. */
 enum MHD_Result pb_server_route_static(pb_server *srv, struct MHD_Connection *c, const char *url);
+/* True when url names a web UI asset (the 405-or-404 choice for another method). */
+bool pb_server_static_exists(const char *url);
 
 /* ---- server_guard.c ----------------------------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
 #include "server/server_internal.h"
 #include "tokenizer/utf8.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -50,11 +51,10 @@ static bool perr(parse_err *e, const char *param, const char *fmt, ...) {
 /* Finds the first string (value or key) in the tree that is not valid UTF-8 and writes its path ("messages[0].content")
  * into path. False when every string is valid. */
 static bool bad_utf8(const cJSON *node, char *path, size_t cap, size_t len) {
-    for (const cJSON *c = node->child; c; c = c->next) {
+    int idx = 0; /* counted as the loop goes: finding each index from the head made a 1 MB array take minutes */
+    for (const cJSON *c = node->child; c; c = c->next, idx++) {
         size_t n = len;
         if (cJSON_IsArray(node)) {
-            int idx = 0;
-            for (const cJSON *k = node->child; k != c; k = k->next) idx++;
             n += (size_t)snprintf(path + len, len < cap ? cap - len : 0, "[%d]", idx);
         } else if (c->string) {
             if (!pb_utf8_valid((const uint8_t *)c->string, strlen(c->string))) {
@@ -82,6 +82,32 @@ static bool has_nul_escape(const char *s, size_t n) {
     return false;
 }
 
+/* The request body as one JSON value, or NULL with why filled. cJSON alone stops at the end of the first value (text
+ * after it was ignored: '{"max_tokens": 1} junk' was taken) and keeps a string only up to a NUL byte (the rest of a
+ * message was dropped without a word), so both are refused here. */
+static cJSON *parse_body(const request *rq, char *why, size_t cap) {
+    const char *body = rq->body ? rq->body : "";
+    const char *nul = memchr(body, 0, rq->len);
+    if (nul) {
+        snprintf(why, cap, "request body holds a NUL byte (at byte %zu); JSON text cannot", (size_t)(nul - body));
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, rq->len, &end, false);
+    if (!root) {
+        snprintf(why, cap, "request body is not valid JSON");
+        return NULL;
+    }
+    size_t at = end ? (size_t)(end - body) : rq->len;
+    while (at < rq->len && (body[at] == ' ' || body[at] == '\t' || body[at] == '\n' || body[at] == '\r')) at++;
+    if (at < rq->len) {
+        cJSON_Delete(root);
+        snprintf(why, cap, "request body is not valid JSON: more text after the JSON value (at byte %zu)", at);
+        return NULL;
+    }
+    return root;
+}
+
 static bool get_number(cJSON *root, const char *key, double lo, double hi, double *out, parse_err *e) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v || cJSON_IsNull(v)) return true;
@@ -95,13 +121,26 @@ static bool get_number(cJSON *root, const char *key, double lo, double hi, doubl
 static bool get_int(cJSON *root, const char *key, double lo, double hi, int64_t *out, parse_err *e) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v || cJSON_IsNull(v)) return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+    /* floor, not a cast to int64_t: converting 1e20 (or an infinity, 1e999) to an integer is undefined behaviour */
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return perr(e, key, "'%s' must be an integer", key);
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
         return perr(e, key, "'%s' must be between %.0f and %.0f, got %.0f", key, lo, hi, v->valuedouble);
     *out = (int64_t)v->valuedouble;
     return true;
 }
+
+/* A field this server does not implement, present with the wrong type: refused like a wrong type of a field it does
+ * implement, not read as "off" (a client sending "logprobs": "5" asked for something). True when it is absent, null or
+ * of the JSON type is_type accepts. */
+static bool typed(cJSON *root, const char *key, cJSON_bool (*is_type)(const cJSON *), const char *what, parse_err *e) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v) || is_type(v)) return true;
+    return perr(e, key, "'%s' must be %s", key, what);
+}
+
+/* A JSON number or boolean (logprobs: a boolean for chat, an integer for completions). */
+static cJSON_bool is_number_or_bool(const cJSON *v) { return cJSON_IsNumber(v) || cJSON_IsBool(v); }
 
 /* Message content: a string, or an array of {"type":"text","text":...} parts (joined). malloc'd. */
 static char *content_text(cJSON *content) {
@@ -211,7 +250,8 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
             char *end = NULL;
             errno = 0;
             long id = b->string ? strtol(b->string, &end, 10) : -1;
-            if (!b->string || !*b->string || *end || errno || id < 0 || id > INT32_MAX)
+            /* digits only: strtol alone also takes " 5" and "+5" */
+            if (!b->string || !isdigit((unsigned char)*b->string) || *end || errno || id < 0 || id > INT32_MAX)
                 return perr(e, "logit_bias", "'logit_bias' keys must be token ids (decimal integers), got '%.40s'",
                             b->string ? b->string : "");
             if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100 && b->valuedouble <= 100))
@@ -226,10 +266,12 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     /* what this server does not do is refused, not silently ignored: the client would read an answer that lacks
      * what it asked for (log probabilities, tool calls, JSON output) */
     cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
-    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0))
+    if (!typed(root, "logprobs", is_number_or_bool, "a boolean or an integer", e)) return false;
+    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble != 0))
         return perr(e, "logprobs", "'logprobs' is not supported by this server");
     cJSON *tlp = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
-    if (cJSON_IsNumber(tlp) && tlp->valuedouble > 0)
+    if (!typed(root, "top_logprobs", cJSON_IsNumber, "an integer", e)) return false;
+    if (cJSON_IsNumber(tlp) && tlp->valuedouble != 0)
         return perr(e, "top_logprobs", "'top_logprobs' is not supported by this server");
     static const char *const tool_fields[] = {"tools", "functions"};
     for (int k = 0; k < 2; k++) {
@@ -354,11 +396,14 @@ static bool parse_completion(pb_server *srv, cJSON *root, job *j, parse_err *e) 
     if (!cJSON_IsString(prompt)) return perr(e, "prompt", "'prompt' must be a string");
     /* completion options this server does not do: refused, not ignored */
     cJSON *echo = cJSON_GetObjectItemCaseSensitive(root, "echo");
+    if (!typed(root, "echo", cJSON_IsBool, "a boolean", e)) return false;
     if (cJSON_IsTrue(echo)) return perr(e, "echo", "'echo' is not supported by this server");
     cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
+    if (!typed(root, "best_of", cJSON_IsNumber, "an integer", e)) return false;
     if (cJSON_IsNumber(bo) && bo->valuedouble != 1)
         return perr(e, "best_of", "'best_of' other than 1 is not supported");
     cJSON *sfx = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (!typed(root, "suffix", cJSON_IsString, "a string", e)) return false;
     if (cJSON_IsString(sfx) && sfx->valuestring[0])
         return perr(e, "suffix", "'suffix' is not supported by this server");
     if (!parse_gen(srv, root, j, e)) return false;
@@ -472,10 +517,9 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
     else
         srv->m.req_completions++;
     pthread_mutex_unlock(&srv->m.mu);
-    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
-    if (!root)
-        return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
-                                    "request body is not valid JSON");
+    char why[160];
+    cJSON *root = parse_body(rq, why, sizeof why);
+    if (!root) return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json", "%s", why);
     char where[256] = "";
     if (!cJSON_IsObject(root) || bad_utf8(root, where, sizeof where, 0)) {
         bool obj = cJSON_IsObject(root);
@@ -561,8 +605,10 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
 }
 
 enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *c, request *rq) {
-    cJSON *root = cJSON_ParseWithLength(rq->body ? rq->body : "", rq->len);
-    if (!root || !cJSON_IsObject(root)) {
+    char why[160];
+    cJSON *root = parse_body(rq, why, sizeof why);
+    if (!root) return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json", "%s", why);
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_json",
                                     "request body must be a JSON object");

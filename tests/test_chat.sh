@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
 # (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit; Ctrl-C
-# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once.
+# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once; a long piped line is one turn.
 BIN=${PB_BIN:-build/pocketbrain}
 # the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -144,6 +144,12 @@ done
 # piped mode (no tty): answers and commands work without a terminal
 printf 'Hi\n/stats\n/quit\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/pipe" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "answer 4 tok" "$T/pipe" && grep -q "1 turns" "$T/pipe"; then ok "chat works from a pipe"; else nok "pipe: $(cat "$T/pipe")"; fi
+# a piped line of 64 KiB or more is one turn (a fixed 64 KiB buffer cut it into two turns, each answered)
+awk 'BEGIN { for (i = 0; i < 14000; i++) printf "word "; print "" }' >"$T/long.txt"
+"$BIN" chat -m "$M" -t 1 -n 1 <"$T/long.txt" >"$T/long.out" 2>&1; rc=$?
+n=$(grep -c '\[prompt [0-9]* tok' "$T/long.out")
+if [ $rc = 0 ] && [ "$n" = 1 ]; then ok "a piped line of 70,000 bytes is one turn"; else
+  nok "long piped line: rc $rc, $n turns: $(grep -a '\[' "$T/long.out" | head -4)"; fi
 "$BIN" chat --bad >/dev/null 2>"$T/err"; rc=$?
 if [ $rc = 2 ] && grep -q -- "--bad" "$T/err"; then ok "chat: unknown flag exits 2"; else nok "chat bad flag"; fi
 exit 0

@@ -1,7 +1,9 @@
 #!/bin/sh
 # test_cli_flags.sh -- CLI input rules: `pocketbrain help CMD`; --seed and every other numeric flag refuse
 # negatives, overflow and garbage (exit 2 naming the flag); prompts that are not UTF-8 (-p, -f, stdin,
-# --system, --stop) are refused naming the byte; `info --mem -c N` and `run -c N` accept the same N.
+# --system, --stop) are refused naming the byte; `info --mem -c N` and `run -c N` accept the same N; a value flag
+# without its value and empty values that change meaning are refused; stdout that cannot be written (full disk,
+# closed) ends in exit 1 naming it.
 BIN=${PB_BIN:-build/pocketbrain}
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
 [ -f "$M" ] || M=models/default.gguf
@@ -65,6 +67,7 @@ try_bad $R -p hi --mem-limit K
 try_bad $R -p hi --top-p
 try_bad $R -p hi --thermal ""
 try_bad $BIN info "$M" --mem -c 5
+try_bad $BIN info "$M" --mem --mem-limit 0 # was: 0 taken as "detect", the explicit limit ignored (run refuses it)
 if [ $bad_count = 0 ]; then ok "bad numeric values of every numeric flag exit 2"; else
   nok "numeric flags accepted bad values ($bad_count):$bad_list"; fi
 if [ $said_twice = 0 ]; then ok "each bad value is said once (one message line, one usage line)"; else
@@ -74,6 +77,76 @@ if [ $rc = 0 ]; then ok "--seed 2^64-1 is accepted"; else nok "--seed 2^64-1: rc
 $R -p hi --seed 18446744073709551616 >/dev/null 2>"$T/e"
 if grep -q -- "--seed expects an integer in \[0, 18446744073709551615\]" "$T/e"; then ok "--seed overflow names the range"; else
   nok "--seed overflow message: $(cat "$T/e")"; fi
+
+# ---- a value flag given last, without its value: exit 2 naming the flag (convert --threads exited 2 silently) ----
+silent=0; silent_list=""
+while read -r c flags; do
+  for f in $flags; do
+    timeout 20 $BIN $c $f </dev/null >"$T/o" 2>"$T/e"; rc=$?
+    if [ $rc != 2 ] || ! grep -q -- "$f" "$T/e"; then silent=$((silent + 1)); silent_list="$silent_list [$c $f -> rc $rc: $(head -c 80 "$T/e")]"; fi
+  done
+done <<EOF
+run -m --model -t --threads -c --ctx -b --batch --kv-type --mem-limit --thermal --preset --temp --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty --repeat-last-n --seed -n --max-tokens --stop --system -p --prompt -f --file
+chat -m -t -c --kv-type --temp --seed -n --stop --system --session
+serve -m -c -t --parallel --queue --api-key --max-body --max-tokens --thermal --db --faq --fallback-after --host --port --allow-host --cors --max-conn --max-conn-per-client --header-timeout --idle-timeout
+bench -m -t -p -n -d -b -r --kv-type --sample --ttft-prompt --parallel
+info -c --kv-type --mem-limit
+quantize --threads
+convert --type --threads --name
+verify --sha256
+synth --arch --size --type -o --vocab --seed --threads --name
+logits -m --tokens -o --batch --threads --kv-type
+perplexity -m -f --ctx --batch --chunks --threads --kv-type --kl-base --kl-model --save-logits
+tokenize --vocab
+detokenize --vocab
+ingest --db --vocab --chunk-tokens --overlap --embed-model
+search --db -k --per-doc --embed-model
+ask --db -m --faq --preset --embed-model -k --ctx --max-tokens --seed --fallback-after
+faq --db
+pull --name --sha256 --token --retries --timeout
+EOF
+if [ $silent = 0 ]; then ok "every value flag without its value exits 2 naming the flag"; else
+  nok "flags without a value not named ($silent):$silent_list"; fi
+
+# ---- empty values that would change meaning silently ----
+timeout 20 "$BIN" serve -m "$M" --port 0 --api-key "" </dev/null >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 2 ] && grep -q -- "--api-key is empty" "$T/e" && [ ! -s "$T/o" ]; then
+  ok "serve --api-key '' is refused (it served without authentication: --api-key \"\$KEY\" with KEY unset)"
+else nok "serve --api-key '': rc $rc $(head -c 200 "$T/e")"; fi
+timeout 20 "$BIN" serve -m "$M" --port 0 --thermal "" </dev/null >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 2 ] && grep -q -- "--thermal needs" "$T/e"; then ok "serve --thermal '' is refused, as run's"; else
+  nok "serve --thermal '': rc $rc $(head -c 200 "$T/e")"; fi
+
+# ---- output that cannot be written: a full disk (/dev/full), a closed stdout -> exit 1 naming it, not 0 ----
+if [ -w /dev/full ]; then
+  n_full=0; full_list=""
+  while read -r args; do
+    eval "timeout 60 \"\$BIN\" $args" </dev/null >/dev/full 2>"$T/e"; rc=$?
+    if [ $rc != 1 ] || ! grep -q "cannot write the output to stdout: No space left on device" "$T/e"; then
+      n_full=$((n_full + 1)); full_list="$full_list [$args -> rc $rc: $(head -c 100 "$T/e")]"
+    fi
+  done <<EOF
+run -m "$M" -t 1 -p hi -n 2
+run -m "$M" -t 1 -p hi -n 2 --json
+info "$M"
+info "$M" --json --mem
+tokenize --vocab "$M" hello
+verify "$M"
+bench -m "$M" -t 1 -p 8 -n 2 -r 1
+models
+--help
+help run
+pull --list
+EOF
+  if [ $n_full = 0 ]; then ok "stdout on a full disk: every command exits 1 and says so"; else
+    nok "stdout on a full disk not reported ($n_full):$full_list"; fi
+else
+  ok "skipped: no /dev/full"
+fi
+$R -p hi -n 2 >&- 2>"$T/e"; rc=$?
+if [ $rc = 1 ] && grep -q "cannot write the output to stdout: Bad file descriptor" "$T/e"; then
+  ok "run with stdout closed exits 1 naming it"
+else nok "run with stdout closed: rc $rc $(cat "$T/e")"; fi
 
 # ---- text that is not UTF-8 ----
 printf 'caf\351 au lait' >"$T/latin1.txt"

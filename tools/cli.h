@@ -44,6 +44,10 @@ int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __
 /* Prints only the "usage: ..." line (after a value parser already said what is wrong); returns 2. */
 int cli_usage_line(const char *usage);
 
+/* Flushes stdout: false when what was written could not be (a full disk, a closed descriptor). The first failure's
+ * cause is kept: main() ends a command that returned 0 with exit status 1 and a message naming it. */
+bool cli_flush_stdout(void);
+
 /* Strict number parsing: false (and a message) when s is not entirely a number in [lo, hi]. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 /* Unsigned 64-bit (seeds): digits only, 0..2^64-1; negative, overflow and garbage are refused. */

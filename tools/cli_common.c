@@ -347,6 +347,8 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
     if ((r = flag(argc, argv, i, "--mem-limit", NULL, &v)) != 0) {
         if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
         if (!cli_parse_size(cmd, a, v, &o->mem_limit)) return cli_usage_line(usage);
+        /* as run's: 0 was taken as "detect" here, an explicit limit silently ignored */
+        if (o->mem_limit == 0) return cli_usage_error(cmd, usage, "--mem-limit must be above 0");
         return 1;
     }
     return 0;

@@ -117,7 +117,7 @@ static bool on_piece(const char *piece, size_t len, void *user) {
     g->text[g->len] = 0;
     if (g->stream) {
         fwrite(piece, 1, len, stdout);
-        fflush(stdout);
+        cli_flush_stdout();
     }
     return true;
 }

@@ -76,7 +76,7 @@ static bool on_piece(const char *p, size_t n, void *user) {
     chat *c = user;
     if (n) c->ends_nl = p[n - 1] == '\n';
     fwrite(p, 1, n, stdout);
-    fflush(stdout); /* typewriter: each piece as soon as it exists */
+    cli_flush_stdout(); /* typewriter: each piece as soon as it exists */
     return true;
 }
 
@@ -115,9 +115,14 @@ static char *read_line(chat *c) {
             printf("[Ctrl-C: line dropped; Ctrl-D or /quit leaves the chat]\n");
         }
     }
-    static char buf[1 << 16];
-    if (g_hangup || !fgets(buf, sizeof buf, stdin) || g_hangup) return NULL;
-    return strdup(buf);
+    /* a whole line however long: a fixed buffer cut a piped line of 64 KiB or more into several turns */
+    char *line = NULL;
+    size_t cap = 0;
+    if (g_hangup || getline(&line, &cap, stdin) < 0 || g_hangup) {
+        free(line);
+        return NULL;
+    }
+    return line;
 }
 
 static void trim(char *s) {
@@ -231,7 +236,7 @@ static void turn(chat *c, const char *text) {
                g->t_generate_ms > 0 ? (double)g->n_generated * 1000.0 / g->t_generate_ms : 0.0,
                g->n_shifts ? ", context shifted" : "", c->tty ? "\033[0m" : "");
     }
-    fflush(stdout);
+    cli_flush_stdout();
 }
 
 PB_CMD(chat) {

@@ -44,11 +44,8 @@ static bool on_piece(const char *p, size_t n, void *user) {
     out_buf *o = user;
     if (n == 0) return true;
     o->ends_nl = p[n - 1] == '\n';
-    if (!o->json) {
-        fwrite(p, 1, n, stdout);
-        fflush(stdout);
-        return true;
-    }
+    if (!o->json) /* stdout full or gone: generating on is wasted (main says what failed) */
+        return fwrite(p, 1, n, stdout) == n && cli_flush_stdout();
     if (o->n + n + 1 > o->cap) {
         size_t c = (o->cap ? o->cap * 2 : 4096) + n;
         char *b = realloc(o->s, c);
@@ -226,7 +223,7 @@ PB_CMD(run) {
     } else if (!out.ends_nl) {
         putchar('\n');
     }
-    fflush(stdout);
+    cli_flush_stdout();
     pb_model_info mi;
     if (st == PB_ERR_CONTEXT_FULL && pb_model_get_info(m, &mi) == PB_OK) /* the library's text says no remedy */
         cli_err("run", "%s -- raise -c (this model allows up to %d), or use --context-shift", pb_last_error(),

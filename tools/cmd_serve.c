@@ -129,6 +129,9 @@ int cmd_serve(int argc, char **argv) {
             p.queue_max = (int)v;
         } else if (!strcmp(a, "--api-key")) {
             NEED_VAL();
+            /* an empty key turned authentication off without a word (`--api-key "$KEY"` with KEY unset) */
+            if (!*val)
+                return cli_usage_error(cmd, USAGE, "--api-key is empty (leave the option out to serve without a key)");
             p.api_key = val;
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
             NEED_VAL();
@@ -154,6 +157,7 @@ int cmd_serve(int argc, char **argv) {
             p.fallback_after = d;
         } else if (!strcmp(a, "--thermal")) {
             NEED_VAL();
+            if (!*val) return cli_usage_error(cmd, USAGE, "--thermal needs auto, off or a file path");
             p.thermal = val;
         } else if (!strcmp(a, "--allow-host")) {
             NEED_VAL();
@@ -272,7 +276,7 @@ int cmd_serve(int argc, char **argv) {
                               : " each alone",
             p.n_models - 1, lib_dir());
     printf("listening %d\n", pb_server_port(srv));
-    fflush(stdout);
+    cli_flush_stdout();
     int sig = 0;
     while (sigwait(&stop_sigs, &sig) != 0) {
     }

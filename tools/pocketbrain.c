@@ -68,7 +68,34 @@ static void on_sigbus(int sig) {
     raise(sig);
 }
 
+static int stdout_errno; /* the first failed flush of stdout's errno (cli_flush_stdout) */
+
+bool cli_flush_stdout(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return true;
+    if (!stdout_errno) stdout_errno = errno ? errno : EIO;
+    return false;
+}
+
+/* What was written to stdout must have reached it: stdio reports a full disk, a closed descriptor or a broken
+ * device only when the buffer is flushed, after the command returned 0 (`run -p ... > answer.txt` on a full disk
+ * exited 0 with the answer lost). Checked here once for every command; a command that already failed keeps its
+ * own message and status. */
+static int finish_stdout(const char *cmd, int rc) {
+    if (cli_flush_stdout() || rc != 0) return rc;
+    fprintf(stderr, "pocketbrain%s%s: cannot write the output to stdout: %s\n", cmd ? " " : "", cmd ? cmd : "",
+            strerror(stdout_errno));
+    return 1;
+}
+
+static int run_main(int argc, char **argv);
+
 int main(int argc, char **argv) {
+    int rc = run_main(argc, argv);
+    return finish_stdout(argc >= 2 && argv[1][0] != '-' ? argv[1] : NULL, rc);
+}
+
+static int run_main(int argc, char **argv) {
     signal(SIGBUS, on_sigbus);
     /* for every command from the start: opening a model may write the packed-weights cache (a temp file as large
      * as the weights), which a Ctrl-C, kill or closed terminal used to leave behind in ~/.cache for good;

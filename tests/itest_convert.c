@@ -698,9 +698,19 @@ static void test_errors(const char *tmp) {
 
     expect_fail("unknown --type", dir, "--type q9_z", 2, "q9_z");
     expect_fail("--threads 0", dir, "--threads 0", 2, "--threads");
+    expect_fail("--threads without a value", dir, "--threads", 2, "--threads needs a value"); /* was: exit 2, silent */
     snprintf(path, sizeof path, "%s/nothing-here", tmp);
     mkdir(path, 0755);
     expect_fail("missing config.json", path, NULL, 1, "config.json not found");
+
+    /* text after config.json's object is refused (cJSON alone stopped at the object's end and converted) */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *cf = fopen(path, "ab");
+    if (cf) {
+        fputs(" junk\n", cf);
+        fclose(cf);
+    }
+    expect_fail("config.json with text after its object", dir, NULL, 1, "more text after the JSON value");
 
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(dir, "config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\"}");
@@ -710,6 +720,11 @@ static void test_errors(const char *tmp) {
     write_text(dir, "config.json", "{\"architectures\": [\"Gemma2ForCausalLM\"], \"hidden_size\": 32}");
     expect_fail("config.json without num_hidden_layers", dir, NULL, 1, "missing integer 'num_hidden_layers'");
 
+    /* a garbled layer count: the tensor plan's int size overflowed (UB; "out of memory"), a million layers took
+     * 2 GB and 14 s before a missing tensor was noticed */
+    tiny_folder(dir, "\"num_hidden_layers\": 2000000000,", NULL, NULL);
+    expect_fail("num_hidden_layers beyond the engine's 256", dir, NULL, 1,
+                "num_hidden_layers 2000000000 is more than the 256 layers supported");
     tiny_folder(dir, "\"layer_types\": [\"full_attention\"],", NULL, NULL);
     expect_fail("a layer pattern llama.cpp would not reproduce", dir, NULL, 1, "layer_types[0]");
     tiny_folder(dir, "\"rope_theta\": 500000,", NULL, NULL);

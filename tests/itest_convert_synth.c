@@ -303,6 +303,31 @@ static void test_tiny(const char *tmp) {
     pb_gguf_close(ref);
 }
 
+/* --vocab FILE is read whatever its name: FILE.json used to stand for the tokenizer.json beside it (a decoy there was
+ * read instead of the file named; with none, the named file was reported missing as dir/tokenizer.json). */
+static void test_vocab_file(const char *tmp) {
+    const char *tok = pbt_fixture("model/hf/tokenizer.json");
+    if (!tok) return;
+    char dir[600], named[700], out[700], args[2000];
+    snprintf(dir, sizeof dir, "%s/vocab-named", tmp);
+    mkdir(dir, 0755);
+    snprintf(named, sizeof named, "%s/gemma2-peer.json", dir);
+    snprintf(out, sizeof out, "%s/named.gguf", dir);
+    copy_file(tok, named);
+    write_text(dir, "tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"decoy\": 0}}}");
+    snprintf(args, sizeof args, "synth --arch gemma2 --size tiny --type f32 --vocab '%s' -o '%s'", named, out);
+    int rc = run_cli(args, logf_);
+    pb_gguf *g = NULL;
+    pb_gguf_str piece = {"", 0};
+    int64_t k = -1;
+    if (rc == 0 && pb_gguf_open(out, &g) == PB_OK && (k = pb_gguf_find_key(g, "tokenizer.ggml.tokens")) >= 0)
+        pb_gguf_get_arr_str(g, k, 106, &piece);
+    CHECK(rc == 0 && piece.len == 15 && memcmp(piece.ptr, "<start_of_turn>", 15) == 0,
+          "synth --vocab DIR/other-name.json reads that file, not DIR/tokenizer.json (rc %d)", rc);
+    if (rc != 0) print_file(logf_);
+    pb_gguf_close(g);
+}
+
 /* Reads n floats of a logits file (0 when it holds another count). */
 static size_t read_floats(const char *path, float *x, size_t n) {
     FILE *f = fopen(path, "rb");
@@ -375,6 +400,7 @@ int main(void) {
     snprintf(logf_, sizeof logf_, "%s/cli.log", tmp);
     test_table_2b();
     test_tiny(tmp);
+    test_vocab_file(tmp);
     test_gemma4_conditioning(tmp);
     rm_rf(tmp);
     TEST_DONE();

@@ -271,6 +271,27 @@ static void test_files(void) {
     CHECK(pb_st_open(p, &m) == PB_OK && pb_st_n_tensors(m) == 4, "index path opens");
     pb_st_close(m);
     m = NULL;
+    /* text after the index's object is refused (cJSON alone stopped at the object's end and opened the model) */
+    char *idx = NULL;
+    size_t idx_len = 0;
+    if (pb_read_file(p, &idx, &idx_len) == PB_OK) {
+        FILE *f = fopen(p, "ab");
+        if (f) {
+            fputs(" junk\n", f);
+            fclose(f);
+        }
+        pb_error_clear();
+        CHECK(pb_st_open(dir, &m) == PB_ERR_FORMAT && strstr(pb_last_error(), "more text after the JSON value"),
+              "index with text after its object: \"%s\"", pb_last_error());
+        pb_st_close(m);
+        m = NULL;
+        write_text(dir, "model.safetensors.index.json", idx);
+        free(idx);
+    } else
+        CHECK(0, "read back the index: %s", pb_last_error());
+    CHECK(pb_st_open(dir, &m) == PB_OK && pb_st_n_tensors(m) == 4, "the index restored opens again");
+    pb_st_close(m);
+    m = NULL;
 
     /* index problems */
     write_text(dir, "model.safetensors.index.json",

@@ -56,6 +56,31 @@ mkfifo "$T/fifo.sqlite"
 timeout 20 "$PB" ingest --db "$T/fifo.sqlite" "$T/src" >/dev/null 2>"$T/err"; rc=$?
 chk "$([ $rc = 1 ] && [ -p "$T/fifo.sqlite" ] && grep -q "FIFO" "$T/err" && echo 0)" "a FIFO as --db is refused ($(cat "$T/err"))"
 
+# ---- faq add / import that fail create no database; an existing one keeps its pairs ----
+printf '{"question": "one?", "answer": "yes"}\n{"question": "two?"}\n' >"$T/half.jsonl"
+n_left=0; left=""
+for c in "import $T/no-such.jsonl" "import $T/half.jsonl" "import $T/src" "add q" "add '' a"; do
+  eval "\"\$PB\" faq --db \"\$T/new-faq.sqlite\" $c" >/dev/null 2>"$T/err"; rc=$?
+  if [ $rc = 0 ] || [ ! -s "$T/err" ] || [ -e "$T/new-faq.sqlite" ]; then n_left=$((n_left + 1)); left="$left [$c: rc $rc]"; fi
+  rm -f "$T/new-faq.sqlite"
+done
+chk "$([ $n_left = 0 ] && echo 0)" "faq add / import that fail: exit non-zero, said, no database left behind$left"
+"$PB" faq --db "$T/kept.sqlite" add "kept?" "yes" >/dev/null 2>&1
+"$PB" faq --db "$T/kept.sqlite" import "$T/half.jsonl" >/dev/null 2>"$T/err"; rc=$?
+n=$("$PB" faq --db "$T/kept.sqlite" list 2>/dev/null | wc -l)
+chk "$([ $rc = 1 ] && [ "$n" = 1 ] && grep -q "half.jsonl' line 2" "$T/err" && echo 0)" \
+  "a failed import into an existing FAQ: exit 1 naming the line, the database and its pair kept (rc=$rc, $n pairs)"
+# text after a line's JSON object is refused, naming the line and where, and nothing from the file is imported
+# (cJSON alone stopped at the object's end: '{...} junk' was imported); whitespace after the object is fine
+printf '{"q": "one?", "a": "yes"}\n{"q": "two?", "a": "no"} junk\n' >"$T/tail.jsonl"
+"$PB" faq --db "$T/kept.sqlite" import "$T/tail.jsonl" >/dev/null 2>"$T/err"; rc=$?
+n=$("$PB" faq --db "$T/kept.sqlite" list 2>/dev/null | wc -l)
+chk "$([ $rc = 1 ] && [ "$n" = 1 ] && grep -q "tail.jsonl' line 2: more text after the JSON object (at column 26)" "$T/err" && echo 0)" \
+  "faq import: a line with text after its JSON object is refused, nothing imported (rc=$rc, $n pairs, $(cat "$T/err"))"
+printf '{"q": "one?", "a": "yes"} \t\r\n' >"$T/ws.jsonl"
+"$PB" faq --db "$T/kept.sqlite" import "$T/ws.jsonl" >"$T/out" 2>"$T/err"; rc=$?
+chk "$([ $rc = 0 ] && grep -q "imported 1" "$T/out" && echo 0)" "faq import: whitespace after a line's JSON object is fine (rc=$rc $(cat "$T/err"))"
+
 # ---- ingest: other charsets, no extension, .gz, non-UTF-8 file names (item 3) ----
 D="$T/odd"; mkdir "$D"
 printf 'Caf\351 cr\350me: the latin one talks about espresso\n' >"$D/latin1.txt"

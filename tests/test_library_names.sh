@@ -6,6 +6,7 @@ PB=${PB_BIN:-build/pocketbrain}
 SHARED=${PB_SHARED:-../shared}
 P8="$SHARED/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf"
 P4="$SHARED/fixtures/peer/model/gemma2-tiny-v.q4_k_m.gguf"
+CATALOG="$(pwd)/models/catalog.json" # the source tree's catalog (the tests below run in a temporary directory)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
@@ -123,3 +124,12 @@ for c in "run -m nope -p hi" "bench -m nope" "info nope" "tokenize -m nope hi" "
 done
 run "$PB" verify nope
 check "verify nope: clear error (rc=$rc)" [ "$rc" = 1 ]
+
+# a $PB_CATALOG with text after its JSON object is refused, naming where (cJSON alone stopped at the object's end and
+# listed the catalog); the same file without the text lists
+PB_CATALOG="$CATALOG" "$PB" pull --list >"$T/out" 2>"$T/err"; rc=$?
+check "pull --list with \$PB_CATALOG: exit 0 (rc=$rc)" [ "$rc" = 0 -a -s "$T/out" ]
+{ cat "$CATALOG"; printf ' junk\n'; } >"$T/catalog.json"
+PB_CATALOG="$T/catalog.json" "$PB" pull --list >"$T/out" 2>"$T/err"; rc=$?
+check "pull --list with text after the catalog's JSON: exit 1 naming it (rc=$rc: $(cat "$T/err"))" \
+  [ "$rc" = 1 -a -n "$(grep "catalog $T/catalog.json is not valid JSON: more text after the JSON value" "$T/err")" ]

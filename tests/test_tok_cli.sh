@@ -94,6 +94,29 @@ check "detokenize id outside the vocabulary: exit 1 ($(cat "$T/err"))" [ $rc = 1
 check "detokenize bad id text: exit 2" [ $rc = 2 ]
 printf '"fine"\n{"no": 1}\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
 check "--jsonl line that is not a string: exit 1 naming line 2" [ $rc = 1 -a -n "$(grep 'line 2' "$T/err")" ]
+# text after a line's JSON string is refused, naming the line and where (cJSON alone read '"hello" junk' as "hello");
+# whitespace after it (spaces, TAB, a CRLF line end) is fine
+printf '"fine"\n"hello" junk\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
+check "--jsonl line with text after the string: exit 1 naming line 2 ($(cat "$T/err"))" \
+  [ $rc = 1 -a -n "$(grep 'line 2: more text after the JSON string (at column 9)' "$T/err")" -a "$(wc -l <"$T/out")" = 1 ]
+printf '"a" "b"\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
+check "--jsonl line with two strings: exit 1 ($(cat "$T/err"))" [ $rc = 1 -a -n "$(grep 'line 1: more text' "$T/err")" ]
+out=$(printf '"hello" \t\r\n' | "$BIN" tokenize --jsonl --vocab "$G2" -); rc=$?
+want=$("$BIN" tokenize --ids --vocab "$G2" hello)
+check "--jsonl: whitespace after the string is fine ($out)" [ $rc = 0 -a "$out" = "$want" ]
+# a tokenizer.json with text after its JSON object is refused, not read up to the object's end
+{ cat "$G2"; printf ' junk\n'; } >"$T/tail.json"
+"$BIN" tokenize --vocab "$T/tail.json" hi >/dev/null 2>"$T/err"; rc=$?
+check "tokenizer.json with text after the JSON: exit 1 ($(cat "$T/err"))" \
+  [ $rc = 1 -a -n "$(grep 'more text after the JSON value' "$T/err")" ]
 printf '{"not": "a tokenizer"}' >"$T/bad.json"
 "$BIN" tokenize --vocab "$T/bad.json" hi >/dev/null 2>"$T/err"; rc=$?
 check "malformed tokenizer.json: exit 1 ($(cat "$T/err"))" [ $rc = 1 ]
+# stdin that cannot be read (a directory: EISDIR) is an error naming why, not empty input (detokenize printed
+# nothing and exited 0)
+"$BIN" detokenize --vocab "$G2" - <"$T" >"$T/out" 2>"$T/err"; rc=$?
+check "detokenize - from an unreadable stdin: exit 1 naming why ($(cat "$T/err"))" \
+  [ $rc = 1 -a -n "$(grep 'stdin: Is a directory' "$T/err")" ]
+"$BIN" tokenize --vocab "$G2" - <"$T" >"$T/out" 2>"$T/err"; rc=$?
+check "tokenize - from an unreadable stdin: exit 1 naming why ($(cat "$T/err"))" \
+  [ $rc = 1 -a -n "$(grep 'stdin: Is a directory' "$T/err")" ]

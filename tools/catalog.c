@@ -1,6 +1,7 @@
 /* catalog.c -- reads the pull catalog (JSON built in from models/catalog.json, or $PB_CATALOG) with cJSON.
  * Lookup and listing only; tools/cmd_pull.c decides what to download. */
 #include "catalog.h"
+#include "json_one.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -13,6 +14,7 @@ extern const char pb_catalog_json[]; /* generated from models/catalog.json by th
 static cJSON *load(char *why, size_t cap) {
     const char *path = getenv("PB_CATALOG");
     char *text = NULL;
+    size_t text_len = 0;
     if (path && *path) {
         FILE *f = fopen(path, "rb");
         long n = -1;
@@ -26,9 +28,18 @@ static cJSON *load(char *why, size_t cap) {
         }
         fclose(f);
         text[n] = 0;
+        text_len = (size_t)n;
     }
-    cJSON *root = cJSON_Parse(text ? text : pb_catalog_json);
+    const char *json = text ? text : pb_catalog_json;
+    size_t at;
+    bool trailing;
+    cJSON *root = json_parse_one(json, text ? text_len : strlen(json), &at, &trailing);
     free(text);
+    if (trailing) {
+        snprintf(why, cap, "the catalog%s%s is not valid JSON: more text after the JSON value (at byte %zu)",
+                 path ? " " : "", path ? path : "", at);
+        return NULL;
+    }
     if (!root || !cJSON_IsArray(cJSON_GetObjectItem(root, "models"))) {
         snprintf(why, cap, "the catalog%s%s is not valid JSON with a \"models\" array", path ? " " : "",
                  path ? path : "");

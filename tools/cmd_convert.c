@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "convert_arch.h"
 #include "convert_vocab.h"
+#include "json_one.h"
 #include "safetensors.h"
 
 #include "base/base.h"
@@ -54,9 +55,13 @@ static pb_status read_config(const char *dir, cJSON **out) {
     size_t len = 0;
     pb_status s = pb_read_file(path, &text, &len);
     if (s != PB_OK) return s;
-    *out = cJSON_ParseWithLength(text, len);
+    size_t at;
+    bool trailing;
+    *out = json_parse_one(text, len, &at, &trailing);
     free(text);
-    if (!*out) return pb_error(PB_ERR_FORMAT, "%s is not valid JSON", path);
+    if (trailing)
+        return pb_error(PB_ERR_FORMAT, "%s is not valid JSON: more text after the JSON value (at byte %zu)", path, at);
+    if (!*out) return pb_error(PB_ERR_FORMAT, "%s is not valid JSON (near byte %zu)", path, at);
     return PB_OK;
 }
 
@@ -180,7 +185,8 @@ static int parse_args(int argc, char **argv, conv_opts *o) {
             if (++i >= argc) return cli_usage_error("convert", usage, "%s needs a value", a);
             o->type_name = argv[i];
         } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (++i >= argc || !cli_parse_int("convert", a, argv[i], 1, 256, &o->n_threads)) return 2;
+            if (++i >= argc) return cli_usage_error("convert", usage, "%s needs a value", a);
+            if (!cli_parse_int("convert", a, argv[i], 1, 256, &o->n_threads)) return 2;
         } else if (strcmp(a, "--name") == 0) {
             if (++i >= argc) return cli_usage_error("convert", usage, "--name needs a value");
             o->name = argv[i];

@@ -90,6 +90,7 @@ PB_CMD(detokenize) {
     }
     if (from_stdin) {
         size_t cap = 1 << 16, n = 0;
+        errno = 0;
         char *in = malloc(cap + 1);
         while (in) {
             n += fread(in + n, 1, cap - n, stdin);
@@ -98,8 +99,15 @@ PB_CMD(detokenize) {
             if (!p) free(in);
             in = p;
         }
+        if (in && ferror(stdin)) { /* a directory (EISDIR), an I/O error: not "no ids" */
+            int e = errno;
+            free(in);
+            free(b.ids);
+            cli_err("detokenize", "cannot read the ids on stdin: %s", strerror(e ? e : EIO));
+            return 1;
+        }
         if (!in) {
-            cli_err("detokenize", "cannot read stdin");
+            cli_err("detokenize", "cannot read stdin: out of memory");
             free(b.ids);
             return 1;
         }

@@ -5,8 +5,11 @@
 #include "store/store.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage[] =
     "pocketbrain faq --db FAQ.sqlite add \"QUESTION\" \"ANSWER\"\n"
@@ -33,6 +36,14 @@ static bool print_pair(void *user, int64_t id, const char *q, const char *a) {
         printf("%lld\t%s\t%s\n", (long long)id, q, a);
     }
     return true;
+}
+
+/* Removes a database this command created (and SQLite's files beside it). */
+static void remove_new_db(const char *db) {
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    char path[4200];
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (snprintf(path, sizeof path, "%s%s", db, suffixes[i]) < (int)sizeof path) unlink(path);
 }
 
 PB_CMD(faq) {
@@ -67,10 +78,14 @@ PB_CMD(faq) {
     if (n_pos != need) return cli_usage_error("faq", usage, "'%s' takes %d argument(s)", act, need - 1);
     pb_store *st = NULL;
     pb_status s = PB_OK;
+    struct stat sb;
+    bool created = false; /* add / import made the database: when they fail, it goes again (no empty one left) */
     if (!strcmp(act, "list") || !strcmp(act, "match")) { /* reading: never create (or write) the database */
         if (!(st = cli_store_open_existing("faq", db, "pocketbrain faq --db FILE add|import"))) return 1;
-    } else if ((s = pb_store_open(db, &st)))
-        return cli_store_fail("faq", s, db);
+    } else {
+        created = lstat(db, &sb) != 0 && errno == ENOENT;
+        if ((s = pb_store_open(db, &st))) return cli_store_fail("faq", s, db);
+    }
     int rc = 0;
     if (!strcmp(act, "add")) {
         int64_t id;
@@ -116,5 +131,6 @@ PB_CMD(faq) {
         }
     }
     pb_store_close(st);
+    if (rc && created) remove_new_db(db);
     return rc;
 }

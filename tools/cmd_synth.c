@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *usage =
     "pocketbrain synth --arch gemma|gemma2|gemma3|gemma4 --size SIZE --type f32|f16|bf16|q8_0|MIX -o FILE\n"
@@ -194,17 +195,12 @@ static int parse_args(int argc, char **argv, synth_opts *o) {
  * size for Gemma 1/2, or a synthetic vocabulary of exactly that size. */
 static pb_status load_vocab(synth *sy, const synth_opts *o, cv_vocab **vocab) {
     if (!o->vocab_path) return cv_vocab_synthetic(&sy->hp, vocab);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", o->vocab_path);
-    size_t n = strlen(dir);
-    if (n > 5 && strcmp(dir + n - 5, ".json") == 0) {
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = 0;
-        else
-            snprintf(dir, sizeof dir, ".");
-    }
-    pb_status s = cv_vocab_load(dir, &sy->hp, vocab);
+    /* a folder holds tokenizer.json; a file is read itself (FILE.json used to stand for the tokenizer.json beside
+     * it: another file, or none, was read instead of the one named) */
+    struct stat st;
+    pb_status s = stat(o->vocab_path, &st) == 0 && S_ISDIR(st.st_mode)
+                      ? cv_vocab_load(o->vocab_path, &sy->hp, vocab)
+                      : cv_vocab_load_file(o->vocab_path, &sy->hp, vocab);
     if (s != PB_OK) return s;
     uint32_t n_tok = cv_vocab_size(*vocab);
     if (n_tok < sy->hp.n_vocab && sy->hp.arch != CV_GEMMA3) return cv_vocab_pad(*vocab, sy->hp.n_vocab);

@@ -2,8 +2,10 @@
 #include "cli.h"
 #include "library.h"
 #include "hf_vocab.h"
+#include "json_one.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,7 @@ static const char *const usage =
 
 static char *read_all(FILE *f, size_t *len) {
     size_t cap = 1 << 16, n = 0;
+    errno = 0;
     char *buf = malloc(cap);
     while (buf) {
         n += fread(buf + n, 1, cap - n, f);
@@ -29,8 +32,10 @@ static char *read_all(FILE *f, size_t *len) {
         if (!b) free(buf);
         buf = b;
     }
-    if (buf && ferror(f)) {
+    if (buf && ferror(f)) { /* a directory (EISDIR), an I/O error */
+        int e = errno;
         free(buf);
+        errno = e ? e : EIO;
         return NULL;
     }
     *len = n;
@@ -86,7 +91,14 @@ static int run_jsonl(const pb_vocab *v, const char *input, size_t len, int flags
         pos += ll + 1;
         line_no++;
         if (ll == 0 || (ll == 1 && line[0] == '\r')) continue;
-        cJSON *j = cJSON_ParseWithLength(line, ll);
+        size_t at;
+        bool trailing;
+        cJSON *j = json_parse_one(line, ll, &at, &trailing);
+        if (trailing) { /* '"hello" junk' is refused, not tokenized as "hello" */
+            cli_err("tokenize", "--jsonl line %ld: more text after the JSON string (at column %zu)", line_no, at + 1);
+            rc = 1;
+            break;
+        }
         if (!cJSON_IsString(j)) {
             cli_err("tokenize", "--jsonl line %ld is not a JSON string", line_no);
             cJSON_Delete(j);
@@ -158,7 +170,7 @@ PB_CMD(tokenize) {
         input = read_all(stdin, &len);
         if (!input) {
             pb_vocab_free(v);
-            cli_err("tokenize", "cannot read stdin");
+            cli_err("tokenize", "cannot read the text on stdin: %s", strerror(errno ? errno : ENOMEM));
             return 1;
         }
         text = input;
@@ -186,9 +198,5 @@ PB_CMD(tokenize) {
     }
     free(input);
     pb_vocab_free(v);
-    if (fflush(stdout) != 0 && rc == 0) {
-        cli_err("tokenize", "write error on stdout");
-        rc = 1;
-    }
-    return rc;
+    return rc; /* a write error on stdout: main() says it and exits 1 */
 }

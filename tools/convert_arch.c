@@ -265,6 +265,10 @@ pb_status cv_hparams_from_config(const cJSON *config, cv_hparams *hp, const char
     /* Required everywhere; gemma3 text_config fields default as in the converter / HF. */
     if ((s = get_u32(c, "hidden_size", 0, &hp->n_embd)) != PB_OK) return s;
     if ((s = get_u32(c, "num_hidden_layers", 0, &hp->n_layer)) != PB_OK) return s;
+    /* the tensor plan holds ~13 entries a layer: a garbled count overflowed its int size or took gigabytes */
+    if (hp->n_layer > CV_MAX_LAYERS)
+        return pb_error(PB_ERR_UNSUPPORTED, "config.json: num_hidden_layers %u is more than the %d layers supported",
+                        hp->n_layer, CV_MAX_LAYERS);
     if ((s = get_u32(c, "intermediate_size", 0, &hp->n_ff)) != PB_OK) return s;
     if ((s = get_u32(c, "num_attention_heads", g3 ? 8 : 0, &hp->n_head)) != PB_OK) return s;
     if ((s = get_u32(c, "num_key_value_heads", g3 ? 4 : hp->n_head, &hp->n_head_kv)) != PB_OK) return s;

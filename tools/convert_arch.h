@@ -12,6 +12,9 @@
 
 typedef enum cv_arch { CV_GEMMA = 1, CV_GEMMA2 = 2, CV_GEMMA3 = 3, CV_GEMMA4 = 4 } cv_arch;
 
+/* Layers a model may have: the engine's limit (src/model PB_MAX_LAYERS). */
+#define CV_MAX_LAYERS 256
+
 typedef struct cv_hparams {
     cv_arch arch;
     uint32_t n_ctx_train; /* {arch}.context_length */
@@ -34,7 +37,7 @@ typedef struct cv_hparams {
     bool double_wide, k_eq_v;
     uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE block (enable_moe_block); n_expert 0: none */
     float rope_base_swa, rope_partial;          /* sliding theta; rotated fraction of the full layers' pairs */
-    uint8_t swa[256];                           /* layer il is sliding */
+    uint8_t swa[CV_MAX_LAYERS];                 /* layer il is sliding */
 } cv_hparams;
 
 /* "gemma" / "gemma2" / "gemma3". */

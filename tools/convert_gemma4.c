@@ -47,7 +47,8 @@ static uint32_t full_layer_value(const cJSON *c, const cv_hparams *hp, const cha
 
 pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user) {
     (void)warn, (void)user;
-    if (hp->n_layer > 256) return pb_error(PB_ERR_UNSUPPORTED, "config.json: %u layers (at most 256)", hp->n_layer);
+    if (hp->n_layer > CV_MAX_LAYERS) /* cv_hparams_from_config refuses it first */
+        return pb_error(PB_ERR_UNSUPPORTED, "config.json: %u layers (at most %d)", hp->n_layer, CV_MAX_LAYERS);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
     if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)hp->n_layer)
         return pb_error(PB_ERR_FORMAT, "config.json: 'layer_types' must list %u layers", hp->n_layer);
@@ -201,8 +202,8 @@ int cv_gemma4_plan(const cv_hparams *hp, cv_tensor *out) {
 
 pb_status cv_gemma4_write_kv(pb_gguf_writer *w, const cv_hparams *hp) {
     pb_status s = PB_OK;
-    uint32_t L = hp->n_layer, first_shared = L - hp->n_kv_shared, arr[256];
-    uint8_t swa[256];
+    uint32_t L = hp->n_layer, first_shared = L - hp->n_kv_shared, arr[CV_MAX_LAYERS];
+    uint8_t swa[CV_MAX_LAYERS];
 #define U32(key, v)                                                                                                    \
     if (s == PB_OK) s = pb_gguf_set_u32(w, "gemma4." key, (v))
 #define F32(key, v)                                                                                                    \

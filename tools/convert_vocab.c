@@ -136,9 +136,14 @@ pb_status cv_vocab_synthetic(const cv_hparams *hp, cv_vocab **out) {
 pb_status cv_vocab_load(const char *dir, const cv_hparams *hp, cv_vocab **out) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return cv_vocab_load_file(path, hp, out);
+}
+
+pb_status cv_vocab_load_file(const char *path, const cv_hparams *hp, cv_vocab **out) {
     pb_status s = hf_vocab_load(path, NULL, out);
     if (s != PB_OK) {
-        if (s != PB_ERR_NOMEM && !strstr(pb_last_error(), "tokenizer")) pb_error_prefix(s, "%s: ", path);
+        if (s != PB_ERR_NOMEM && !strstr(pb_last_error(), "tokenizer") && !strstr(pb_last_error(), path))
+            pb_error_prefix(s, "%s: ", path);
         return s;
     }
     /* llama.cpp's converter stores USER_DEFINED pieces with every U+2581 turned into a plain space

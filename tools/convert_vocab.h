@@ -13,6 +13,8 @@ typedef hf_vocab cv_vocab;
 /* Loads tokenizer.json + tokenizer_config.json from dir (hf_vocab). PB_ERR_NOT_FOUND / PB_ERR_FORMAT with
  * the file name when they are missing or malformed. */
 pb_status cv_vocab_load(const char *dir, const cv_hparams *hp, cv_vocab **out);
+/* The same from a tokenizer.json named by its path (any file name; tokenizer_config.json beside it). */
+pb_status cv_vocab_load_file(const char *tokenizer_json, const cv_hparams *hp, cv_vocab **out);
 
 /* A synthetic vocabulary of exactly n_vocab tokens for hp's arch: Gemma's special tokens at their real
  * ids (pad 0, eos 1, bos 2, unk 3, <start_of_turn>/<end_of_turn> at 106/107, or 105/106 for gemma3),

@@ -1,5 +1,6 @@
 /* hf_vocab.c -- reads a Hugging Face tokenizer.json/tokenizer_config.json (cJSON) into GGUF tokenizer.* arrays. */
 #include "hf_vocab.h"
+#include "json_one.h"
 #include "base/base.h"
 #include "tokenizer/vocab.h"
 
@@ -63,11 +64,14 @@ static pb_status read_json(const char *path, cJSON **out) {
     size_t len;
     pb_status st = pb_read_file(path, &text, &len);
     if (st != PB_OK) return st;
-    const char *end = NULL;
-    *out = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    size_t at;
+    bool trailing;
+    *out = json_parse_one(text, len, &at, &trailing);
     if (!*out) {
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
         free(text);
+        if (trailing)
+            return pb_error(PB_ERR_FORMAT,
+                            "hf_vocab: '%s' is not valid JSON: more text after the JSON value (at byte %zu)", path, at);
         return pb_error(PB_ERR_FORMAT, "hf_vocab: '%s' is not valid JSON (near byte %zu)", path, at);
     }
     free(text);

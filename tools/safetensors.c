@@ -1,6 +1,7 @@
 /* safetensors.c -- validated reader of Hugging Face safetensors files and sharded index sets (cJSON for
  * the untrusted headers, mmap for the data). Converts F32/F16/BF16 to float32; writes nothing. */
 #include "safetensors.h"
+#include "json_one.h"
 
 #include "tensor/types.h"
 
@@ -304,9 +305,14 @@ static pb_status open_index(pb_st_model *m, const char *index_path) {
     size_t len = 0;
     pb_status s = pb_read_file(index_path, &text, &len);
     if (s != PB_OK) return s;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    size_t at;
+    bool trailing;
+    cJSON *root = json_parse_one(text, len, &at, &trailing);
     free(text);
-    if (!root) return pb_error(PB_ERR_FORMAT, "%s: not valid JSON", index_path);
+    if (trailing)
+        return pb_error(PB_ERR_FORMAT, "%s: not valid JSON: more text after the JSON value (at byte %zu)", index_path,
+                        at);
+    if (!root) return pb_error(PB_ERR_FORMAT, "%s: not valid JSON (near byte %zu)", index_path, at);
     char *dir = pb_strdup(index_path);
     char *slash = dir ? strrchr(dir, '/') : NULL;
     if (!dir) {

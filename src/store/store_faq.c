@@ -48,10 +48,18 @@ pb_status pb_store_faq_add(pb_store *st, const char *question, const char *answe
     return s;
 }
 
-/* One JSONL line -> question/answer (copies in *q, *a). */
+/* One JSONL line -> question/answer (copies in *q, *a). Only whitespace may follow the object: cJSON alone stops at
+ * the end of the first value, so '{"q": "..", "a": ".."} junk' was imported. */
 static pb_status parse_jsonl(const char *line, char **q, char **a) {
-    cJSON *j = cJSON_Parse(line);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(line, &end, false);
     if (!j) return pb_error(PB_ERR_FORMAT, "not a JSON object");
+    const char *rest = end ? end : line + strlen(line);
+    while (*rest == ' ' || *rest == '\t' || *rest == '\r' || *rest == '\n') rest++;
+    if (*rest) {
+        cJSON_Delete(j);
+        return pb_error(PB_ERR_FORMAT, "more text after the JSON object (at column %zu)", (size_t)(rest - line) + 1);
+    }
     pb_status s = PB_OK;
     const cJSON *jq = cJSON_GetObjectItemCaseSensitive(j, "question");
     const cJSON *ja = cJSON_GetObjectItemCaseSensitive(j, "answer");

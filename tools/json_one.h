@@ -1,0 +1,34 @@
+/* json_one.h -- parse a text as exactly one JSON value for the tools (cJSON alone stops after the first value and
+ * ignores whatever follows it: '"hello" junk' was read as "hello"). Header-only so any tool file can use it. */
+#ifndef PB_JSON_ONE_H
+#define PB_JSON_ONE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Parses text[0..len) as one JSON value followed by nothing but JSON whitespace (space, TAB, LF, CR). Returns the
+ * value (the caller cJSON_Deletes it), or NULL with *at set to the byte offset where the trouble starts and *trailing
+ * set to true when the value itself parsed but more text follows it (false: the text is not valid JSON). A NUL byte
+ * after the value counts as more text. */
+static inline cJSON *json_parse_one(const char *text, size_t len, size_t *at, bool *trailing) {
+    const char *end = NULL;
+    *at = 0;
+    *trailing = false;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        *at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        return NULL;
+    }
+    size_t i = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
+    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) i++;
+    if (i < len) {
+        cJSON_Delete(root);
+        *at = i;
+        *trailing = true;
+        return NULL;
+    }
+    return root;
+}
+
+#endif

@@ -77,6 +77,17 @@ printf '{"q": "one?", "a": "yes"}\n{"q": "two?", "a": "no"} junk\n' >"$T/tail.js
 n=$("$PB" faq --db "$T/kept.sqlite" list 2>/dev/null | wc -l)
 chk "$([ $rc = 1 ] && [ "$n" = 1 ] && grep -q "tail.jsonl' line 2: more text after the JSON object (at column 26)" "$T/err" && echo 0)" \
   "faq import: a line with text after its JSON object is refused, nothing imported (rc=$rc, $n pairs, $(cat "$T/err"))"
+# a \u0000 escape is refused naming the line (cJSON cut the answer there: "yes" was imported for "yes\u0000 and more");
+# an escaped backslash before "u0000" is plain text
+printf '{"q": "nul?", "a": "yes\\u0000 and more"}\n' >"$T/nul.jsonl"
+"$PB" faq --db "$T/kept.sqlite" import "$T/nul.jsonl" >/dev/null 2>"$T/err"; rc=$?
+n=$("$PB" faq --db "$T/kept.sqlite" list 2>/dev/null | wc -l)
+chk "$([ $rc = 1 ] && [ "$n" = 1 ] && grep -q "nul.jsonl' line 1: holds a NUL character" "$T/err" && echo 0)" \
+  "faq import: a \\u0000 escape is refused naming the line, nothing imported (rc=$rc, $n pairs, $(cat "$T/err"))"
+printf '{"q": "path?", "a": "C:\\\\u0000x"}\n' >"$T/bs.jsonl"
+"$PB" faq --db "$T/bs.jsonl.sqlite" import "$T/bs.jsonl" >/dev/null 2>"$T/err"; rc=$?
+chk "$([ $rc = 0 ] && "$PB" faq --db "$T/bs.jsonl.sqlite" list 2>/dev/null | grep -qF 'C:\u0000x' && echo 0)" \
+  "faq import: an escaped backslash before u0000 is text (rc=$rc $(cat "$T/err"))"
 printf '{"q": "one?", "a": "yes"} \t\r\n' >"$T/ws.jsonl"
 "$PB" faq --db "$T/kept.sqlite" import "$T/ws.jsonl" >"$T/out" 2>"$T/err"; rc=$?
 chk "$([ $rc = 0 ] && grep -q "imported 1" "$T/out" && echo 0)" "faq import: whitespace after a line's JSON object is fine (rc=$rc $(cat "$T/err"))"

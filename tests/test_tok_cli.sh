@@ -104,6 +104,12 @@ check "--jsonl line with two strings: exit 1 ($(cat "$T/err"))" [ $rc = 1 -a -n 
 out=$(printf '"hello" \t\r\n' | "$BIN" tokenize --jsonl --vocab "$G2" -); rc=$?
 want=$("$BIN" tokenize --ids --vocab "$G2" hello)
 check "--jsonl: whitespace after the string is fine ($out)" [ $rc = 0 -a "$out" = "$want" ]
+# a \u0000 escape is refused (cJSON would cut the string there); an escaped backslash before "u0000" is plain text
+printf '"fine"\n"a\\u0000b"\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
+check "--jsonl line with a \\u0000 escape: exit 1 naming line 2 ($(cat "$T/err"))" [ $rc = 1 -a -n "$(grep 'line 2' "$T/err")" ]
+out=$(printf '"a\\\\u0000b"\n' | "$BIN" tokenize --jsonl --vocab "$G2" -); rc=$?
+want=$("$BIN" tokenize --ids --vocab "$G2" 'a\u0000b')
+check "--jsonl: an escaped backslash before u0000 is text, tokenized ($out)" [ $rc = 0 -a -n "$out" -a "$out" = "$want" ]
 # a tokenizer.json with text after its JSON object is refused, not read up to the object's end
 { cat "$G2"; printf ' junk\n'; } >"$T/tail.json"
 "$BIN" tokenize --vocab "$T/tail.json" hi >/dev/null 2>"$T/err"; rc=$?

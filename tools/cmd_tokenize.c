@@ -106,7 +106,7 @@ static int run_jsonl(const pb_vocab *v, const char *input, size_t len, int flags
             break;
         }
         /* cJSON strings are NUL-terminated: a \u0000 escape would silently cut the text */
-        if (memmem(line, ll, "\\u0000", 6)) {
+        if (json_has_nul_escape(line, ll)) {
             cli_err("tokenize", "--jsonl line %ld contains \\u0000, which is not supported", line_no);
             cJSON_Delete(j);
             rc = 1;

@@ -31,4 +31,17 @@ static inline cJSON *json_parse_one(const char *text, size_t len, size_t *at, bo
     return root;
 }
 
+/* True when the JSON text text[0..len) holds a \u0000 escape outside an escaped backslash ("\\u0000" is the text
+ * backslash-u-0-0-0-0, no NUL). cJSON keeps a string only up to a NUL, so such a string would be cut short without a
+ * word: callers refuse it. */
+static inline bool json_has_nul_escape(const char *text, size_t len) {
+    for (size_t i = 0; i + 5 < len; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0' && text[i + 5] == '0')
+            return true;
+        i++; /* the escaped character never starts an escape */
+    }
+    return false;
+}
+
 #endif

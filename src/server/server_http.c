@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void pb_server_count_response(pb_server *srv, unsigned code) {
     pthread_mutex_lock(&srv->m.mu);
@@ -80,8 +81,10 @@ enum MHD_Result pb_server_send_error(pb_server *srv, struct MHD_Connection *c, u
 static bool auth_ok(pb_server *srv, struct MHD_Connection *c) {
     if (!srv->api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    /* the scheme is case-insensitive (RFC 9110 11.1): "bearer KEY" from some clients is the same credential */
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
+    while (*h == ' ') h++;
     size_t a = strlen(h), b = strlen(srv->api_key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(h[i] ^ srv->api_key[i]); /* constant time */
@@ -197,6 +200,14 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
                                     "request body is larger than %zu bytes", srv->p.max_body);
     bool post_route = strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
                       strcmp(url, "/tokenize") == 0;
+    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
+    bool get_route = strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 ||
+                     strcmp(url, "/metrics") == 0 || strcmp(url, "/stats") == 0 ||
+                     (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
+    /* a preflight only where a route answers: OPTIONS of a path that does not exist is a 404, as GET of it is */
+    if (is_options && !post_route && !get_route)
+        return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found", "no route for %.10s %.200s",
+                                    method, url);
     if (is_options) return send_preflight(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     bool authed = auth_ok(srv, c);
     /* /metrics and /stats tell what is asked and how busy the server is: behind the key like the API */
@@ -211,12 +222,8 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
         return pb_server_route_generate(srv, c, rq,
                                         strcmp(url, "/v1/chat/completions") == 0 ? JOB_CHAT : JOB_COMPLETION);
     }
-    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
     if (!is_get) {
         /* 405 only where GET answers: another method on a path that does not exist is a 404, as GET of it is */
-        bool get_route = strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 ||
-                         strcmp(url, "/metrics") == 0 || strcmp(url, "/stats") == 0 ||
-                         (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
         if (!get_route)
             return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
                                         "no route for %.10s %.200s", method, url);

@@ -48,6 +48,17 @@ pb_status pb_store_faq_add(pb_store *st, const char *question, const char *answe
     return s;
 }
 
+/* True when the JSON text holds a \u0000 escape (an escaped backslash before "u0000" is text): cJSON keeps a string
+ * only up to the NUL, so the question or answer would be cut short without a word. */
+static bool has_nul_escape(const char *s) {
+    for (; *s; s++) {
+        if (*s != '\\') continue;
+        if (s[1] == 'u' && !strncmp(s + 2, "0000", 4)) return true;
+        if (s[1]) s++; /* the escaped character never starts an escape */
+    }
+    return false;
+}
+
 /* One JSONL line -> question/answer (copies in *q, *a). Only whitespace may follow the object: cJSON alone stops at
  * the end of the first value, so '{"q": "..", "a": ".."} junk' was imported. */
 static pb_status parse_jsonl(const char *line, char **q, char **a) {
@@ -59,6 +70,10 @@ static pb_status parse_jsonl(const char *line, char **q, char **a) {
     if (*rest) {
         cJSON_Delete(j);
         return pb_error(PB_ERR_FORMAT, "more text after the JSON object (at column %zu)", (size_t)(rest - line) + 1);
+    }
+    if (has_nul_escape(line)) {
+        cJSON_Delete(j);
+        return pb_error(PB_ERR_FORMAT, "holds a NUL character (\\u0000), which a question or answer cannot");
     }
     pb_status s = PB_OK;
     const cJSON *jq = cJSON_GetObjectItemCaseSensitive(j, "question");

@@ -12,7 +12,8 @@
 # SAMPLEAB (a preset: sampled tg128 with the device top-K on and off), PARSAMPLE (a preset: bench --parallel
 # PARALLEL (default 1,8,32) with sampled streams, the device top-K on and off, and greedy), PB_BIN_BASE (a CLI from an earlier tree: tg128 side by side with this tree's; PDLAB=1 adds PB_CUDA_PDL=1),
 # VARIANTS (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for several at once, each a tg128 of this
-# tree's CLI on the AB_TYPES files (VARIANTS_P / VARIANTS_N: the bench's -p / -n, default 0 / 128; a BIN=path in a
+# tree's CLI on the AB_TYPES files (VARIANTS_P / VARIANTS_N: the bench's -p / -n, default 0 / 128; VARIANTS_SYNTH
+# "ARCH SIZE": a synth model of that arch and size instead of gemma-2-2b; a BIN=path in a
 # setting runs that CLI instead, a B=N passes -b N, a TT=N --ttft-prompt N), default
 # q4_k_m, next to the A/B lines), ALTCHECK (space-separated VAR=VALUE settings, VAR=VALUE,VAR2=VALUE2 for
 # several at once: the parity tests again under each), PROFILE=1 (ncu: one
@@ -65,7 +66,7 @@ for a in gemma gemma2 gemma3; do # transformers-made tiny models, converted here
   done
 done
 # Gemma 3 with 2 query heads a kv head (the q / k norm in the token step's cluster attention blocks of several key
-# splits: ALTCHECK="PB_CUDA_SPLITS=32,PB_CUDA_CL_QK=1" runs those forms; the other tiny Gemma 3 files have 3-4)
+# splits: ALTCHECK="PB_CUDA_SPLITS=32 PB_CUDA_SPLITS=64" runs those forms; the other tiny Gemma 3 files have 3-4)
 for t in f16 q4_k_m; do
   $PB synth --arch gemma3 --size tiny-gqa2 --type $t -o "/tmp/synth-gemma3-gqa2-$t.gguf" >/dev/null 2>&1 &&
     set -- "$@" "/tmp/synth-gemma3-gqa2-$t.gguf"
@@ -193,9 +194,19 @@ if [ -n "${PB_BIN_BASE:-}" ]; then # A/B in the same call: a CLI built from an e
   done
 fi
 if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CUDA.md)
-  echo "== tg128 (-r 3) of this tree's CLI with: $VARIANTS"
+  # VARIANTS_SYNTH="ARCH SIZE" (e.g. "gemma3 4b"): the variants on that synth model instead of gemma-2-2b
+  vm=gemma2-2b
+  if [ -n "${VARIANTS_SYNTH:-}" ]; then
+    set -- $VARIANTS_SYNTH
+    vm=$1-$2
+    for t in ${AB_TYPES:-q4_k_m}; do
+      [ -f /tmp/$vm-$t.gguf ] || $PB synth --arch $1 --size $2 --type $t -o /tmp/$vm-$t.gguf --threads "$J" >/dev/null \
+        2>&1 || echo "synth $vm $t failed"
+    done
+  fi
+  echo "== tg128 (-r 3) of this tree's CLI on $vm with: $VARIANTS"
   for t in ${AB_TYPES:-q4_k_m}; do
-    [ -f /tmp/gemma2-2b-$t.gguf ] || continue
+    [ -f /tmp/$vm-$t.gguf ] || continue
     for v in $VARIANTS; do
       # BIN=path: that CLI instead of this tree's (an A/B against an older build); B=N: bench -b N; TT=N: --ttft-prompt N
       b=$PB nb= tt=
@@ -203,7 +214,7 @@ if [ -n "${VARIANTS:-}" ]; then # this tree's CLI under tuning switches (docs/CU
         case $kv in BIN=*) b=${kv#BIN=} ;; B=*) nb="-b ${kv#B=}" ;; TT=*) tt="--ttft-prompt ${kv#TT=}" ;; esac
       done
       env $(echo "$v" | tr , '\n' | grep -v -e '^BIN=' -e '^B=' -e '^TT=' | tr '\n' ' ') $b bench --gpu \
-        -m /tmp/gemma2-2b-$t.gguf -p ${VARIANTS_P:-0} -n ${VARIANTS_N:-128} -r 3 $nb $tt --json >/tmp/ab.json 2>/dev/null
+        -m /tmp/$vm-$t.gguf -p ${VARIANTS_P:-0} -n ${VARIANTS_N:-128} -r 3 $nb $tt --json >/tmp/ab.json 2>/dev/null
       python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(sys.argv[2], sys.argv[3], ' '.join(f'{k} {v[\"median\"]:.1f}' for k,v in r.items() if k[:2] in ('tg','pp')), 'tok/s, ttft', r['ttft_ms']['median'], 'ms')" /tmp/ab.json "$t" "$v"
     done
   done

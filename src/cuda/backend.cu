@@ -129,13 +129,6 @@ struct pb_cu_model {
     // no L1 prefetch of k / v): diagnostics and A/B runs
     int adiag;
     int pf_spb;   // PB_CUDA_PF_SPB: key splits a prompt-path attention block takes in turn (1-16; default 4)
-    // PB_CUDA_L2PF=mask (Gemma 1-3's token step with the cluster attention): weights a later kernel reads, asked into
-    // L2 early (l2pf) by the latency-bound kernels, during which the DRAM would idle: 1 the attention asks for o, gate
-    // and up; 2 the attention also for down; 32 the add + norm after o asks for down (where 2 is not set); 64 the
-    // add + norm after down asks for the next layer's q/k/v. The mat-vecs ask for nothing: a prefetch in k_mv moved
-    // ptxas's register choice for it even with the switch off.
-    int l2pf;
-    unsigned l2pf_piece; // PB_CUDA_L2PF_PIECE=bytes: the size of one prefetch instruction's range (default 32 KiB)
     int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention (token step and prompt path) sized for 8 query heads (A/B)
     int n_sm;     // multiprocessors of device 0
     int smem_optin; // the most dynamic shared memory a block may opt into (k_pf_mma's attribute, set to this alone)
@@ -554,10 +547,6 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         const char *sp = getenv("PB_CUDA_PF_SPB");
         g->pf_spb = sp ? atoi(sp) : 4;
         if (g->pf_spb < 1 || g->pf_spb > 16) g->pf_spb = 4;
-        const char *l2 = getenv("PB_CUDA_L2PF");
-        g->l2pf = l2 ? atoi(l2) & 99 : 0;
-        const char *l2p = getenv("PB_CUDA_L2PF_PIECE");
-        g->l2pf_piece = l2p && atoi(l2p) >= 256 && atoi(l2p) <= (1 << 24) ? (unsigned)atoi(l2p) / 16 * 16 : 32768;
     }
     set_ahead(g);
     g->hp.layers = NULL;
@@ -583,17 +572,6 @@ extern "C" const char *pb_cu_device_name(const pb_cu_model *g) { return g ? g->n
 struct qout {
     int8_t *q0, *qK;
     float *d0, *dK;
-};
-
-// Byte ranges of weights that later kernels of the step read, which a kernel asks the L2 to fetch before its own
-// wait (PB_CUDA_L2PF, pb_cu_model.l2pf): the attention and the one-block norms leave the DRAM idle while the weight
-// streams wait on them. Values are never touched: the same bits whatever is prefetched.
-#define L2PF_N 8
-struct l2pf {
-    const char *p[L2PF_N]; // 16-byte aligned (cudaMalloc's arrays)
-    unsigned n[L2PF_N];    // bytes, multiples of 16
-    int k;                 // ranges in use
-    unsigned piece;        // bytes a cp.async.bulk.prefetch (a multiple of 16; PB_CUDA_L2PF_PIECE, default 32 KiB)
 };
 
 struct mv_args {
@@ -637,23 +615,6 @@ static __device__ void norm_tail(const mv_args &a);
 // writes activations, so each one still ends after the one before it).
 static __device__ __forceinline__ void pdl_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
-// Thread id of nt threads issues its share of f's pieces (f.piece bytes each, numbered over the ranges in turn:
-// piece i goes to thread i % nt) as bulk L2 prefetches (sm_90's TMA: one instruction a piece).
-static __device__ __forceinline__ void l2_prefetch(const l2pf &f, int id, int nt) {
-    int base = 0;
-#pragma unroll
-    for (int r = 0; r < L2PF_N; r++) { // unrolled: the ranges are read from the parameters, not copied to the stack
-        if (r >= f.k) break;
-        const unsigned n = f.n[r];
-        const int np = (int)((n + f.piece - 1) / f.piece);
-        for (int i = ((id - base) % nt + nt) % nt; i < np; i += nt) {
-            const unsigned off = (unsigned)i * f.piece, sz = min(f.piece, n - off);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(f.p[r] + off), "r"(sz));
-        }
-        base += np;
-    }
-}
 
 // Weight bytes of one row into L2, one request a 32-byte sector, by the row's sw lanes (weights are never written:
 // safe before pdl_wait). Requests without registers: the loop's later units then find L2 instead of waiting a
@@ -1154,12 +1115,11 @@ static __device__ void norm_tail(const mv_args &a) {
 // below (the same bits). The norm weights never change: they are requested before the wait (2026-12-05: their
 // DRAM round trip off the step's chain; the weight streams of the mat-vecs evict them from L2 every token).
 __global__ void k_add_norm(float *x, const float *o, const float *post_w, const float *next_w, float *xn, int d,
-                           float eps, const qout qo, const l2pf l2) {
+                           float eps, const qout qo) {
     __shared__ double sh[32];
     __shared__ float xs[NORM_NPT * 1024];
     pdl_start();
     const int t = threadIdx.x, bd = blockDim.x;
-    if (l2.k) l2_prefetch(l2, t, bd); // weights of the next mat-vecs (PB_CUDA_L2PF)
     if (d <= NORM_NPT * bd) {
         float ov[NORM_NPT], xv[NORM_NPT], pw[NORM_NPT], nw[NORM_NPT];
 #pragma unroll
@@ -1670,7 +1630,7 @@ template <int EPL, int REP, int P>
 __global__ void __launch_bounds__(128 * P)
     k_attn_cl(const float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn,
               const float *kn, const float *inv, float eps, const int *params, int n_rep, int hd, int cap, int ring,
-              int window, float scale, float softcap, float *att, const qout qo, int S, int dbg, const l2pf l2) {
+              int window, float scale, float softcap, float *att, const qout qo, int S, int dbg) {
     __shared__ float sm[P][4][REP][2 + 32 * EPL];
     __shared__ float qs[REP][32 * EPL], rbuf[32 * EPL], ks[1][32 * EPL];
     __shared__ double rsh[32];
@@ -1678,9 +1638,6 @@ __global__ void __launch_bounds__(128 * P)
     __shared__ float st[P * REP * (2 + 32 * EPL)]; // the splits' states: split j, head r at (j n_rep + r) (hd + 2)
     __shared__ const float *sp[MAX_SPLITS];       // the merging block's view of split s's states (its head's row)
     pdl_start();
-    if (l2.k) // the weights after it (o, gate, up, down) into L2 while the DRAM would idle (PB_CUDA_L2PF)
-        l2_prefetch(l2, (int)(blockIdx.y * gridDim.x + blockIdx.x) * (int)blockDim.x + (int)threadIdx.x,
-                    (int)(gridDim.x * gridDim.y * blockDim.x));
     cg::cluster_group cl = cg::this_cluster();
     const int g = blockIdx.x, c = (int)cl.block_rank(), lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int j = w >> 2, wl = w & 3, s = c * P + j; // this warp's split and its warp index in it
@@ -1754,7 +1711,7 @@ __global__ void __launch_bounds__(128 * P)
 
 typedef void (*attn_cl_fn)(const float *, const float *, const float *, __half *, __half *, const float *,
                            const float *, const float *, float, const int *, int, int, int, int, int, float, float,
-                           float *, const qout, int, int, const l2pf);
+                           float *, const qout, int, int);
 
 // k_attn_cl's form for n_rep query heads a kv head and P splits a block (NULL: none instantiated).
 static attn_cl_fn attn_cl_kernel(int n_rep, int P) {
@@ -1776,10 +1733,11 @@ static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd) {
     const char *e = getenv("PB_CUDA_CL");
     const int want = e ? atoi(e) : -1;
     if (want == 0 || g->g4 || g->arep_max || n_rep > 4 || hd > 32 * MAX_EPL) return 0;
-    // a model with a q / k norm (Gemma 3): one split a block until rope_head<128>'s bits have run on a GPU
-    // (PB_CUDA_CL_QK=1: the forms of several splits for it too, to run the parity tests on them)
+    // a model with a q / k norm (Gemma 3) takes the forms of several splits a block too since their parity run
+    // (2026-12-06, H100: rope_head<128> / rms_factor<128> at 32 splits on the tiny-gqa2 files, 2,491 / 0);
+    // PB_CUDA_CL_QK=0 keeps it to one split a block (A/B)
     const char *qe = getenv("PB_CUDA_CL_QK");
-    const bool qk = (g->layers[0].q_norm || g->layers[0].k_norm) && !(qe && atoi(qe) == 1);
+    const bool qk = (g->layers[0].q_norm || g->layers[0].k_norm) && qe && atoi(qe) == 0;
     const cudaError_t before = cudaPeekAtLastError(); // an earlier error stays for its own check
     for (int C = 16; C >= 8; C /= 2) {
         const int p = S / C;
@@ -2226,29 +2184,17 @@ static bool ffn_args(const pb_cu_ctx *c, const pb_cu_layer_d *L, int F, mv_args 
     return qfuse;
 }
 
-// Appends matrix m's arrays (its quants and block scales) to f's prefetch ranges (what does not fit L2PF_N is left).
-static void l2pf_mat(l2pf *f, const dmat &m, unsigned piece) {
-    f->piece = piece;
-    const uint8_t *p[2] = {m.q, m.m};
-    const size_t n[2] = {m.qrow * (size_t)m.N, m.mrow * (size_t)m.N};
-    for (int i = 0; i < 2; i++)
-        if (p[i] && n[i] >= 16 && f->k < L2PF_N) {
-            f->p[f->k] = (const char *)p[i];
-            f->n[f->k++] = (unsigned)((n[i] < 0xFFFFFFF0u ? n[i] : 0xFFFFFFF0u) & ~(size_t)15);
-        }
-}
-
 // The mat-vec m (one matrix, into c->o), then x += [RMSNorm(o; post_w)] o and xn = RMSNorm(x; next_w) with xn's int8
 // forms: as k_add_norm after it, or in the mat-vec's last block (mv_args.nx) where PB_CUDA_FUSE=1.
 // mvbit: the mat-vec's bit of pb_cu_model.skip (a diagnostic; 0 for Gemma 4's step).
 static void add_norm(pb_cu_ctx *c, mv_args m, const float *post_w, const float *next_w, int nt, cudaStream_t s,
-                     int mvbit = 0, const l2pf &l2 = l2pf{}) {
+                     int mvbit = 0) {
     const pb_cu_model *g = c->g;
     if (!g->fuse) {
         if (!(g->skip & mvbit)) launch_mv(m, c->up, s);
         if (!(mvbit && (g->skip & 1)))
             launch_k(g->pdl != 0, k_add_norm, 1, nt, s, c->x, (const float *)c->o, post_w, next_w, c->xn, g->hp.n_embd,
-                     g->hp.norm_eps, qout_of(c), l2);
+                     g->hp.norm_eps, qout_of(c));
         return;
     }
     m.nx = c->x;
@@ -2384,15 +2330,6 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         a.y[2] = c->v;
         a.n_mat = 3;
         if (!(g->skip & 4)) launch_mv(a, c->up, s);
-        // PB_CUDA_L2PF: the weights after the attention, asked into L2 by the kernels before them (the same bits)
-        l2pf pf_at = {}, pf_n1 = {}, pf_n2 = {};
-        const unsigned pc = g->l2pf_piece;
-        if (g->l2pf & 1) l2pf_mat(&pf_at, L->wo, pc), l2pf_mat(&pf_at, L->gate, pc), l2pf_mat(&pf_at, L->up, pc);
-        if (g->l2pf & 34) l2pf_mat((g->l2pf & 2) ? &pf_at : &pf_n1, L->down, pc);
-        if (il + 1 < hp->n_layer && (g->l2pf & 64)) {
-            const pb_cu_layer_d *Ln = &g->layers[il + 1];
-            l2pf_mat(&pf_n2, Ln->wq, pc), l2pf_mat(&pf_n2, Ln->wk, pc), l2pf_mat(&pf_n2, Ln->wv, pc);
-        }
         const int ring = L->swa ? 1 : 0; /* slot = pos % cap (cap = min(window, n_ctx)), as the host cache */
         // the merge (in k_attn's last block of each kv head) quantizes att itself where each head holds whole
         // q8_0 / q8_K blocks (Gemma 2/3: head_dim 256)
@@ -2408,7 +2345,7 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                       (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
                       (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, (const int *)c->params, n_rep,
                       hd, c->cap[il], ring, L->swa ? hp->sliding_window : 0, hp->query_scale, hp->attn_softcap,
-                      c->att, mq, c->S, g->adiag, pf_at);
+                      c->att, mq, c->S, g->adiag);
         } else {
             void (*ka)(const float *, const float *, const float *, __half *, __half *, const float *, const float *,
                        const float *, float, float *, const int *, int, int, int, int, int, float, float, float *,
@@ -2423,13 +2360,13 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
                      c->att, mq, c->acnt, 0, g->adiag);
         }
         if (!fuse) launch_quant(c, c->att, H * hd, s);
-        add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8, pf_n1);
+        add_norm(c, mv1(c, L->wo, c->o, c->att), L->post_attn_norm, L->ffn_norm, nt, s, 8);
         mv_args gu, dn;
         const bool qfuse = ffn_args(c, L, hp->n_ff, &gu, &dn);
         if (!(g->skip & 16)) launch_mv(gu, c->up, s);
         if (!qfuse) launch_quant(c, c->gate, hp->n_ff, s);
         const float *next = il + 1 < hp->n_layer ? g->layers[il + 1].attn_norm : g->output_norm;
-        add_norm(c, dn, L->post_ffw_norm, next, nt, s, 32, pf_n2);
+        add_norm(c, dn, L->post_ffw_norm, next, nt, s, 32);
     }
     if (with_output && !(g->skip & 64)) {
         mv_args a = mv1(c, g->output, c->logits, c->xn);

@@ -11,6 +11,11 @@
  *     read with pb_last_error() (valid until the next failing call on the same thread).
  *   - The library never prints and never calls exit(). Logging, if wanted, goes to pb_set_log().
  *   - Destroyers (_close/_free) accept NULL.
+ *   - Misuse never crashes, prints or exits: a NULL handle, out pointer, buffer or string, a negative or
+ *     out-of-range count, size, id or enum gives PB_ERR_INVALID_ARG (or the fitting code) with a
+ *     pb_last_error() naming the function and the argument ("pb_session_prefill: ids is NULL with n 3").
+ *     Getters given NULL return 0 (counts, sizes), -1 (token ids), NULL (pointers), false; void calls given
+ *     a NULL handle or out pointer do nothing (an out struct with a NULL handle is zeroed). docs/API.md, "Misuse".
  *   - A pb_model is immutable after open and may be shared by any number of sessions and threads.
  *     A pb_session is used by one thread at a time, except pb_session_cancel(), callable from any.
  *   - Tokens are int32_t, byte sizes size_t, element counts int64_t.
@@ -109,7 +114,8 @@ pb_model_params pb_model_default_params(void);
  * (how pocketbrain writes files) is safe: the open model keeps the old file. Truncating or rewriting it
  * IN PLACE while open is not: the next read of a dropped page raises SIGBUS and the process ends (never
  * a silently wrong answer; the CLI prints why). use_mmap false reads the whole file at open and is
- * immune. tests/test_model_truncate.c checks all three. */
+ * immune. tests/test_model_truncate.c checks all three. params NULL: defaults; n_threads outside 0..256 or gpu
+ * other than -1 / 0 / 1: PB_ERR_INVALID_ARG. */
 pb_status pb_model_open(const char *path, const pb_model_params *params, pb_model **out);
 void pb_model_close(pb_model *m);
 
@@ -185,7 +191,8 @@ typedef enum pb_tokenize_flags {
 
 /* Tokenizes len bytes of text into ids[cap]. *n_out gets the number of tokens; when it exceeds cap,
  * returns PB_ERR_INVALID_ARG and *n_out says how many are needed. Invalid UTF-8 is encoded byte by
- * byte through byte-fallback tokens (never dropped). Thread-safe. */
+ * byte through byte-fallback tokens (never dropped). flags: pb_tokenize_flags; any other bit is
+ * PB_ERR_INVALID_ARG (never ignored). Thread-safe. */
 pb_status pb_tokenize(const pb_vocab *v, const char *text, size_t len, int flags, int32_t *ids, int64_t cap,
                       int64_t *n_out);
 
@@ -307,7 +314,8 @@ typedef struct pb_batch pb_batch;
  * buffer of a step (forward scratch for max_sessions tokens, their logits) is allocated here, never per token.
  * Errors: PB_ERR_INVALID_ARG (NULL, max_sessions out of range), PB_ERR_NOMEM. */
 pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out);
-/* Frees a batch no session uses any more (freeing one that sessions still use is a bug: it aborts). */
+/* Frees a batch no session uses any more. Freeing one that sessions still use is a bug, but survived: the batch
+ * stays theirs (they keep decoding) and the last of them to be freed frees it; a warning goes to pb_set_log. */
 void pb_batch_free(pb_batch *b);
 
 typedef struct pb_batch_stats {
@@ -368,7 +376,8 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
 void pb_session_free(pb_session *s);
 
 /* Feeds tokens at the end of the session's context (they are not sampled). All or nothing with
- * PB_CTX_ERROR: PB_ERR_CONTEXT_FULL when they do not fit, before anything is fed. On PB_ERR_CANCELLED
+ * PB_CTX_ERROR: PB_ERR_CONTEXT_FULL when they do not fit, before anything is fed. An id outside the
+ * vocabulary: PB_ERR_INVALID_ARG before anything changes (no shift, the pending token not fed). On PB_ERR_CANCELLED
  * the tokens of the chunks already processed stay in the context (pb_session_n_past tells). */
 pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n);
 /* Logits of the last position fed (n_vocab floats, owned by the session, valid until the next call). */
@@ -387,7 +396,8 @@ const int32_t *pb_session_tokens(const pb_session *s, int64_t *n);
  * re-prefilled (so this may take time, and may return PB_ERR_CANCELLED). */
 pb_status pb_session_truncate(pb_session *s, int64_t n);
 /* Keeps the longest common prefix of the context and ids[0..n) and drops the rest of the context;
- * *n_kept = how many leading ids are already in the context (feed ids + *n_kept next). */
+ * *n_kept = how many leading ids are already in the context (feed ids + *n_kept next). n < 0:
+ * PB_ERR_INVALID_ARG, the context kept. */
 pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, int64_t *n_kept);
 /* Thread-safe and async-signal-safe: asks the running prefill/generate/chat to stop soon with
  * PB_ERR_CANCELLED. Each call that starts work clears a cancel left from before. */
@@ -468,7 +478,7 @@ typedef struct pb_session_totals {
     int64_t n_shifts;      /* context shifts */
     int n_calls;           /* generate/chat calls */
 } pb_session_totals;
-void pb_session_get_totals(const pb_session *s, pb_session_totals *out);
+void pb_session_get_totals(const pb_session *s, pb_session_totals *out); /* s NULL: zeros; out NULL: nothing */
 
 /* State save/restore: the conversation (tokens, chat turns, the pending token) and the KV cache,
  * bound to the model's fingerprint. File layout: a versioned header (magic "PBSESSN1", version,
@@ -500,7 +510,8 @@ typedef struct pb_thermal_state {
     char source[256];    /* the file read ("auto": the hottest zone at the last reading) */
 } pb_thermal_state;
 
-/* Safe to call from any thread while the session generates (fields are read atomically one by one). */
+/* Safe to call from any thread while the session generates (fields are read atomically one by one).
+ * s NULL: zeros; out NULL: nothing. */
 void pb_session_thermal(const pb_session *s, pb_thermal_state *out);
 
 /* ---- memory ---------------------------------------------------------------------------------- */
@@ -518,7 +529,8 @@ typedef struct pb_mem_estimate {
  * weights are touched): weights = tensor bytes; kv = K and V for n_ctx positions (sliding-window
  * layers: the window only) in the KV type; scratch = forward buffers for n_batch tokens, logits and
  * the sampler. available = mem_limit when > 0, else pb_mem_available() (MemAvailable and cgroup
- * v1/v2 limits). params may be NULL (defaults). */
+ * v1/v2 limits). params may be NULL (defaults); a negative n_ctx / n_batch or an unknown kv_type is
+ * PB_ERR_INVALID_ARG, as pb_session_new refuses it. */
 pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params, size_t mem_limit,
                              pb_mem_estimate *out);
 

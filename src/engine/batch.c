@@ -28,6 +28,7 @@ struct pb_batch {
     pthread_cond_t lead; /* the forming step's leader: an arrival, a member ending its loop, the running step's end */
     pthread_cond_t done; /* members: the result of their step is in */
     int n_members;       /* sessions created with this batch */
+    bool orphaned;       /* pb_batch_free came while sessions still used it: the last of them to leave frees it */
     int n_decoding;      /* of them, inside their sampling loop */
     pb_session **group;  /* [max] the forming step, in order of arrival: group[0] leads it */
     int n_group;
@@ -47,11 +48,11 @@ static void lock(const pb_batch *b) { pthread_mutex_lock((pthread_mutex_t *)&b->
 static void unlock(const pb_batch *b) { pthread_mutex_unlock((pthread_mutex_t *)&b->mu); }
 
 pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out) {
-    if (!out) return pb_error(PB_ERR_INVALID_ARG, "batch: out is NULL");
+    if (!out) return pb_error(PB_ERR_INVALID_ARG, "pb_batch_new: out is NULL");
     *out = NULL;
-    if (!m) return pb_error(PB_ERR_INVALID_ARG, "batch: model is NULL");
+    if (!m) return pb_error(PB_ERR_INVALID_ARG, "pb_batch_new: model is NULL");
     if (max_sessions < 1 || max_sessions > PB_BATCH_MAX_SESSIONS)
-        return pb_error(PB_ERR_INVALID_ARG, "batch: max_sessions %d out of range (1..%d)", max_sessions,
+        return pb_error(PB_ERR_INVALID_ARG, "pb_batch_new: max_sessions %d out of range (1..%d)", max_sessions,
                         PB_BATCH_MAX_SESSIONS);
     pb_batch *b = pb_calloc(1, sizeof *b);
     if (!b) return pb_error(PB_ERR_NOMEM, "batch: out of memory");
@@ -89,15 +90,27 @@ pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out) {
     return PB_OK;
 }
 
-void pb_batch_free(pb_batch *b) {
-    if (!b) return;
-    PB_ASSERT(b->n_members == 0); /* the batch must outlive its sessions */
+static void batch_destroy(pb_batch *b) {
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->lead);
     pthread_cond_destroy(&b->done);
     pb_forward_ctx_free(b->fc);
     free(b->group), free(b->run), free(b->kvs), free(b->toks), free(b->top), free(b->logits);
     free(b);
+}
+
+void pb_batch_free(pb_batch *b) {
+    if (!b) return;
+    /* The batch must outlive its sessions. Freed too early (an app's teardown in the wrong order), it is not pulled
+     * from under them, nor is the process aborted: it stays theirs and the last of them to leave frees it. */
+    lock(b);
+    int n = b->n_members;
+    if (n > 0) b->orphaned = true;
+    unlock(b);
+    if (n == 0)
+        batch_destroy(b);
+    else
+        pb_log(2, "pb_batch_free: %d sessions still use the batch; it is freed with the last of them", n);
 }
 
 void pb_batch_get_stats(const pb_batch *b, pb_batch_stats *out) {
@@ -151,8 +164,10 @@ void pb_engine_batch_leave(pb_session *s) {
     if (!b) return;
     lock(b);
     b->n_members--;
+    bool last = b->orphaned && b->n_members == 0;
     unlock(b);
     s->batch = NULL;
+    if (last) batch_destroy(b); /* pb_batch_free was called before this session was freed */
 }
 
 void pb_engine_batch_begin(pb_session *s) {

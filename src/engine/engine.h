@@ -165,12 +165,16 @@ void pb_engine_batch_end(pb_session *s);
  * afterwards as pb_engine_feed_pending. */
 pb_status pb_engine_batch_feed(pb_session *s);
 
+/* PB_ERR_INVALID_ARG "<fn>: token .. at index .. is outside the vocabulary" unless every id is in 0..n_vocab-1. The
+ * public calls check their ids with it before anything changes (a shift, the pending token); feed checks again. */
+pb_status pb_engine_check_ids(const pb_session *s, const char *fn, const int32_t *ids, int64_t n);
 /* Feeds n ids (n_past + n <= n_ctx is the caller's duty) in n_batch chunks. *counter += tokens fed. */
 pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *counter);
 /* Feeds the pending token, if any (room must exist). */
 pb_status pb_engine_feed_pending(pb_session *s, int64_t *counter);
 /* Makes room for need more tokens: nothing (fits), PB_ERR_CONTEXT_FULL (policy error), or a shift that
- * drops whole old turns (never tokens at or after protect). stats may be NULL. */
+ * drops whole old turns (never tokens at or after protect). stats may be NULL. need <= n_ctx is the caller's
+ * duty (the public calls refuse more first), so the sums here cannot overflow. */
 pb_status pb_engine_make_room(pb_session *s, int64_t need, int64_t protect, pb_gen_stats *stats);
 /* Forgets turn records that are no longer wholly inside the context. */
 void pb_engine_fix_turns(pb_session *s);

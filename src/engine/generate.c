@@ -22,7 +22,7 @@ const char *pb_stop_reason_name(int reason) {
 }
 
 pb_status pb_gen_params_check(const pb_gen_params *gp, int32_t n_vocab) {
-    if (!gp) return pb_error(PB_ERR_INVALID_ARG, "generate: params is NULL");
+    if (!gp) return pb_error(PB_ERR_INVALID_ARG, "pb_gen_params_check: params is NULL");
     if (gp->max_tokens < 0) return pb_error(PB_ERR_INVALID_ARG, "generate: max_tokens %d is negative", gp->max_tokens);
     if (gp->n_stop_tokens < 0 || (gp->n_stop_tokens > 0 && !gp->stop_tokens))
         return pb_error(PB_ERR_INVALID_ARG, "generate: n_stop_tokens %d without stop_tokens", gp->n_stop_tokens);
@@ -154,9 +154,17 @@ pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_pr
     pb_gen_stats local, *st = stats ? stats : &local;
     memset(st, 0, sizeof *st);
     st->stop_reason = PB_STOP_ERROR;
-    if (!s || n_prompt < 0 || (n_prompt > 0 && !prompt))
-        return pb_error(PB_ERR_INVALID_ARG, "generate: bad session or prompt");
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: session is NULL");
+    if (n_prompt < 0)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: n_prompt %lld is negative", (long long)n_prompt);
+    if (n_prompt > 0 && !prompt)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: prompt is NULL with n_prompt %lld",
+                        (long long)n_prompt);
+    if (!params) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: params is NULL");
+    if (n_prompt > s->n_ctx) /* before reading prompt[]: n_prompt may be anything */
+        return pb_error(PB_ERR_CONTEXT_FULL, "context full: %lld new tokens > n_ctx %d", (long long)n_prompt, s->n_ctx);
     pb_status status = check_gen(s, params);
+    if (status == PB_OK) status = pb_engine_check_ids(s, "pb_session_generate", prompt, n_prompt);
     if (status != PB_OK) return status;
     double t0 = pb_time_ms();
     begin(s, st);
@@ -202,7 +210,9 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
     pb_gen_stats local, *st = stats ? stats : &local;
     memset(st, 0, sizeof *st);
     st->stop_reason = PB_STOP_ERROR;
-    if (!s || !user_text) return pb_error(PB_ERR_INVALID_ARG, "chat: session or user text is NULL");
+    if (!s || !user_text)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_chat: %s is NULL", !s ? "session" : "user_text");
+    if (!params) return pb_error(PB_ERR_INVALID_ARG, "pb_session_chat: params is NULL");
     pb_status status = check_gen(s, params);
     if (status != PB_OK) return status;
     if (s->sot < 0 || s->eot < 0)

@@ -117,16 +117,27 @@ static pb_status open_header(const char *path, pb_gguf **g, pb_hparams *hp, size
     return PB_OK;
 }
 
+/* What pb_session_new would refuse before it reads the model (n_ctx against the model: resolve()). */
+static pb_status check_params(const char *fn, const pb_session_params *p) {
+    if (p->n_ctx < 0) return pb_error(PB_ERR_INVALID_ARG, "%s: n_ctx %d is negative", fn, p->n_ctx);
+    if (p->n_batch < 0) return pb_error(PB_ERR_INVALID_ARG, "%s: n_batch %d is negative", fn, p->n_batch);
+    if (p->kv_type != PB_KV_F16 && p->kv_type != PB_KV_Q8_0 && p->kv_type != PB_KV_F32)
+        return pb_error(PB_ERR_INVALID_ARG, "%s: unknown kv_type %d", fn, (int)p->kv_type);
+    return PB_OK;
+}
+
 pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params, size_t mem_limit,
                              pb_mem_estimate *out) {
-    if (!model_path || !out) return pb_error(PB_ERR_INVALID_ARG, "estimate: model path or out is NULL");
+    if (!model_path || !out)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_estimate_memory: %s is NULL", !out ? "out" : "model_path");
     memset(out, 0, sizeof *out);
     pb_session_params p = params ? *params : pb_session_default_params();
-    if (p.n_ctx < 0 || p.n_batch < 0) return pb_error(PB_ERR_INVALID_ARG, "estimate: negative n_ctx or n_batch");
+    pb_status st = check_params("pb_estimate_memory", &p);
+    if (st != PB_OK) return st;
     pb_gguf *g;
     pb_hparams hp;
     size_t weights;
-    pb_status st = open_header(model_path, &g, &hp, &weights);
+    st = open_header(model_path, &g, &hp, &weights);
     if (st != PB_OK) return st;
     int n_ctx, n_batch;
     pb_gguf_close(g);
@@ -139,13 +150,16 @@ static const char *kv_name(pb_kv_type t) { return t == PB_KV_Q8_0 ? "q8_0" : t =
 
 pb_status pb_session_admit(const char *model_path, pb_session_params *params, size_t mem_limit, bool fit,
                            pb_mem_estimate *out) {
-    if (!model_path || !params) return pb_error(PB_ERR_INVALID_ARG, "admit: model path or params is NULL");
+    if (!model_path || !params)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_admit: %s is NULL", !params ? "params" : "model_path");
     pb_mem_estimate local, *e = out ? out : &local;
     memset(e, 0, sizeof *e);
+    pb_status st = check_params("pb_session_admit", params);
+    if (st != PB_OK) return st;
     pb_gguf *g;
     pb_hparams hp;
     size_t weights;
-    pb_status st = open_header(model_path, &g, &hp, &weights);
+    st = open_header(model_path, &g, &hp, &weights);
     if (st != PB_OK) return st;
     pb_gguf_close(g);
     size_t avail = mem_limit > 0 ? mem_limit : pb_mem_available();

@@ -26,9 +26,9 @@ pb_session_params pb_session_default_params(void) {
 static int32_t find_special(const pb_vocab *v, const char *text) { return pb_vocab_find(v, text, strlen(text)); }
 
 pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_session **out) {
-    if (!out) return pb_error(PB_ERR_INVALID_ARG, "session: out is NULL");
+    if (!out) return pb_error(PB_ERR_INVALID_ARG, "pb_session_new: out is NULL");
     *out = NULL;
-    if (!m) return pb_error(PB_ERR_INVALID_ARG, "session: model is NULL");
+    if (!m) return pb_error(PB_ERR_INVALID_ARG, "pb_session_new: model is NULL");
     pb_session_params p = params ? *params : pb_session_default_params();
     const pb_hparams *hp = pb_model_hparams(m);
     int n_ctx;
@@ -118,15 +118,20 @@ void pb_session_free(pb_session *s) {
 
 /* ---- feeding --------------------------------------------------------------------------------- */
 
+pb_status pb_engine_check_ids(const pb_session *s, const char *fn, const int32_t *ids, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return pb_error(PB_ERR_INVALID_ARG, "%s: token %d at index %lld is outside the vocabulary (0..%d)", fn,
+                            (int)ids[i], (long long)i, (int)s->n_vocab - 1);
+    return PB_OK;
+}
+
 pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *counter) {
     PB_ASSERT(s->n_past + n <= s->n_ctx);
     if (pb_kv_n_past(s->kv) != s->n_past)
         return pb_error(PB_ERR_INTERNAL, "session: KV holds %d positions, the session %lld (reset the session)",
                         pb_kv_n_past(s->kv), (long long)s->n_past);
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= s->n_vocab)
-            return pb_error(PB_ERR_INVALID_ARG, "session: token %d at index %lld is outside the vocabulary (0..%d)",
-                            (int)ids[i], (long long)i, (int)s->n_vocab - 1);
+    if (pb_engine_check_ids(s, "session", ids, n) != PB_OK) return PB_ERR_INVALID_ARG;
     int64_t done = 0;
     while (done < n) {
         if (__atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE))
@@ -233,9 +238,11 @@ pb_status pb_engine_refresh_logits(pb_session *s) {
 }
 
 pb_status pb_session_truncate(pb_session *s, int64_t n) {
-    if (!s || n < 0 || n > s->n_past)
-        return pb_error(PB_ERR_INVALID_ARG, "session: cannot truncate to %lld tokens (context holds %lld)",
-                        (long long)n, s ? (long long)s->n_past : 0LL);
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_truncate: session is NULL");
+    if (n < 0 || n > s->n_past)
+        return pb_error(PB_ERR_INVALID_ARG,
+                        "pb_session_truncate: n %lld is outside 0..%lld (the tokens in the context)", (long long)n,
+                        (long long)s->n_past);
     __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
     if (n == 0) {
         memset(&s->totals, 0, sizeof s->totals);
@@ -247,7 +254,12 @@ pb_status pb_session_truncate(pb_session *s, int64_t n) {
 }
 
 pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, int64_t *n_kept) {
-    if (!s || (n > 0 && !ids) || !n_kept) return pb_error(PB_ERR_INVALID_ARG, "session: reuse_prefix: bad arguments");
+    if (!s || !n_kept)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_reuse_prefix: %s is NULL", !s ? "session" : "n_kept");
+    if (n < 0) /* not "nothing in common": that would drop the whole context */
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_reuse_prefix: n %lld is negative", (long long)n);
+    if (n > 0 && !ids)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_reuse_prefix: ids is NULL with n %lld", (long long)n);
     int64_t k = 0;
     while (k < n && k < s->n_past && s->tokens[k] == ids[k]) k++;
     /* keep at least one token to re-feed so that fresh logits come out of the remainder */
@@ -275,7 +287,7 @@ static pb_status shift(pb_session *s, int64_t head, int64_t drop_end, pb_gen_sta
     /* turn records: those wholly dropped go, the rest move down by delta */
     int j = 0;
     while (j < s->n_turns && s->turns[j].content < drop_end) j++;
-    memmove(s->turns, s->turns + j, (size_t)(s->n_turns - j) * sizeof *s->turns);
+    if (j > 0) memmove(s->turns, s->turns + j, (size_t)(s->n_turns - j) * sizeof *s->turns); /* none: turns NULL */
     s->n_turns -= j;
     for (int i = 0; i < s->n_turns; i++) {
         s->turns[i].start -= delta;
@@ -320,9 +332,15 @@ pb_status pb_engine_make_room(pb_session *s, int64_t need, int64_t protect, pb_g
 }
 
 pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n) {
-    if (!s || n < 0 || (n > 0 && !ids)) return pb_error(PB_ERR_INVALID_ARG, "session: prefill: bad arguments");
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: session is NULL");
+    if (n < 0) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: n %lld is negative", (long long)n);
+    if (n > 0 && !ids) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: ids is NULL with n %lld", (long long)n);
+    if (n > s->n_ctx) /* before reading ids[]: n may be anything */
+        return pb_error(PB_ERR_CONTEXT_FULL, "context full: %lld new tokens > n_ctx %d", (long long)n, s->n_ctx);
+    pb_status st = pb_engine_check_ids(s, "pb_session_prefill", ids, n); /* before a shift or the pending token */
+    if (st != PB_OK) return st;
     __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
-    pb_status st = pb_engine_make_room(s, n, s->n_past, NULL);
+    st = pb_engine_make_room(s, n, s->n_past, NULL);
     if (st == PB_OK) st = pb_engine_feed_pending(s, NULL);
     int64_t fed = 0;
     if (st == PB_OK) st = pb_engine_feed(s, ids, n, &fed);
@@ -379,6 +397,7 @@ void pb_session_cancel(pb_session *s) {
 }
 
 void pb_session_get_totals(const pb_session *s, pb_session_totals *out) {
+    if (!out) return;
     if (s)
         *out = s->totals;
     else
@@ -386,6 +405,7 @@ void pb_session_get_totals(const pb_session *s, pb_session_totals *out) {
 }
 
 void pb_session_thermal(const pb_session *s, pb_thermal_state *out) {
+    if (!out) return;
     if (s)
         pb_thermal_get(&s->thermal, out);
     else

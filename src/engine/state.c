@@ -93,16 +93,18 @@ static size_t payload_size(const pb_session *s, size_t kv_bytes) {
 }
 
 pb_status pb_session_state_size(const pb_session *s, size_t *out) {
-    if (!s || !out) return pb_error(PB_ERR_INVALID_ARG, "session state: NULL argument");
+    if (!s || !out) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_size: %s is NULL", !s ? "session" : "out");
     *out = HDR + payload_size(s, pb_kv_state_size(s->kv));
     return PB_OK;
 }
 
 pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, size_t *len_out) {
-    if (!s || (!buf && cap)) return pb_error(PB_ERR_INVALID_ARG, "session state: NULL argument");
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_write: session is NULL");
+    if (!buf && cap) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_write: buf is NULL with cap %zu", cap);
     size_t kv_bytes = pb_kv_state_size(s->kv), need = HDR + payload_size(s, kv_bytes);
     if (len_out) *len_out = need;
-    if (cap < need) return pb_error(PB_ERR_INVALID_ARG, "session state: needs %zu bytes, buffer has %zu", need, cap);
+    if (cap < need)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_write: the state needs %zu bytes, cap is %zu", need, cap);
     pb_model_info info;
     pb_status st = pb_model_get_info(s->model, &info);
     if (st != PB_OK) return st;
@@ -146,7 +148,7 @@ pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, siz
 }
 
 pb_status pb_session_save(const pb_session *s, const char *path) {
-    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "session save: NULL argument");
+    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "pb_session_save: %s is NULL", !s ? "session" : "path");
     size_t n;
     pb_status st = pb_session_state_size(s, &n);
     if (st != PB_OK) return st;
@@ -176,7 +178,8 @@ static const char *kv_name(uint32_t t) {
 }
 
 pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
-    if (!s || (!buf && len)) return pb_error(PB_ERR_INVALID_ARG, "session state: NULL argument");
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_read: session is NULL");
+    if (!buf && len) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_read: buf is NULL with len %zu", len);
     const uint8_t *h = buf;
     if (len < HDR || memcmp(h, MAGIC, 8) != 0)
         return pb_error(PB_ERR_FORMAT, "not a pocketbrain session file (bad magic or shorter than %d bytes)", HDR);
@@ -239,6 +242,9 @@ pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
                             (long long)b);
         prev = b;
     }
+    /* the KV part too (its own header, every layer's rows), so that nothing below fails on the file's bytes */
+    st = pb_kv_state_check(s->kv, kv, kv_bytes, (int)n_past);
+    if (st != PB_OK) return pb_error_prefix(st, "session file KV state rejected: ");
     /* room for the turn list before touching anything */
     if ((int)n_turns > s->cap_turns) {
         pb_turn *t = realloc(s->turns, (size_t)n_turns * sizeof *t);
@@ -275,7 +281,7 @@ pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
 }
 
 pb_status pb_session_load(pb_session *s, const char *path) {
-    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "session load: NULL argument");
+    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "pb_session_load: %s is NULL", !s ? "session" : "path");
     pb_map m;
     pb_status st = pb_map_open(path, true, &m);
     if (st != PB_OK) return st;

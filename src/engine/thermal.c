@@ -43,7 +43,7 @@ pb_status pb_thermal_init(pb_thermal *t, const pb_session_params *p, int n_threa
     atomic_store(&t->source, -1);
     const char *mode = p->thermal;
     if (!mode || !*mode || strcmp(mode, "off") == 0) return PB_OK;
-    if (!(t->warm_c < t->hot_c) || t->hyst_c < 0 || t->pause_cfg_ms < 0 || t->interval_ms < 0)
+    if (!(t->warm_c < t->hot_c) || !(t->hyst_c >= 0) || t->pause_cfg_ms < 0 || t->interval_ms < 0) /* NaN too */
         return pb_error(PB_ERR_INVALID_ARG, "thermal: need warm < hot (%g, %g), hysteresis, pause and interval >= 0",
                         (double)t->warm_c, (double)t->hot_c);
     if (strcmp(mode, "auto") == 0) {

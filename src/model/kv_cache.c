@@ -170,7 +170,7 @@ pb_status pb_kv_state_write(const pb_kv_cache *kv, void *buf, size_t cap, size_t
     return PB_OK;
 }
 
-pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
+pb_status pb_kv_state_check(const pb_kv_cache *kv, const void *buf, size_t len, int n_past) {
     if (!kv || !buf) return pb_error(PB_ERR_INVALID_ARG, "kv: NULL cache or buffer");
     const uint8_t *p = buf, *end = p + len;
     if (len < KV_HDR || memcmp(p, KV_MAGIC, 4) != 0) return pb_error(PB_ERR_FORMAT, "kv: state has no PBKV header");
@@ -182,11 +182,11 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
     if (nl != (uint32_t)kv->n_layer || kd != (uint32_t)kv->kv_dim)
         return pb_error(PB_ERR_MISMATCH, "kv: state shape (%u layers, kv dim %u) differs from the model's (%d, %d)", nl,
                         kd, kv->n_layer, kv->kv_dim);
+    if (n_past >= 0 && np != (uint32_t)n_past)
+        return pb_error(PB_ERR_FORMAT, "kv: state holds %u positions, expected %d", np, n_past);
     if (np > (uint32_t)kv->n_ctx)
         return pb_error(PB_ERR_CONTEXT_FULL, "kv: state holds %u positions, n_ctx is %d", np, kv->n_ctx);
-    p += KV_HDR;
-    /* Validate everything before touching the cache. */
-    const uint8_t *q = p;
+    const uint8_t *q = p + KV_HDR;
     for (int il = 0; il < kv->n_layer; il++) {
         if ((size_t)(end - q) < 8) return pb_error(PB_ERR_FORMAT, "kv: state truncated at layer %d", il);
         uint32_t p0 = get_u32(q), r = get_u32(q + 4);
@@ -200,6 +200,14 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
         q += b;
     }
     if (q != end) return pb_error(PB_ERR_FORMAT, "kv: %zu trailing bytes in state", (size_t)(end - q));
+    return PB_OK;
+}
+
+pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
+    pb_status s = pb_kv_state_check(kv, buf, len, -1); /* everything before touching the cache */
+    if (s != PB_OK) return s;
+    const uint8_t *p = (const uint8_t *)buf + KV_HDR;
+    uint32_t np = get_u32((const uint8_t *)buf + 20);
     for (int il = 0; il < kv->n_layer; il++) {
         uint32_t p0 = get_u32(p), r = get_u32(p + 4);
         p += 8;

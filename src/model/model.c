@@ -819,11 +819,18 @@ static pb_status pack_weights(pb_model *m, const char *path) {
 }
 
 pb_status pb_model_open(const char *path, const pb_model_params *params, pb_model **out) {
-    if (!path || !out) return pb_error(PB_ERR_INVALID_ARG, "model: NULL path or out");
+    if (!out) return pb_error(PB_ERR_INVALID_ARG, "pb_model_open: out is NULL");
     *out = NULL;
+    if (!path) return pb_error(PB_ERR_INVALID_ARG, "pb_model_open: path is NULL");
+    const pb_model_params p = params ? *params : pb_model_default_params();
+    if (p.n_threads < 0 || p.n_threads > 256) /* a session's pool takes at most 256 */
+        return pb_error(PB_ERR_INVALID_ARG, "pb_model_open: n_threads %d out of range (0..256)", p.n_threads);
+    if (p.gpu < -1 || p.gpu > 1)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_model_open: gpu %d is not -1 (auto), 0 (CPU) or 1 (GPU required)",
+                        p.gpu);
     pb_model *m = pb_calloc(1, sizeof *m);
     if (!m) return PB_ERR_NOMEM;
-    m->params = params ? *params : pb_model_default_params();
+    m->params = p;
     pb_status s = pb_map_open(path, m->params.use_mmap, &m->map);
     if (s) {
         free(m);
@@ -903,7 +910,7 @@ void pb_model_pack_cache_wait(pb_model *m) {
 }
 
 pb_status pb_model_get_info(const pb_model *m, pb_model_info *out) {
-    if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "model: NULL model or info");
+    if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "pb_model_get_info: %s is NULL", m ? "out" : "model");
     *out = m->info;
     return PB_OK;
 }

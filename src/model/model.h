@@ -63,9 +63,12 @@ pb_status pb_kv_truncate(pb_kv_cache *kv, int n);
 /* Serialized state (positions + K/V rows actually in use), for session files. Format: "PBKV", version,
  * cache type, n_layer, kv_dim, n_past, then per layer the first position, the row count and the rows.
  * Reading checks everything before touching the cache: PB_ERR_FORMAT (truncated/garbled),
- * PB_ERR_MISMATCH (another cache type or model shape), PB_ERR_CONTEXT_FULL (n_past > this n_ctx). */
+ * PB_ERR_MISMATCH (another cache type or model shape), PB_ERR_CONTEXT_FULL (n_past > this n_ctx).
+ * pb_kv_state_check is that check alone (the cache untouched); with n_past >= 0 the state must hold exactly
+ * n_past positions (PB_ERR_FORMAT otherwise), so a caller can validate a whole file before changing anything. */
 size_t pb_kv_state_size(const pb_kv_cache *kv);
 pb_status pb_kv_state_write(const pb_kv_cache *kv, void *buf, size_t cap, size_t *len_out);
+pb_status pb_kv_state_check(const pb_kv_cache *kv, const void *buf, size_t len, int n_past);
 pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len);
 
 /* ---- forward pass ---- */

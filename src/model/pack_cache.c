@@ -85,13 +85,15 @@ static char *cache_path(const char *dir, const char *model_path) {
 }
 
 pb_status pb_pack_cache_file(const char *dir, const char *model_path, char *buf, size_t cap) {
-    if (!dir || !model_path || !buf) return pb_error(PB_ERR_INVALID_ARG, "pack cache file: NULL argument");
+    if (!dir) return pb_error(PB_ERR_INVALID_ARG, "pb_pack_cache_file: dir is NULL");
+    if (!model_path) return pb_error(PB_ERR_INVALID_ARG, "pb_pack_cache_file: model_path is NULL");
+    if (!buf) return pb_error(PB_ERR_INVALID_ARG, "pb_pack_cache_file: buf is NULL");
     char *p = cache_path(dir, model_path);
     if (!p) return PB_ERR_NOMEM;
     size_t n = strlen(p);
     pb_status st = PB_OK;
     if (n >= cap)
-        st = pb_error(PB_ERR_INVALID_ARG, "pack cache file: %zu bytes do not fit a buffer of %zu", n + 1, cap);
+        st = pb_error(PB_ERR_INVALID_ARG, "pb_pack_cache_file: the name needs %zu bytes, cap is %zu", n + 1, cap);
     else
         memcpy(buf, p, n + 1);
     free(p);

@@ -69,20 +69,20 @@ pb_sampler_params pb_sampler_default_params(void) { return pb_sampler_preset(PB_
 static const char *const preset_names[] = {"precise", "balanced", "creative", "code"};
 
 pb_status pb_preset_from_name(const char *name, pb_preset *out) {
-    for (int i = 0; name && i < 4; i++) {
+    if (!name || !out) return pb_error(PB_ERR_INVALID_ARG, "pb_preset_from_name: %s is NULL", !out ? "out" : "name");
+    for (int i = 0; i < 4; i++) {
         if (strcmp(name, preset_names[i]) == 0) {
             *out = (pb_preset)i;
             return PB_OK;
         }
     }
-    return pb_error(PB_ERR_INVALID_ARG, "unknown preset '%s' (expected precise, balanced, creative or code)",
-                    name ? name : "(null)");
+    return pb_error(PB_ERR_INVALID_ARG, "unknown preset '%s' (expected precise, balanced, creative or code)", name);
 }
 
 const char *pb_preset_name(pb_preset p) { return (unsigned)p < 4 ? preset_names[p] : "?"; }
 
 pb_status pb_sampler_params_check(const pb_sampler_params *p, int32_t n_vocab) {
-    if (!p) return pb_error(PB_ERR_INVALID_ARG, "sampler: params is NULL");
+    if (!p) return pb_error(PB_ERR_INVALID_ARG, "pb_sampler_params_check: params is NULL");
     if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
         return pb_error(PB_ERR_INVALID_ARG, "sampler: temperature %g is outside [0, 100]", (double)p->temperature);
     if (p->top_k < 0) return pb_error(PB_ERR_INVALID_ARG, "sampler: top_k %d is negative", p->top_k);

@@ -141,22 +141,34 @@ static void format(sink *o, const pb_chat_msg *msgs, int n_msgs, bool add_genera
 pb_status pb_chat_format_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
                                char *buf, size_t cap, size_t *len_out) {
     pb_chat_opts opts = {.add_generation_prompt = add_generation_prompt};
-    return pb_chat_format_vocab_opts(v, msgs, n_msgs, &opts, buf, cap, len_out);
+    return pb_chat_format_vocab_opts("pb_chat_format", v, msgs, n_msgs, &opts, buf, cap, len_out);
 }
 
-pb_status pb_chat_format_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
-                                    char *buf, size_t cap, size_t *len_out) {
-    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !len_out || (!buf && cap) || !opts)
-        return pb_error(PB_ERR_INVALID_ARG, "chat: NULL or negative argument");
+/* The arguments both directions share, each named in the error. */
+static pb_status check_args(const char *fn, const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs,
+                            const pb_chat_opts *opts) {
+    if (!v) return pb_error(PB_ERR_INVALID_ARG, "%s: vocab is NULL", fn);
+    if (n_msgs < 0) return pb_error(PB_ERR_INVALID_ARG, "%s: n_msgs %d is negative", fn, n_msgs);
+    if (!msgs && n_msgs) return pb_error(PB_ERR_INVALID_ARG, "%s: msgs is NULL with n_msgs %d", fn, n_msgs);
+    if (!opts) return pb_error(PB_ERR_INVALID_ARG, "%s: opts is NULL", fn);
+    return PB_OK;
+}
+
+pb_status pb_chat_format_vocab_opts(const char *fn, const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs,
+                                    const pb_chat_opts *opts, char *buf, size_t cap, size_t *len_out) {
+    if (!len_out) return pb_error(PB_ERR_INVALID_ARG, "%s: len_out is NULL", fn);
     *len_out = 0;
-    pb_status st = check_msgs(v, msgs, n_msgs, opts->think);
+    pb_status st = check_args(fn, v, msgs, n_msgs, opts);
+    if (st != PB_OK) return st;
+    if (!buf && cap) return pb_error(PB_ERR_INVALID_ARG, "%s: buf is NULL with cap %zu", fn, cap);
+    st = check_msgs(v, msgs, n_msgs, opts->think);
     if (st != PB_OK) return st;
     sink o = {.v = v, .buf = buf, .cap = cap};
     format(&o, msgs, n_msgs, opts->add_generation_prompt, opts->think);
     *len_out = o.n;
     if (o.n >= cap) {
         if (cap) buf[cap - 1] = 0;
-        return pb_error(PB_ERR_INVALID_ARG, "chat: %zu bytes (+ NUL) do not fit in %zu", o.n, cap);
+        return pb_error(PB_ERR_INVALID_ARG, "%s: %zu bytes (+ NUL) do not fit in cap %zu", fn, o.n, cap);
     }
     buf[o.n] = 0;
     return PB_OK;
@@ -165,15 +177,18 @@ pb_status pb_chat_format_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, 
 pb_status pb_chat_tokenize_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
                                  int32_t *ids, int64_t cap, int64_t *n_out) {
     pb_chat_opts opts = {.add_generation_prompt = add_generation_prompt};
-    return pb_chat_tokenize_vocab_opts(v, msgs, n_msgs, &opts, ids, cap, n_out);
+    return pb_chat_tokenize_vocab_opts("pb_chat_tokenize", v, msgs, n_msgs, &opts, ids, cap, n_out);
 }
 
-pb_status pb_chat_tokenize_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
-                                      int32_t *ids, int64_t cap, int64_t *n_out) {
-    if (!v || (!msgs && n_msgs) || n_msgs < 0 || !n_out || cap < 0 || (!ids && cap) || !opts)
-        return pb_error(PB_ERR_INVALID_ARG, "chat: NULL or negative argument");
+pb_status pb_chat_tokenize_vocab_opts(const char *fn, const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs,
+                                      const pb_chat_opts *opts, int32_t *ids, int64_t cap, int64_t *n_out) {
+    if (!n_out) return pb_error(PB_ERR_INVALID_ARG, "%s: n_out is NULL", fn);
     *n_out = 0;
-    pb_status st = check_msgs(v, msgs, n_msgs, opts->think);
+    pb_status st = check_args(fn, v, msgs, n_msgs, opts);
+    if (st != PB_OK) return st;
+    if (cap < 0) return pb_error(PB_ERR_INVALID_ARG, "%s: cap %lld is negative", fn, (long long)cap);
+    if (!ids && cap) return pb_error(PB_ERR_INVALID_ARG, "%s: ids is NULL with cap %lld", fn, (long long)cap);
+    st = check_msgs(v, msgs, n_msgs, opts->think);
     if (st != PB_OK) return st;
     /* text between two markers is at most the longest content + system + role; size it from the total */
     size_t total = 64;
@@ -191,6 +206,7 @@ pb_status pb_chat_tokenize_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs
     *n_out = o.n_ids;
     if (o.st != PB_OK) return o.st;
     if (o.n_ids > cap)
-        return pb_error(PB_ERR_INVALID_ARG, "chat: %lld tokens do not fit in %lld", (long long)o.n_ids, (long long)cap);
+        return pb_error(PB_ERR_INVALID_ARG, "%s: %lld tokens do not fit in cap %lld", fn, (long long)o.n_ids,
+                        (long long)cap);
     return PB_OK;
 }

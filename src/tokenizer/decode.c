@@ -50,16 +50,20 @@ static size_t render_piece(const pb_vocab *v, int32_t id, bool special, char *ou
 
 pb_status pb_detokenize(const pb_vocab *v, const int32_t *ids, int64_t n, bool render_special, char *buf, size_t cap,
                         size_t *len_out) {
-    if (!v || (!ids && n) || n < 0 || !len_out || (!buf && cap))
-        return pb_error(PB_ERR_INVALID_ARG, "detokenize: NULL or negative argument");
+    if (!len_out) return pb_error(PB_ERR_INVALID_ARG, "pb_detokenize: len_out is NULL");
     *len_out = 0;
+    if (!v) return pb_error(PB_ERR_INVALID_ARG, "pb_detokenize: vocab is NULL");
+    if (n < 0) return pb_error(PB_ERR_INVALID_ARG, "pb_detokenize: n %lld is negative", (long long)n);
+    if (!ids && n) return pb_error(PB_ERR_INVALID_ARG, "pb_detokenize: ids is NULL with n %lld", (long long)n);
+    if (!buf && cap) return pb_error(PB_ERR_INVALID_ARG, "pb_detokenize: buf is NULL with cap %zu", cap);
     size_t total = 0;
     char tmp[512];
     for (int64_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= v->n)
-            return pb_error(PB_ERR_INVALID_ARG, "detokenize: id %d at position %lld is outside the vocabulary (0..%d)",
-                            id, (long long)i, v->n - 1);
+            return pb_error(PB_ERR_INVALID_ARG,
+                            "pb_detokenize: id %d at position %lld is outside the vocabulary (0..%d)", id, (long long)i,
+                            v->n - 1);
         size_t plen = pb_vocab_len_(v, id);
         char *dst = total + plen <= cap ? buf + total : NULL;
         char *heap = NULL;
@@ -96,7 +100,9 @@ struct pb_detok_stream {
 };
 
 pb_status pb_detok_stream_new(const pb_vocab *v, pb_detok_stream **out) {
-    if (!v || !out) return pb_error(PB_ERR_INVALID_ARG, "detok_stream: NULL argument");
+    if (!out) return pb_error(PB_ERR_INVALID_ARG, "pb_detok_stream_new: out is NULL");
+    *out = NULL;
+    if (!v) return pb_error(PB_ERR_INVALID_ARG, "pb_detok_stream_new: vocab is NULL");
     pb_detok_stream *s = pb_calloc(1, sizeof *s);
     if (!s) return PB_ERR_NOMEM;
     s->v = v;
@@ -133,12 +139,22 @@ static size_t put_fffd(char *o) {
     return 3;
 }
 
+/* The NULL checks of push and flush, each argument named. */
+static pb_status check_stream_args(const char *fn, const pb_detok_stream *s, const char **out, const size_t *out_len) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "%s: stream is NULL", fn);
+    if (!out) return pb_error(PB_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    if (!out_len) return pb_error(PB_ERR_INVALID_ARG, "%s: out_len is NULL", fn);
+    return PB_OK;
+}
+
 pb_status pb_detok_stream_push(pb_detok_stream *s, int32_t id, const char **out, size_t *out_len) {
-    if (!s || !out || !out_len) return pb_error(PB_ERR_INVALID_ARG, "detok_stream: NULL argument");
+    pb_status st = check_stream_args("pb_detok_stream_push", s, out, out_len);
+    if (st != PB_OK) return st;
     *out = s->out;
     *out_len = 0;
     if (id < 0 || id >= s->v->n)
-        return pb_error(PB_ERR_INVALID_ARG, "detok_stream: id %d is outside the vocabulary (0..%d)", id, s->v->n - 1);
+        return pb_error(PB_ERR_INVALID_ARG, "pb_detok_stream_push: id %d is outside the vocabulary (0..%d)", id,
+                        s->v->n - 1);
     size_t plen = pb_vocab_len_(s->v, id);
     /* worst case: every byte (held + piece) becomes U+FFFD */
     if (!grow(&s->piece, &s->piece_cap, plen + 4) || !grow(&s->out, &s->cap, 3 * (plen + 4)))
@@ -169,7 +185,8 @@ pb_status pb_detok_stream_push(pb_detok_stream *s, int32_t id, const char **out,
 }
 
 pb_status pb_detok_stream_flush(pb_detok_stream *s, const char **out, size_t *out_len) {
-    if (!s || !out || !out_len) return pb_error(PB_ERR_INVALID_ARG, "detok_stream: NULL argument");
+    pb_status st = check_stream_args("pb_detok_stream_flush", s, out, out_len);
+    if (st != PB_OK) return st;
     size_t o = 0;
     for (int i = 0; i < s->n_held; i++) o += put_fffd(s->out + o);
     s->n_held = 0;

@@ -201,11 +201,16 @@ static pb_status encode_fragment(enc *e, const char *text, size_t len, bool spac
 
 pb_status pb_tokenize(const pb_vocab *v, const char *text, size_t len, int flags, int32_t *ids, int64_t cap,
                       int64_t *n_out) {
-    if (!v || (!text && len) || !n_out || cap < 0 || (!ids && cap > 0))
-        return pb_error(PB_ERR_INVALID_ARG, "tokenize: NULL or negative argument");
+    if (!n_out) return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: n_out is NULL");
     *n_out = 0;
+    if (!v) return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: vocab is NULL");
+    if (!text && len) return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: text is NULL with len %zu", len);
+    if (cap < 0) return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: cap %lld is negative", (long long)cap);
+    if (!ids && cap > 0) return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: ids is NULL with cap %lld", (long long)cap);
+    if (flags & ~(PB_TOK_ADD_BOS | PB_TOK_PARSE_SPECIAL | PB_TOK_CHAT_TEXT)) /* a newer caller's flag: not ignored */
+        return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: flags 0x%x has unknown bits", (unsigned)flags);
     if (len > (size_t)INT32_MAX / 4)
-        return pb_error(PB_ERR_INVALID_ARG, "tokenize: text of %zu bytes is too long (max %d)", len, INT32_MAX / 4);
+        return pb_error(PB_ERR_INVALID_ARG, "pb_tokenize: text of %zu bytes is too long (max %d)", len, INT32_MAX / 4);
     enc e = {.v = v, .ids = ids, .cap = cap};
     bool parse_special = (flags & PB_TOK_PARSE_SPECIAL) != 0;
     pb_status st = PB_OK;

@@ -357,8 +357,9 @@ fail:
 }
 
 pb_status pb_vocab_open(const char *gguf_path, pb_vocab **out) {
-    if (!gguf_path || !out) return pb_error(PB_ERR_INVALID_ARG, "vocab: NULL argument");
+    if (!out) return pb_error(PB_ERR_INVALID_ARG, "pb_vocab_open: out is NULL");
     *out = NULL;
+    if (!gguf_path) return pb_error(PB_ERR_INVALID_ARG, "pb_vocab_open: gguf_path is NULL");
     pb_gguf *g;
     pb_status st = pb_gguf_open(gguf_path, &g);
     if (st != PB_OK) return st;

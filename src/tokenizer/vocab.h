@@ -63,11 +63,12 @@ pb_status pb_chat_format_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n
  * text between markers tokenized without PB_TOK_PARSE_SPECIAL. *n_out / cap as in pb_tokenize. */
 pb_status pb_chat_tokenize_vocab(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
                                  int32_t *ids, int64_t cap, int64_t *n_out);
-/* The same with pb_chat_opts (thinking system turn). */
-pb_status pb_chat_format_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
-                                    char *buf, size_t cap, size_t *len_out);
-pb_status pb_chat_tokenize_vocab_opts(const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs, const pb_chat_opts *opts,
-                                      int32_t *ids, int64_t cap, int64_t *n_out);
+/* The same with pb_chat_opts (thinking system turn). fn names the public call in argument errors
+ * ("pb_chat_format_opts: msgs is NULL with n_msgs 2"). */
+pb_status pb_chat_format_vocab_opts(const char *fn, const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs,
+                                    const pb_chat_opts *opts, char *buf, size_t cap, size_t *len_out);
+pb_status pb_chat_tokenize_vocab_opts(const char *fn, const pb_vocab *v, const pb_chat_msg *msgs, int n_msgs,
+                                      const pb_chat_opts *opts, int32_t *ids, int64_t cap, int64_t *n_out);
 /* True when id is one of the chat template's markers (PB_TOK_CHAT_TEXT keeps their text plain). */
 bool pb_vocab_is_chat_marker(const pb_vocab *v, int32_t id);
 

@@ -129,6 +129,15 @@ if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
   if "$BIN" run -m "$BG" -p hi --temp 0 --think --json | tr -d ' \t\n' | grep -q '"text":"AB","thinking":"xy"'; then
     ok "run --think --json: text AB, thinking xy"
   else nok "run --think --json: $("$BIN" run -m "$BG" -p hi --temp 0 --think --json 2>&1 | head -c 200)"; fi
+  # chat: the first turn's thought leaves the context when the second turn starts (its answer's 2 ids re-fed, the
+  # context 5 ids shorter: <|channel> thought\n x y <channel|>); --keep-thinking keeps it
+  printf 'hi\nhi\n/stats\n' | "$BIN" chat -m "$BG" --temp 0 --think >"$T/bc0" 2>&1
+  printf 'hi\nhi\n/stats\n' | "$BIN" chat -m "$BG" --temp 0 --think --keep-thinking >"$T/bc1" 2>&1
+  c0=$(sed -n 's/^context: *\([0-9]*\) .*/\1/p' "$T/bc0"); c1=$(sed -n 's/^context: *\([0-9]*\) .*/\1/p' "$T/bc1")
+  if [ -n "$c0" ] && [ -n "$c1" ] && [ $((c1 - c0)) -eq 5 ] && grep -q ' 2 re-prefilled' "$T/bc0" &&
+    grep -q ' 0 re-prefilled' "$T/bc1" && [ "$(grep -c AB "$T/bc0")" -ge 2 ]; then
+    ok "chat --think: the thought leaves the context at the next turn ($c0 tokens; --keep-thinking: $c1)"
+  else nok "chat thought dropping: [$c0] [$c1] $(grep -h 'context\|totals' "$T/bc0" "$T/bc1" | tr '\n' ' ')"; fi
   : >"$T/bsout" # empty before the launch (tests/test_server_start.sh)
   "$BIN" serve -m "$BG" --port 0 >"$T/bsout" 2>"$T/bserr" &
   BPID=$!

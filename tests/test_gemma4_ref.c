@@ -647,6 +647,50 @@ static void bigram_chat(void) {
               ok ? pb_stop_reason_name(st.stop_reason) : pb_last_error());
         pb_session_free(s);
     }
+    /* A second turn: the first turn's thought has left the context (Google's Gemma 4 guide: a conversation's
+     * history carries the answers, not the thoughts), which then holds the ids the chat template writes for
+     * [user, assistant "AB", user] -- what a client re-sending the conversation gives the server -- and the
+     * second turn answers as the first; with keep_thoughts the thought stays. */
+    for (int keep = 0; keep < 2; keep++) {
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = 64;
+        sp.think = true;
+        sp.keep_thoughts = keep;
+        pb_session *s = NULL;
+        pb_gen_params gp = pb_gen_default_params();
+        gp.sampler.temperature = 0;
+        gp.max_tokens = 20;
+        text_buf ans = {{0}, 0}, th = {{0}, 0}, ans2 = {{0}, 0}, th2 = {{0}, 0};
+        gp.thought_cb = collect;
+        gp.thought_user = &th;
+        pb_gen_stats st1, st2;
+        bool ok =
+            pb_session_new(m, &sp, &s) == PB_OK && pb_session_chat(s, NULL, "hi", &gp, collect, &ans, &st1) == PB_OK;
+        gp.thought_user = &th2;
+        ok = ok && pb_session_chat(s, NULL, "hi", &gp, collect, &ans2, &st2) == PB_OK;
+        CHECK(ok && !strcmp(ans.s, "AB") && !strcmp(th.s, "xy") && !strcmp(ans2.s, "AB") && !strcmp(th2.s, "xy"),
+              "two thinking turns%s: answers [%s] [%s], thoughts [%s] [%s] (%s)", keep ? " (keep_thoughts)" : "",
+              ans.s, ans2.s, th.s, th2.s, ok ? "ok" : pb_last_error());
+        pb_chat_msg msgs[3] = {{"user", "hi"}, {"assistant", "AB"}, {"user", "hi"}};
+        pb_chat_opts o = {.add_generation_prompt = true, .think = true};
+        int32_t want[64];
+        int64_t nw = 0, nt = 0;
+        const int32_t *toks = ok ? pb_session_tokens(s, &nt) : NULL;
+        bool tmpl = pb_chat_tokenize_opts(m, msgs, 3, &o, want, 64, &nw) == PB_OK;
+        int chan = 0;
+        for (int64_t i = 0; toks && i < nt; i++) chan += toks[i] == 7;
+        if (!keep) {
+            CHECK(tmpl && toks && nt > nw && memcmp(toks, want, (size_t)nw * sizeof *want) == 0 && chan == 1 &&
+                      st2.n_reprefilled == 2,
+                  "the first turn's thought left the context: the history is the template's [user, assistant AB, "
+                  "user] (%lld ids), the second turn's channel alone (%d), 2 answer ids re-fed (%lld)",
+                  (long long)nw, chan, ok ? (long long)st2.n_reprefilled : -1LL);
+        } else {
+            CHECK(toks && chan == 2 && st2.n_reprefilled == 0 && !(nt > nw && !memcmp(toks, want, (size_t)nw * 4)),
+                  "keep_thoughts: both turns' channels stay in the context (%d), nothing re-fed", chan);
+        }
+        pb_session_free(s);
+    }
     pb_model_close(m);
     remove(path);
 }

@@ -54,7 +54,9 @@ const char *const cli_opts_help =
     "  --system TEXT          system prompt\n"
     "  --think                Gemma 4: turn thinking on (<|think|> in the system turn); the model's reasoning\n"
     "                         (its thought channel) is not printed, only the answer\n"
-    "  --show-thinking        print the thought channel to stderr as it streams";
+    "  --show-thinking        print the thought channel to stderr as it streams\n"
+    "  --keep-thinking        chat: keep each turn's thought in the context for the next turns (by default it\n"
+    "                         leaves when the next turn starts, as Google's Gemma 4 guide asks)";
 
 const char *cli_pack_cache_dir(void) {
     static char dir[4096];
@@ -196,6 +198,8 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         o->think = true;
     } else if (strcmp(a, "--show-thinking") == 0) {
         o->show_thinking = true;
+    } else if (strcmp(a, "--keep-thinking") == 0) {
+        o->keep_thinking = true;
     } else {
         return 0;
     }
@@ -247,6 +251,7 @@ pb_session_params cli_opts_session(const cli_opts *o) {
     p.warmup = o->warmup;
     p.thermal = o->thermal;
     p.think = o->think;
+    p.keep_thoughts = o->keep_thinking;
     return p;
 }
 

@@ -36,6 +36,7 @@ typedef struct cli_opts {
     int n_stop;         /* --stop (repeatable) */
     bool think;         /* --think: Gemma 4 thinking system turn */
     bool show_thinking; /* --show-thinking: the thought channel to stderr (default: not printed) */
+    bool keep_thinking; /* --keep-thinking: earlier turns' thoughts stay in the context */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

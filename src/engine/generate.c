@@ -205,6 +205,36 @@ static pb_status put_id(pb_session *s, int32_t id, int64_t *n) {
     return PB_OK;
 }
 
+/* Gemma 4: the last model turn's thought leaves the context before the next turn (pb_session_params.keep_thoughts).
+ * The context is cut back to where the turn's first channel opened and the answer's ids (outside every channel,
+ * markers left out) are fed again, so it holds what the chat template writes for a history of answers; a pending
+ * <turn|> stays pending (the turn is closed as without a thought). The re-fed ids count as re-prefilled. */
+static pb_status drop_thought(pb_session *s, pb_gen_stats *st) {
+    if (s->params.keep_thoughts || s->chan_open < 0 || s->n_turns == 0) return PB_OK;
+    int64_t open = -1;
+    for (int64_t i = s->turns[s->n_turns - 1].content; i < s->n_past && open < 0; i++)
+        if (s->tokens[i] == s->chan_open) open = i;
+    if (open < 0) return PB_OK;
+    int64_t n = 0;
+    bool inside = false;
+    for (int64_t i = open; i < s->n_past; i++) {
+        int32_t t = s->tokens[i];
+        if (t == s->chan_open || t == s->chan_close)
+            inside = t == s->chan_open;
+        else if (!inside)
+            s->tmp[n++] = t;
+    }
+    int32_t pend = s->pending; /* sampled, not fed: answer text unless it ends the turn or falls in a channel */
+    if (pend >= 0 && !inside && pend != s->eot && pend != s->chan_open && pend != s->chan_close) s->tmp[n++] = pend;
+    int64_t re = 0;
+    pb_status status = pb_engine_keep(s, open, &re); /* also drops the pending token */
+    if (status == PB_OK) status = pb_engine_feed(s, s->tmp, n, &re);
+    if (status == PB_OK && pend == s->eot) s->pending = pend;
+    st->n_reprefilled += re;
+    s->totals.n_reprefilled += re;
+    return status;
+}
+
 pb_status pb_session_chat(pb_session *s, const char *system, const char *user_text, const pb_gen_params *params,
                           pb_piece_fn cb, void *user, pb_gen_stats *stats) {
     pb_gen_stats local, *st = stats ? stats : &local;
@@ -245,6 +275,7 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
             if ((status = put_text(s, system, &n)) != PB_OK || (status = put_text(s, "\n\n", &n)) != PB_OK) goto fail;
         }
     } else {
+        if ((status = drop_thought(s, st)) != PB_OK) goto fail;
         if (s->pending != s->eot && (status = put_id(s, s->eot, &n)) != PB_OK) goto fail;
         if ((status = put_text(s, "\n", &n)) != PB_OK || (status = put_id(s, s->sot, &n)) != PB_OK ||
             (status = put_text(s, "user\n", &n)) != PB_OK)

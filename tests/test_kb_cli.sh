@@ -42,6 +42,19 @@ for q in '"' 'NEAR(a b' 'x AND (y OR' '*' 'title:x' "'; DROP TABLE chunks; --"; 
   check $rc "hostile query '$q' is plain text (exit $rc)"
 done
 "$BIN" search --db "$T/kb.sqlite" >/dev/null 2>&1; check "$([ $? = 2 ] && echo 0)" "search without a query: usage error 2"
+# `--` ends the options: a query, question, path or FAQ text that starts with '-' (it was "unknown option")
+"$BIN" search --db "$T/kb.sqlite" -- "-steep green tea" >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && grep -q tea.html "$T/out" && echo 0)" "search -- '-steep green tea': a query after -- (rc $rc $(head -c 150 "$T/err"))"
+"$BIN" ask --db "$T/kb.sqlite" --dry-run -- "-how do I steep green tea?" >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && grep -q tea.html "$T/out" && echo 0)" "ask -- '-how ...': a question after -- (rc $rc $(head -c 150 "$T/err"))"
+mkdir -p "$T/dash"; printf 'Walruses haul out on sea ice to rest.\n' >"$T/dash/-walrus.txt"
+BINA=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+(cd "$T/dash" && "$BINA" ingest --db ../dash.sqlite -- -walrus.txt >/dev/null 2>"$T/err"); rc=$?
+"$BIN" search --db "$T/dash.sqlite" "walruses haul out" >"$T/out" 2>&1
+check "$([ $rc = 0 ] && grep -q -- '-walrus.txt' "$T/out" && echo 0)" "ingest -- -walrus.txt: a path after -- (rc $rc $(head -c 150 "$T/err"))"
+"$BIN" faq --db "$T/dash-faq.sqlite" -- add "-5 degrees?" "-Cold." >/dev/null 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && "$BIN" faq --db "$T/dash-faq.sqlite" list | grep -q -- '-Cold' && echo 0)" \
+  "faq -- add '-5 degrees?' '-Cold.': arguments after -- (rc $rc $(head -c 150 "$T/err"))"
 "$BIN" search --db "$T/none.sqlite" "x" >/dev/null 2>"$T/err"; rc=$?
 check "$([ $rc = 1 ] && grep -q 'no knowledge base' "$T/err" && echo 0)" "search on a missing KB: clear error"
 "$BIN" search --db tests/data/kb/questions.tsv "x" >/dev/null 2>"$T/err"; rc=$?

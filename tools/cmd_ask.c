@@ -224,12 +224,16 @@ PB_CMD(ask) {
             json = true;
         else if (!strcmp(a, "--dry-run"))
             dry = true;
-        else if (a[0] == '-' && a[1])
+        else if (a[0] == '-' && a[1] && strcmp(a, "--") != 0)
             return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
-        else if (!question)
+        else {
+            if (!strcmp(a, "--")) { /* the end of the options: a question may start with '-' */
+                if (++i >= argc) break;
+                a = argv[i];
+            }
+            if (question) return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
             question = a;
-        else
-            return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
+        }
     }
     if (!db) return cli_usage_error("ask", usage, "--db KB.sqlite is required");
     if (!question) return cli_usage_error("ask", usage, "no question");

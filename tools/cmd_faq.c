@@ -60,7 +60,10 @@ PB_CMD(faq) {
             db = argv[++i];
         else if (!strcmp(a, "--json"))
             json = true;
-        else if (a[0] == '-' && a[1] == '-' && n_pos == 0)
+        else if (!strcmp(a, "--")) { /* the end of the options: a question or answer may start with '-' */
+            while (++i < argc && n_pos < 4) pos[n_pos++] = argv[i];
+            if (i < argc) return cli_usage_error("faq", usage, "too many arguments");
+        } else if (a[0] == '-' && a[1] == '-' && n_pos == 0)
             return cli_usage_error("faq", usage, "unknown option or missing value: %s", a);
         else if (n_pos < 4)
             pos[n_pos++] = a;

@@ -105,6 +105,8 @@ PB_CMD(ingest) {
         } else if (!strcmp(a, "--overlap") && i + 1 < argc) {
             if (!cli_parse_int("ingest", a, argv[++i], 0, 4096, &v)) goto usage_fail;
             p.chunk.overlap_tokens = v;
+        } else if (!strcmp(a, "--")) { /* the end of the options: every later argument is a PATH */
+            while (++i < argc) paths[n_paths++] = argv[i];
         } else if (a[0] == '-' && a[1]) {
             free(paths);
             return cli_usage_error("ingest", usage, "unknown option or missing value: %s", a);

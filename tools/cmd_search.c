@@ -15,7 +15,7 @@
 static const char usage[] =
     "pocketbrain search --db KB.sqlite \"query\" [-k N] [--per-doc N] [--json] [--embed-model M.gguf]\n"
     "  Shows the k best chunks (default 5) with scores and sources (file:line), at most --per-doc chunks\n"
-    "  of one document (default 1; 0 = no limit).";
+    "  of one document (default 1; 0 = no limit). A query that starts with '-' goes after --.";
 
 /* One line of at most max bytes (NUL included) from text, whitespace collapsed, "..." when cut. */
 static void snippet(const char *text, size_t max, char *out) {
@@ -63,12 +63,16 @@ PB_CMD(search) {
             json = true;
         else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
             if (!(embed = cli_model_arg("search", argv[++i]))) return 1;
-        } else if (a[0] == '-' && a[1])
+        } else if (a[0] == '-' && a[1] && strcmp(a, "--") != 0)
             return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
-        else if (!query)
+        else {
+            if (!strcmp(a, "--")) { /* the end of the options: a query may start with '-' */
+                if (++i >= argc) break;
+                a = argv[i];
+            }
+            if (query) return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
             query = a;
-        else
-            return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
+        }
     }
     if (!db) return cli_usage_error("search", usage, "--db KB.sqlite is required");
     if (!query) return cli_usage_error("search", usage, "no query");

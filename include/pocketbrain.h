@@ -364,8 +364,8 @@ typedef struct pb_session_params {
      * model that this session joins (pb_session_new refuses a batch of another model, or a full one, with
      * PB_ERR_INVALID_ARG naming why). Borrowed: the batch must outlive the session. */
     pb_batch *batch;
-    /* Gemma 4 thinking (ABI 4): a chat turn's thought (the "<|channel>thought\n...<channel|>" the model wrote before its
-     * answer) leaves the context when the next pb_session_chat turn starts, as Google's Gemma 4 guide asks of a
+    /* Gemma 4 thinking (ABI 4): a chat turn's thought (the "<|channel>thought\n...<channel|>" the model wrote before
+     * its answer) leaves the context when the next pb_session_chat turn starts, as Google's Gemma 4 guide asks of a
      * conversation's history (the answer stays; the context then holds the ids the chat template writes for the same
      * messages). Dropping it re-reads the answer after it, and on a model with sliding-window layers whose window the
      * conversation has passed, the whole context. true keeps thoughts in the context (default false). */

@@ -669,8 +669,8 @@ static void bigram_chat(void) {
         gp.thought_user = &th2;
         ok = ok && pb_session_chat(s, NULL, "hi", &gp, collect, &ans2, &st2) == PB_OK;
         CHECK(ok && !strcmp(ans.s, "AB") && !strcmp(th.s, "xy") && !strcmp(ans2.s, "AB") && !strcmp(th2.s, "xy"),
-              "two thinking turns%s: answers [%s] [%s], thoughts [%s] [%s] (%s)", keep ? " (keep_thoughts)" : "",
-              ans.s, ans2.s, th.s, th2.s, ok ? "ok" : pb_last_error());
+              "two thinking turns%s: answers [%s] [%s], thoughts [%s] [%s] (%s)", keep ? " (keep_thoughts)" : "", ans.s,
+              ans2.s, th.s, th2.s, ok ? "ok" : pb_last_error());
         pb_chat_msg msgs[3] = {{"user", "hi"}, {"assistant", "AB"}, {"user", "hi"}};
         pb_chat_opts o = {.add_generation_prompt = true, .think = true};
         int32_t want[64];

@@ -206,8 +206,8 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
                      (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
     /* a preflight only where a route answers: OPTIONS of a path that does not exist is a 404, as GET of it is */
     if (is_options && !post_route && !get_route)
-        return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found", "no route for %.10s %.200s",
-                                    method, url);
+        return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
+                                    "no route for %.10s %.200s", method, url);
     if (is_options) return send_preflight(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     bool authed = auth_ok(srv, c);
     /* /metrics and /stats tell what is asked and how busy the server is: behind the key like the API */

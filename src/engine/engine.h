@@ -168,6 +168,11 @@ pb_status pb_engine_batch_feed(pb_session *s);
 /* PB_ERR_INVALID_ARG "<fn>: token .. at index .. is outside the vocabulary" unless every id is in 0..n_vocab-1. The
  * public calls check their ids with it before anything changes (a shift, the pending token); feed checks again. */
 pb_status pb_engine_check_ids(const pb_session *s, const char *fn, const int32_t *ids, int64_t n);
+/* A public call's prompt ids[0..n) (pb_session_prefill, pb_session_generate), checked before anything changes, each
+ * fault named with the call's argument names: n negative or ids NULL (PB_ERR_INVALID_ARG), n past n_ctx
+ * (PB_ERR_CONTEXT_FULL, before ids[] is read: n may be anything), an id outside the vocabulary. */
+pb_status pb_engine_check_prompt(const pb_session *s, const char *fn, const char *ids_name, const char *n_name,
+                                 const int32_t *ids, int64_t n);
 /* Feeds n ids (n_past + n <= n_ctx is the caller's duty) in n_batch chunks. *counter += tokens fed. */
 pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *counter);
 /* Feeds the pending token, if any (room must exist). */

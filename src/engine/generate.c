@@ -155,17 +155,10 @@ pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_pr
     memset(st, 0, sizeof *st);
     st->stop_reason = PB_STOP_ERROR;
     if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: session is NULL");
-    if (n_prompt < 0)
-        return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: n_prompt %lld is negative", (long long)n_prompt);
-    if (n_prompt > 0 && !prompt)
-        return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: prompt is NULL with n_prompt %lld",
-                        (long long)n_prompt);
-    if (!params) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: params is NULL");
-    if (n_prompt > s->n_ctx) /* before reading prompt[]: n_prompt may be anything */
-        return pb_error(PB_ERR_CONTEXT_FULL, "context full: %lld new tokens > n_ctx %d", (long long)n_prompt, s->n_ctx);
-    pb_status status = check_gen(s, params);
-    if (status == PB_OK) status = pb_engine_check_ids(s, "pb_session_generate", prompt, n_prompt);
+    pb_status status = pb_engine_check_prompt(s, "pb_session_generate", "prompt", "n_prompt", prompt, n_prompt);
     if (status != PB_OK) return status;
+    if (!params) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: params is NULL");
+    if ((status = check_gen(s, params)) != PB_OK) return status;
     double t0 = pb_time_ms();
     begin(s, st);
     status = pb_sampler_start(s->smp, &params->sampler);

@@ -126,6 +126,16 @@ pb_status pb_engine_check_ids(const pb_session *s, const char *fn, const int32_t
     return PB_OK;
 }
 
+pb_status pb_engine_check_prompt(const pb_session *s, const char *fn, const char *ids_name, const char *n_name,
+                                 const int32_t *ids, int64_t n) {
+    if (n < 0) return pb_error(PB_ERR_INVALID_ARG, "%s: %s %lld is negative", fn, n_name, (long long)n);
+    if (n > 0 && !ids)
+        return pb_error(PB_ERR_INVALID_ARG, "%s: %s is NULL with %s %lld", fn, ids_name, n_name, (long long)n);
+    if (n > s->n_ctx)
+        return pb_error(PB_ERR_CONTEXT_FULL, "context full: %lld new tokens > n_ctx %d", (long long)n, s->n_ctx);
+    return pb_engine_check_ids(s, fn, ids, n);
+}
+
 pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *counter) {
     PB_ASSERT(s->n_past + n <= s->n_ctx);
     if (pb_kv_n_past(s->kv) != s->n_past)
@@ -333,11 +343,7 @@ pb_status pb_engine_make_room(pb_session *s, int64_t need, int64_t protect, pb_g
 
 pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n) {
     if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: session is NULL");
-    if (n < 0) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: n %lld is negative", (long long)n);
-    if (n > 0 && !ids) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: ids is NULL with n %lld", (long long)n);
-    if (n > s->n_ctx) /* before reading ids[]: n may be anything */
-        return pb_error(PB_ERR_CONTEXT_FULL, "context full: %lld new tokens > n_ctx %d", (long long)n, s->n_ctx);
-    pb_status st = pb_engine_check_ids(s, "pb_session_prefill", ids, n); /* before a shift or the pending token */
+    pb_status st = pb_engine_check_prompt(s, "pb_session_prefill", "ids", "n", ids, n); /* before a shift */
     if (st != PB_OK) return st;
     __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
     st = pb_engine_make_room(s, n, s->n_past, NULL);

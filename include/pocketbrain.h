@@ -367,8 +367,10 @@ typedef struct pb_session_params {
     /* Gemma 4 thinking (ABI 4): a chat turn's thought (the "<|channel>thought\n...<channel|>" the model wrote before
      * its answer) leaves the context when the next pb_session_chat turn starts, as Google's Gemma 4 guide asks of a
      * conversation's history (the answer stays; the context then holds the ids the chat template writes for the same
-     * messages). Dropping it re-reads the answer after it, and on a model with sliding-window layers whose window the
-     * conversation has passed, the whole context. true keeps thoughts in the context (default false). */
+     * messages). Dropping it re-reads the answer after it. Such a session's sliding-window layers keep up to 2,048
+     * rows beyond the window (counted by pb_estimate_memory / pb_session_admit), so that this needs no re-read of the
+     * context; a longer thought and answer, once the conversation has passed the window, re-read the whole context.
+     * true keeps thoughts in the context (default false). */
     bool keep_thoughts;
 } pb_session_params;
 

@@ -873,6 +873,70 @@ static void check_long(const pb_model *gm, int V) {
     for (int k = 0; k < 3; k++) free(lg[k]), free(state[k]);
 }
 
+/* Rings holding rows beyond their window (pb_kv_new_ring: the cache of a Gemma 4 session that drops its thoughts) on
+ * the GPU, where the device rings then hold cap = window + extra rows (slot pos % cap) while the attention still sees
+ * the window: a plain cache and two with RX_A / RX_B extra rows, fed the same 3 x window + RX_A tokens in calls of 37
+ * and then one-token steps, give the same logits bit for bit; going back extra + 1 positions needs no re-read and the
+ * re-fed tokens give the same logits again, extra + 2 is refused; a batched step of the three (per-row caps) gives
+ * one row's logits three times. Models without sliding-window layers: nothing to check. */
+enum { RX_A = 24, RX_B = 5, RX_STEPS = 4 };
+static void check_ring_extra(const pb_model *gm, int V) {
+    const pb_hparams *hp = pb_model_hparams(gm);
+    bool swa = false;
+    for (int il = 0; il < hp->n_layer; il++) swa = swa || hp->swa_layer[il];
+    if (hp->sliding_window <= 0 || !swa) return;
+    const int W = hp->sliding_window, L = 3 * W + RX_A, T = L + RX_STEPS, N = T + 8;
+    const int extra[3] = {0, RX_A, RX_B};
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(T + 1));
+    float *lg[3] = {NULL, NULL, NULL}, *lr = malloc(sizeof(float) * (size_t)V * (RX_A + 1));
+    pb_kv_cache *kv[3] = {NULL, NULL, NULL};
+    pb_forward_ctx *fc[3] = {NULL, NULL, NULL};
+    pb_status st = toks && lr ? PB_OK : PB_ERR_NOMEM;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; toks && i <= T; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        toks[i] = (int32_t)(r % (uint64_t)V);
+    }
+    for (int k = 0; k < 3 && !st; k++) {
+        if (!(lg[k] = malloc(sizeof(float) * (size_t)V * T))) st = PB_ERR_NOMEM;
+        if (!st) st = pb_kv_new_ring(gm, N, PB_KV_F16, extra[k], &kv[k]);
+        if (!st) st = pb_forward_ctx_new_kv(gm, 37, kv[k], &fc[k]);
+        for (int i = 0; i < L && !st; i += 37)
+            st = pb_forward(gm, kv[k], fc[k], NULL, toks + i, L - i < 37 ? L - i : 37, lg[k] + (size_t)i * V, true,
+                            NULL);
+        for (int i = L; i < T && !st; i++)
+            st = pb_forward(gm, kv[k], fc[k], NULL, toks + i, 1, lg[k] + (size_t)i * V, false, NULL);
+    }
+    CHECK(st == PB_OK, "GPU caches with 0 / %d / %d ring rows beyond the window %d: %d tokens (%s)", RX_A, RX_B, W, T,
+          st ? pb_last_error() : "ok");
+    if (!st) {
+        same_bits(lg[0], lg[1], T, V, "GPU ring with 24 extra rows: calls of 37, then steps");
+        same_bits(lg[0], lg[2], T, V, "GPU ring with 5 extra rows: calls of 37, then steps");
+        for (int k = 1; k < 3; k++) {
+            const int back = extra[k] + 1;
+            pb_status s1 = pb_kv_truncate(kv[k], T - back - 1), s2 = pb_kv_truncate(kv[k], T - back), s3 = PB_OK;
+            if (!s2) s3 = pb_forward(gm, kv[k], fc[k], NULL, toks + T - back, back, lr, true, NULL);
+            CHECK(s1 == PB_ERR_INVALID_ARG && !s2 && !s3 && pb_kv_n_past(kv[k]) == T &&
+                      memcmp(lr, lg[0] + (size_t)(T - back) * V, sizeof(float) * (size_t)V * back) == 0,
+                  "GPU ring with %d extra rows: back %d refused, back %d re-fed gives the same logits (%s)", extra[k],
+                  back + 1, back, s3 ? pb_last_error() : "ok");
+        }
+        pb_cu_ctx *cs[3] = {kv[0]->gpu, kv[1]->gpu, kv[2]->gpu};
+        int pos[3] = {T, T, T};
+        int32_t bt[3] = {toks[T], toks[T], toks[T]}, top[3] = {-1, -2, -3};
+        float *lb = malloc(sizeof(float) * (size_t)V * 3);
+        char e[256] = "";
+        const int bs = lb ? pb_cu_forward_batch(cs, pos, bt, 3, lb, top, e, sizeof e) : -1;
+        CHECK(bs == 0 && !memcmp(lb, lb + V, sizeof(float) * V) && !memcmp(lb, lb + 2 * (size_t)V, sizeof(float) * V) &&
+                  top[0] == top[1] && top[0] == top[2],
+              "GPU batched step of the three caches (rings of %d, %d, %d rows): one row's logits thrice (%s)", W,
+              W + RX_A, W + RX_B, bs ? e : "ok");
+        free(lb);
+    }
+    for (int k = 0; k < 3; k++) pb_forward_ctx_free(fc[k]), pb_kv_free(kv[k]), free(lg[k]);
+    free(toks), free(lr);
+}
+
 /* A Gemma 4 model's geometry (what its GPU step exercises), noted; true for a MoE model, whose refusal by name
  * (gpu = 1) and fallback to the CPU (gpu = -1) are then checked instead of the GPU runs. */
 static bool gemma4_note(const char *path, const pb_model *cm) {
@@ -963,6 +1027,7 @@ static void check_model(const char *path, const char *tok_path) {
         }
         free(a), free(b), free(t);
         if (long_on) check_long(gm, V);
+        check_ring_extra(gm, V);
     }
     if (only && (strcmp(only, "batch") == 0 || strcmp(only, "gpu") == 0)) {
         check_batch(gm, toks, V);
@@ -999,6 +1064,7 @@ static void check_model(const char *path, const char *tok_path) {
     if (!sf && !s4) same_bits(lf1, lf, n, V, "GPU float path prefill at once");
     free(lc), free(ld), free(lg), free(l1), free(lf), free(lp), free(lf1), free(hg), free(h1);
     if (long_on) check_long(gm, V);
+    check_ring_extra(gm, V);
     check_top(gm, toks, 32, V);
     check_sampled(gm, toks);
     check_batch(gm, toks, V);

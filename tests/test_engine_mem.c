@@ -43,6 +43,39 @@ int main(void) {
             pb_session_free(s);
         }
     }
+    /* thinking (Gemma 4 only): a session that drops its thoughts keeps ring rows beyond the window, and the estimate
+     * counts them; on this Gemma 2 file think changes nothing in the estimate */
+    sp = pb_session_default_params();
+    sp.n_ctx = 4096;
+    pb_mem_estimate e0, e1;
+    pb_estimate_memory(path, &sp, 0, &e0);
+    sp.think = true;
+    pb_estimate_memory(path, &sp, 0, &e1);
+    CHECK(e0.kv == e1.kv && e0.kv > 0, "think on Gemma 2: the same KV estimate (%zu, %zu)", e0.kv, e1.kv);
+    pb_model *m4 = NULL;
+    const char *g4 = "tests/data/model/gemma4_e2b/llama.f32.gguf";
+    CHECK(pb_model_open(g4, NULL, &m4) == PB_OK, "open %s: %s", g4, pb_last_error());
+    for (int j = 0; m4 && j < 6; j++) {
+        sp = pb_session_default_params();
+        sp.n_ctx = j % 3 == 0 ? 16 : j % 3 == 1 ? 100 : 512;
+        sp.think = j >= 3;
+        sp.n_threads = 1;
+        pb_estimate_memory(g4, &sp, 0, &e);
+        pb_session *s4 = NULL;
+        if (pb_session_new(m4, &sp, &s4) != PB_OK) {
+            CHECK(0, "gemma4 session n_ctx %d: %s", sp.n_ctx, pb_last_error());
+            continue;
+        }
+        const pb_hparams *hp4 = pb_model_hparams(m4);
+        int want = sp.think ? PB_MIN(sp.n_ctx, hp4->sliding_window + PB_THINK_RING_EXTRA)
+                            : PB_MIN(sp.n_ctx, hp4->sliding_window);
+        CHECK(e.kv == pb_kv_bytes(s4->kv) && s4->kv &&
+                  pb_engine_kv_layer_cells(hp4, 0, sp.n_ctx, s4->ring_extra) == want,
+              "gemma4 n_ctx %d%s: kv estimate = allocated KV (%zu), sliding layers hold %d rows", sp.n_ctx,
+              sp.think ? " thinking" : "", pb_kv_bytes(s4->kv), want);
+        pb_session_free(s4);
+    }
+    pb_model_close(m4);
     pb_model_close(m);
 
     /* admission refused under a limit, with the numbers and the largest n_ctx that fits */

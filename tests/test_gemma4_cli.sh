@@ -33,6 +33,19 @@ if echo "$L3" | grep -Eq '^ +3 +sliding +16 +1 +8 +512$' && echo "$L4" | grep -E
   grep -q "PLE table per_layer_token_embd.weight: 655360 bytes .*mapped.*not streamed" "$T/mem"; then
   ok "info --mem: KV per layer (512 sliding, 8192 full, shared layers 0 naming their source), total 10240, PLE table 655360"
 else nok "info --mem per layer: [$L3] [$L4] [$L5] [$L9] total [$tot]: $(grep -c . "$T/mem") lines"; fi
+# --think: a chat that drops its thoughts keeps rows beyond the window in its sliding layers (up to 2,048 more, within
+# n_ctx): -c 64 gives them 64 cells, 2 x 64 x 16 x 2 = 4096 bytes; total 4 x 4096 + 8192 = 24576. On Gemma 2 (no
+# thinking) --think changes nothing.
+"$BIN" info --mem -c 64 --kv-type f16 --think "$M" >"$T/mem" 2>&1
+L3=$(lay 3); L4=$(lay 4)
+tot=$(awk '/^KV by layer:/ {on=1} on && $1 == "total" {print $2}' "$T/mem")
+G2=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+"$BIN" info --mem -c 4096 "$G2" 2>/dev/null | grep '^memory:' >"$T/g2a"
+"$BIN" info --mem -c 4096 --think "$G2" 2>/dev/null | grep '^memory:' >"$T/g2b"
+if echo "$L3" | grep -Eq '^ +3 +sliding +16 +1 +64 +4096$' && echo "$L4" | grep -Eq '^ +4 +full +32 +1 +64 +8192$' &&
+  [ "$tot" = 24576 ] && [ -s "$T/g2a" ] && cmp -s "$T/g2a" "$T/g2b"; then
+  ok "info --mem --think: sliding layers keep 64 cells (4096 bytes), total 24576; Gemma 2 unchanged"
+else nok "info --mem --think: [$L3] [$L4] total [$tot]; gemma 2: $(cat "$T/g2a") / $(cat "$T/g2b")"; fi
 # gemma4_keqv (llama.cpp's file): sliding layers 0-4 with 2 KV heads of 16, the full layer 5 with 1 of 32; -c 64 F32:
 # sliding 2 x 8 x 2 x 16 x 4 = 2048, full 2 x 64 x 32 x 4 = 16384; total 5 x 2048 + 16384 = 26624; no PLE table.
 "$BIN" info --json --mem -c 64 --kv-type f32 tests/data/model/gemma4_keqv/llama.f32.gguf | tr -d ' \t\n' >"$T/memj"

@@ -93,7 +93,8 @@ static void test_model(const char *bin, const char *name) {
         bool okk = pb_kv_new(m, NTOK, PB_KV_F32, &kv) == PB_OK && pb_kv_new(m, NTOK, PB_KV_F32, &kv2) == PB_OK &&
                    pb_forward_ctx_new_kv(m, NTOK, kv, &fc) == PB_OK;
         size_t want_b = 2 * 4 * (4 * 8 * 16) + 2 * 4 * (40 * 32);
-        CHECK(okk && pb_kv_bytes(kv) == want_b && pb_engine_kv_estimate(pb_model_hparams(m), NTOK, PB_KV_F32) == want_b,
+        CHECK(okk && pb_kv_bytes(kv) == want_b &&
+                  pb_engine_kv_estimate(pb_model_hparams(m), NTOK, PB_KV_F32, 0) == want_b,
               "%s: KV cache %zu bytes (shared layers hold none), estimate agrees", name, okk ? pb_kv_bytes(kv) : 0);
         /* session state: save after 30 tokens, restore into a fresh cache, the last 10 give the same logits */
         size_t cap = okk ? pb_kv_state_size(kv) + (1 << 16) : 0, len = 0;
@@ -493,6 +494,8 @@ static bool micro_write(const micro *m, const char *path) {
 static const micro micro_e2b = {4, 2, 2, 0, 0, {1, 1, 1, 1}, {8, 8, 16, 16}, false, {1, 0, 1, 0}, false};
 static const micro micro_moe = {2, 0, 0, 2, 4, {2, 1}, {8, 8}, true, {1, 0}, false};
 static const micro micro_bigram = {1, 0, 0, 0, 0, {1}, {8}, false, {0}, true};
+/* the same with a sliding layer (window 4) before the full one: a chat's context passes the window in its first turn */
+static const micro micro_bigram_swa = {2, 0, 0, 0, 0, {1, 1}, {8, 8}, false, {1, 0}, true};
 
 /* Seeds: the two valid micro files, their truncations, and the malformed cases of malformed() applied to them. The
  * name says what each is; want is the text the refusal names ("" = opens). */
@@ -691,6 +694,43 @@ static void bigram_chat(void) {
         }
         pb_session_free(s);
     }
+    pb_model_close(m);
+    remove(path);
+    /* With a sliding-window layer the first turn (~25 ids) passes the window (4): the thought and answer are cut out
+     * of the context without re-reading it (the session's ring keeps rows beyond its window: pb_engine_ring_extra),
+     * only the answer's 2 ids are fed again, and the history is still the template's. */
+    m = NULL;
+    if (!micro_write(&micro_bigram_swa, path) || pb_model_open(path, NULL, &m) != PB_OK) {
+        CHECK(0, "bigram model with a sliding layer written and opened (%s)", pb_last_error());
+        remove(path);
+        return;
+    }
+    pb_session_params sp = pb_session_default_params();
+    sp.n_ctx = 64;
+    sp.think = true;
+    pb_session *s = NULL;
+    pb_gen_params gp = pb_gen_default_params();
+    gp.sampler.temperature = 0;
+    gp.max_tokens = 20;
+    text_buf ans = {{0}, 0}, ans2 = {{0}, 0}, th = {{0}, 0};
+    gp.thought_cb = collect;
+    gp.thought_user = &th;
+    pb_gen_stats st1, st2;
+    bool ok = pb_session_new(m, &sp, &s) == PB_OK &&
+              pb_session_chat(s, NULL, "hi", &gp, collect, &ans, &st1) == PB_OK &&
+              pb_session_chat(s, NULL, "hi", &gp, collect, &ans2, &st2) == PB_OK;
+    pb_chat_msg msgs[3] = {{"user", "hi"}, {"assistant", "AB"}, {"user", "hi"}};
+    pb_chat_opts o = {.add_generation_prompt = true, .think = true};
+    int32_t want[64];
+    int64_t nw = 0, nt = 0;
+    const int32_t *toks = ok ? pb_session_tokens(s, &nt) : NULL;
+    bool tmpl = pb_chat_tokenize_opts(m, msgs, 3, &o, want, 64, &nw) == PB_OK;
+    CHECK(ok && !strcmp(ans.s, "AB") && !strcmp(ans2.s, "AB") && tmpl && nw > 8 && toks && nt > nw &&
+              !memcmp(toks, want, (size_t)nw * sizeof *want) && st2.n_reprefilled == 2,
+          "window 4 passed in the first turn (%lld ids): the thought left the context with 2 ids re-fed (%lld), "
+          "answers [%s] [%s] (%s)",
+          (long long)nw, ok ? (long long)st2.n_reprefilled : -1LL, ans.s, ans2.s, ok ? "ok" : pb_last_error());
+    pb_session_free(s);
     pb_model_close(m);
     remove(path);
 }

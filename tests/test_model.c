@@ -315,6 +315,47 @@ static void test_kv(void) {
     CHECK(pb_forward(m, kv, fc, NULL, toks, 50, got_l, true, NULL) == PB_OK &&
               max_abs_diff(got_l, ref, (int64_t)V * 50) == 0.0f,
           "after a reset the same prompt gives the same logits");
+    /* rings with rows beyond their window (pb_kv_new_ring: a session that drops Gemma 4 thoughts): the same logits;
+     * going back by up to ring_extra + 1 positions works, one more is refused; state files move between the two
+     * kinds of cache both ways, and a ring read from a file of fewer rows does not claim rows it never got */
+    const int R = 24;
+    pb_kv_cache *kr = NULL, *kr2 = NULL, *kp = NULL;
+    CHECK(pb_kv_new_ring(m, n_ctx, PB_KV_F16, R, &kr) == PB_OK &&
+              pb_kv_new_ring(m, n_ctx, PB_KV_F16, R, &kr2) == PB_OK && pb_kv_new(m, n_ctx, PB_KV_F16, &kp) == PB_OK,
+          "ring_extra %d caches (%s)", R, pb_last_error());
+    CHECK(kr && pb_kv_bytes(kr) * 8 ==
+                    full * 5 + (size_t)hp->n_layer * (size_t)R * (size_t)(hp->n_head_kv * hp->head_dim) * 16,
+          "ring_extra %d: the ring layers hold %d + %d rows (%zu bytes)", R, W, R, kr ? pb_kv_bytes(kr) : 0);
+    float *c = malloc(sizeof(float) * (size_t)V * 128);
+    ok = kr && pb_forward(m, kr, fc, NULL, toks, 50, c, true, NULL) == PB_OK &&
+         pb_forward(m, kr, fc, NULL, toks + 50, 50, c + (size_t)50 * V, true, NULL) == PB_OK;
+    CHECK(ok && max_abs_diff(c, ref, (int64_t)V * 100) == 0.0f, "ring_extra: 100 tokens give the same logits");
+    CHECK(ok && pb_kv_truncate(kr, 100 - R - 2) == PB_ERR_INVALID_ARG && pb_kv_n_past(kr) == 100,
+          "ring_extra: going back %d positions refused", R + 2);
+    size_t szr = kr ? pb_kv_state_size(kr) : 0, lenr = 0;
+    void *bufr = malloc(szr ? szr : 1);
+    CHECK(ok && pb_kv_state_write(kr, bufr, szr, &lenr) == PB_OK && szr > sz, "ring_extra: state of %zu bytes (%zu)",
+          szr, sz);
+    ok = ok && pb_kv_truncate(kr, 100 - R - 1) == PB_OK &&
+         pb_forward(m, kr, fc, NULL, toks + 100 - R - 1, R + 11, c, true, NULL) == PB_OK;
+    CHECK(ok && max_abs_diff(c + (size_t)(R + 1) * V, a, (int64_t)V * 10) == 0.0f,
+          "ring_extra: back %d positions with no re-read, then the same tokens give the same logits", R + 1);
+    CHECK(kp && pb_kv_state_read(kp, bufr, lenr) == PB_OK &&
+              pb_forward(m, kp, fc, NULL, toks + 100, 10, c, true, NULL) == PB_OK &&
+              max_abs_diff(c, a, (int64_t)V * 10) == 0.0f,
+          "ring_extra's state into a plain cache continues the same (%s)", pb_last_error());
+    CHECK(kr2 && pb_kv_state_read(kr2, buf, len) == PB_OK && pb_kv_truncate(kr2, 100 - R - 1) == PB_ERR_INVALID_ARG &&
+              pb_kv_truncate(kr2, 99) == PB_OK,
+          "a plain cache's state into a ring_extra cache: it holds only the file's rows (back 1 ok, back %d refused)",
+          R + 1);
+    CHECK(kr2 && pb_forward(m, kr2, fc, NULL, toks + 99, 11, c, true, NULL) == PB_OK &&
+              max_abs_diff(c + V, a, (int64_t)V * 10) == 0.0f,
+          "... and continues the same");
+    pb_kv_free(kr);
+    pb_kv_free(kr2);
+    pb_kv_free(kp);
+    free(bufr);
+    free(c);
     free(a);
     free(b);
     free(buf);

@@ -338,6 +338,10 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
         o->on = true;
         return 1;
     }
+    if (strcmp(a, "--think") == 0) {
+        o->think = true;
+        return 1;
+    }
     if ((r = flag(argc, argv, i, "--ctx", "-c", &v)) != 0) {
         if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
         if (!cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l)) return cli_usage_line(usage);
@@ -359,17 +363,23 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
     return 0;
 }
 
-static bool estimate(const char *path, const cli_mem_opts *o, pb_mem_estimate *e) {
+static pb_session_params mem_session(const cli_mem_opts *o) {
     pb_session_params sp = pb_session_default_params();
     sp.n_ctx = o->n_ctx;
     sp.kv_type = o->kv_type;
+    sp.think = o->think;
+    return sp;
+}
+
+static bool estimate(const char *path, const cli_mem_opts *o, pb_mem_estimate *e) {
+    pb_session_params sp = mem_session(o);
     return pb_estimate_memory(path, &sp, o->mem_limit, e) == PB_OK;
 }
 
 /* Gemma 4: KV per layer (head dims, KV heads and windows differ by layer; KV-shared layers hold none) and the PLE
  * table, which is mapped and read one row per layer and token (never streamed whole). Text to stdout, or into
  * the JSON object mj when it is not NULL. Other archs: nothing. */
-static void mem_layers(const char *path, const pb_mem_estimate *e, cJSON *mj) {
+static void mem_layers(const char *path, const cli_mem_opts *o, const pb_mem_estimate *e, cJSON *mj) {
     pb_gguf *g = NULL;
     pb_hparams hp;
     if (pb_gguf_open(path, &g) != PB_OK) return;
@@ -386,9 +396,12 @@ static void mem_layers(const char *path, const pb_mem_estimate *e, cJSON *mj) {
                "one row per layer read per token, not streamed\n",
                ple_bytes, (double)ple_bytes / MIB, pb_type_name(ple->type));
     if (!mj) printf("KV by layer:   layer  type     head_dim  kv_heads  cells     KV bytes\n");
+    pb_session_params sp = mem_session(o);
+    sp.kv_type = e->kv_type;
+    const int extra = pb_engine_ring_extra(&hp, &sp);
     for (int il = 0; il < hp.n_layer; il++) {
-        size_t b = pb_engine_kv_layer_bytes(&hp, il, e->n_ctx, e->kv_type);
-        int cells = pb_engine_kv_layer_cells(&hp, il, e->n_ctx), src = hp.kv_src[il];
+        size_t b = pb_engine_kv_layer_bytes(&hp, il, e->n_ctx, e->kv_type, extra);
+        int cells = pb_engine_kv_layer_cells(&hp, il, e->n_ctx, extra), src = hp.kv_src[il];
         const char *type = hp.swa_layer[il] ? "sliding" : "full";
         if (mj) {
             cJSON *l = cJSON_CreateObject();
@@ -424,7 +437,7 @@ bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d\n", (double)e.available / MIB,
            o->mem_limit ? "--mem-limit" : "MemAvailable/cgroup", e.total <= e.available ? "fits" : "does NOT fit",
            e.max_n_ctx);
-    mem_layers(path, &e, NULL);
+    mem_layers(path, o, &e, NULL);
     return true;
 }
 
@@ -445,7 +458,7 @@ bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     cJSON_AddNumberToObject(m, "available", (double)e.available);
     cJSON_AddBoolToObject(m, "fits", e.total <= e.available);
     cJSON_AddNumberToObject(m, "max_n_ctx", e.max_n_ctx);
-    mem_layers(path, &e, m);
+    mem_layers(path, o, &e, m);
     return true;
 }
 

@@ -80,8 +80,9 @@ typedef struct cli_mem_opts {
     int n_ctx;
     pb_kv_type kv_type;
     size_t mem_limit;
+    bool think; /* --think: a session that drops its Gemma 4 thoughts (its rings hold more rows) */
 } cli_mem_opts;
-/* Parses --mem, -c/--ctx N, --kv-type T, --mem-limit S for info. Same return values as cli_opts_parse. */
+/* Parses --mem, -c/--ctx N, --kv-type T, --mem-limit S, --think for info. Same return values as cli_opts_parse. */
 int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i);
 /* Both return false when the estimate was refused (n_ctx beyond the model's training context, unreadable
  * file): the same n_ctx that `run -c` would refuse; the reason is in the output. */

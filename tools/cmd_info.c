@@ -18,7 +18,8 @@ static const char *const usage =
     "  --json     machine-readable output (one JSON object on stdout)\n"
     "  --kv       every metadata key with its type and value (arrays: count + first items)\n"
     "  --tensors  the tensor table (name, type, shape, bytes, offset)\n"
-    "  --mem      memory estimate: weights + KV + scratch vs available (with -c N, --kv-type T, --mem-limit S)\n"
+    "  --mem      memory estimate: weights + KV + scratch vs available (with -c N, --kv-type T, --mem-limit S;\n"
+    "             --think: of a chat that thinks and drops its thoughts, whose sliding-window rings keep more rows)\n"
     "exit status: 0 ok, 1 unreadable/malformed file or failed architecture check, 2 usage";
 
 /* llama.cpp's llama_ftype values (general.file_type) -> names. */

@@ -83,12 +83,19 @@ void pb_thermal_get(const pb_thermal *t, pb_thermal_state *out);
 /* The n_ctx a session gets for a requested one (0 = min(n_ctx_train, 4096)): PB_ERR_INVALID_ARG below 2 or
  * above the model's training context. pb_session_new and the estimates share it, so they agree. */
 pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx);
-/* Bytes of K+V for n_ctx positions (sliding-window layers hold min(window, n_ctx)). */
-size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type);
+/* Rows a session's ring layers hold beyond their window (pb_kv_new_ring's ring_extra). A session that drops its
+ * Gemma 4 thoughts (think set, keep_thoughts not) keeps up to PB_THINK_RING_EXTRA more, so that cutting a turn's
+ * thought and answer of up to that many tokens out of a context longer than the window re-reads no context; the
+ * extra rows' bytes are kept to at most max(64 MiB, the rings' own bytes) (E2B, f16: 2,048 rows, 24 MiB; a model whose
+ * rings are larger than that gets at most as many extra rows as its window). 0 for every other session. */
+#define PB_THINK_RING_EXTRA 2048
+int pb_engine_ring_extra(const pb_hparams *hp, const pb_session_params *p);
+/* Bytes of K+V for n_ctx positions (sliding-window layers hold min(window + ring_extra, n_ctx)). */
+size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type, int ring_extra);
 /* The same for layer il alone (0 for a Gemma 4 KV-shared layer: it reads layer kv_src[il]'s cache), and the
  * positions (cells) that layer keeps. pb_engine_kv_estimate is their sum over the layers. */
-size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type);
-int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx);
+size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type, int ring_extra);
+int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx, int ring_extra);
 /* Bytes of a session's buffers besides the KV: forward scratch for n_batch tokens, logits, sampler,
  * token history. An upper bound of what pb_session_new allocates. */
 size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch);
@@ -110,6 +117,7 @@ struct pb_session {
     int32_t bos, eos, eot, sot;    /* special ids (-1 when absent); sot = <start_of_turn> (Gemma 4: <|turn>) */
     bool turn_system;              /* Gemma 4: the system prompt is a turn of its own */
     int32_t think_id;              /* <|think|> (-1: none); used when params.think */
+    int ring_extra;                /* rows the KV rings hold beyond their windows (pb_engine_ring_extra) */
     int32_t chan_open, chan_close; /* <|channel> / <channel|> (-1: none): the thought channel */
 
     pb_kv_cache *kv;

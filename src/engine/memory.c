@@ -16,21 +16,38 @@ static size_t kv_row_bytes(int64_t n, pb_kv_type type) {
     return (size_t)n * 2;
 }
 
-int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx) {
-    if (hp->sliding_window > 0 && hp->swa_layer[il] && hp->sliding_window < n_ctx) return hp->sliding_window;
+int pb_engine_kv_layer_cells(const pb_hparams *hp, int il, int n_ctx, int ring_extra) {
+    if (hp->sliding_window > 0 && hp->swa_layer[il] && hp->sliding_window + (int64_t)ring_extra < n_ctx)
+        return hp->sliding_window + ring_extra;
     return n_ctx;
 }
 
-size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type) {
+/* Bytes of one position's K and V in layer il (0 for a Gemma 4 KV-shared layer). */
+static size_t kv_pos_bytes(const pb_hparams *hp, int il, pb_kv_type type) {
     /* per layer: Gemma 4 head dims and KV heads differ, KV-shared layers hold nothing */
     int64_t width = hp->kv_src[il] == il ? (int64_t)hp->n_head_kv_l[il] * hp->head_dim_l[il] : 0;
-    return 2 * (size_t)pb_engine_kv_layer_cells(hp, il, n_ctx) * kv_row_bytes(width, type); /* K and V */
+    return 2 * kv_row_bytes(width, type); /* K and V */
 }
 
-size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type) {
+size_t pb_engine_kv_layer_bytes(const pb_hparams *hp, int il, int n_ctx, pb_kv_type type, int ring_extra) {
+    return (size_t)pb_engine_kv_layer_cells(hp, il, n_ctx, ring_extra) * kv_pos_bytes(hp, il, type);
+}
+
+size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type, int ring_extra) {
     size_t total = 0;
-    for (int il = 0; il < hp->n_layer; il++) total += pb_engine_kv_layer_bytes(hp, il, n_ctx, type);
+    for (int il = 0; il < hp->n_layer; il++) total += pb_engine_kv_layer_bytes(hp, il, n_ctx, type, ring_extra);
     return total;
+}
+
+int pb_engine_ring_extra(const pb_hparams *hp, const pb_session_params *p) {
+    /* thinking exists on Gemma 4 alone (pb_session_new refuses it elsewhere) */
+    if (!p->think || p->keep_thoughts || hp->arch != PB_ARCH_GEMMA4 || hp->sliding_window <= 0) return 0;
+    size_t row = 0; /* one position's bytes over every ring layer */
+    for (int il = 0; il < hp->n_layer; il++)
+        if (hp->swa_layer[il]) row += kv_pos_bytes(hp, il, p->kv_type);
+    if (row == 0) return 0;
+    size_t budget = PB_MAX((size_t)64 << 20, row * (size_t)hp->sliding_window);
+    return (int)PB_MIN((size_t)PB_THINK_RING_EXTRA, budget / row);
 }
 
 size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) {
@@ -70,18 +87,19 @@ static pb_status resolve(const pb_hparams *hp, const pb_session_params *p, int *
     return PB_OK;
 }
 
-static size_t total_for(const pb_hparams *hp, size_t weights, int n_ctx, int n_batch, pb_kv_type type) {
-    return weights + pb_engine_kv_estimate(hp, n_ctx, type) +
+static size_t total_for(const pb_hparams *hp, size_t weights, int n_ctx, int n_batch, pb_kv_type type, int extra) {
+    return weights + pb_engine_kv_estimate(hp, n_ctx, type, extra) +
            pb_engine_scratch_estimate(hp, n_ctx, n_batch < n_ctx ? n_batch : n_ctx);
 }
 
 /* Largest n_ctx in [1, limit] whose total fits in avail (0 if none). The total grows with n_ctx. */
-static int max_fit(const pb_hparams *hp, size_t weights, int n_batch, pb_kv_type type, size_t avail, int limit) {
-    if (total_for(hp, weights, 1, n_batch, type) > avail) return 0;
+static int max_fit(const pb_hparams *hp, size_t weights, int n_batch, pb_kv_type type, int extra, size_t avail,
+                   int limit) {
+    if (total_for(hp, weights, 1, n_batch, type, extra) > avail) return 0;
     int lo = 1, hi = limit;
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (total_for(hp, weights, mid, n_batch, type) <= avail)
+        if (total_for(hp, weights, mid, n_batch, type, extra) <= avail)
             lo = mid;
         else
             hi = mid - 1;
@@ -89,17 +107,21 @@ static int max_fit(const pb_hparams *hp, size_t weights, int n_batch, pb_kv_type
     return lo;
 }
 
+/* The estimate for a session of params p at n_ctx with a KV cache of type (p's, or the one --fit chose). */
 static void fill(pb_mem_estimate *e, const pb_hparams *hp, size_t weights, int n_ctx, int n_batch, pb_kv_type type,
-                 size_t avail) {
+                 const pb_session_params *p, size_t avail) {
+    pb_session_params pt = *p;
+    pt.kv_type = type;
+    int extra = pb_engine_ring_extra(hp, &pt);
     e->weights = weights;
-    e->kv = pb_engine_kv_estimate(hp, n_ctx, type);
+    e->kv = pb_engine_kv_estimate(hp, n_ctx, type, extra);
     e->scratch = pb_engine_scratch_estimate(hp, n_ctx, n_batch);
     e->total = e->weights + e->kv + e->scratch;
     e->available = avail;
     e->n_ctx = n_ctx;
     e->kv_type = type;
     int limit = hp->n_ctx_train > 0 ? hp->n_ctx_train : n_ctx;
-    e->max_n_ctx = max_fit(hp, weights, n_batch, type, avail, limit);
+    e->max_n_ctx = max_fit(hp, weights, n_batch, type, extra, avail, limit);
 }
 
 static pb_status open_header(const char *path, pb_gguf **g, pb_hparams *hp, size_t *weights) {
@@ -142,7 +164,7 @@ pb_status pb_estimate_memory(const char *model_path, const pb_session_params *pa
     int n_ctx, n_batch;
     pb_gguf_close(g);
     if ((st = resolve(&hp, &p, &n_ctx, &n_batch)) != PB_OK) return st;
-    fill(out, &hp, weights, n_ctx, n_batch, p.kv_type, mem_limit > 0 ? mem_limit : pb_mem_available());
+    fill(out, &hp, weights, n_ctx, n_batch, p.kv_type, &p, mem_limit > 0 ? mem_limit : pb_mem_available());
     return PB_OK;
 }
 
@@ -165,7 +187,7 @@ pb_status pb_session_admit(const char *model_path, pb_session_params *params, si
     size_t avail = mem_limit > 0 ? mem_limit : pb_mem_available();
     int n_ctx, n_batch;
     if ((st = resolve(&hp, params, &n_ctx, &n_batch)) != PB_OK) return st;
-    fill(e, &hp, weights, n_ctx, n_batch, params->kv_type, avail);
+    fill(e, &hp, weights, n_ctx, n_batch, params->kv_type, params, avail);
     if (avail == 0) return PB_OK; /* unknown: nothing to compare with */
     if (e->total <= avail) return PB_OK;
     if (!fit && e->max_n_ctx < 1) /* no context at all fits: "use --ctx 0" (the default context) was no advice */
@@ -185,7 +207,7 @@ pb_status pb_session_admit(const char *model_path, pb_session_params *params, si
     /* fit: a Q8_0 cache first (about half the KV bytes, little quality loss), then a shorter context */
     pb_kv_type type = params->kv_type;
     if (type != PB_KV_Q8_0) {
-        fill(e, &hp, weights, n_ctx, n_batch, PB_KV_Q8_0, avail);
+        fill(e, &hp, weights, n_ctx, n_batch, PB_KV_Q8_0, params, avail);
         type = PB_KV_Q8_0;
     }
     int ctx = n_ctx;
@@ -198,7 +220,7 @@ pb_status pb_session_admit(const char *model_path, pb_session_params *params, si
                             "than the %.0f MiB available (largest n_ctx with a q8_0 KV cache: %d)",
                             (double)weights / MIB, min_ctx, (double)avail / MIB, e->max_n_ctx);
         }
-        fill(e, &hp, weights, ctx, n_batch < ctx ? n_batch : ctx, type, avail);
+        fill(e, &hp, weights, ctx, n_batch < ctx ? n_batch : ctx, type, params, avail);
     }
     e->adjusted = true;
     params->kv_type = type;

@@ -74,7 +74,8 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
         st = pb_error(PB_ERR_UNSUPPORTED, "session: thinking needs a Gemma 4 vocabulary (with <|turn> and <|think|>)");
         goto fail;
     }
-    if ((st = pb_kv_new(m, n_ctx, p.kv_type, &s->kv)) != PB_OK) goto fail;
+    s->ring_extra = pb_engine_ring_extra(pb_model_hparams(m), &p);
+    if ((st = pb_kv_new_ring(m, n_ctx, p.kv_type, s->ring_extra, &s->kv)) != PB_OK) goto fail;
     if ((st = pb_forward_ctx_new_kv(m, n_batch, s->kv, &s->fc)) != PB_OK) goto fail;
     if ((st = pb_pool_new(s->n_threads, &s->pool)) != PB_OK) goto fail;
     if ((st = pb_sampler_new(s->n_vocab, &s->smp)) != PB_OK) goto fail;
@@ -180,7 +181,7 @@ static pb_status kv_reset(pb_session *s) {
     if (pb_kv_truncate(s->kv, 0) == PB_OK) return PB_OK;
     pb_error_clear();
     pb_kv_cache *kv;
-    pb_status st = pb_kv_new(s->model, s->n_ctx, s->params.kv_type, &kv);
+    pb_status st = pb_kv_new_ring(s->model, s->n_ctx, s->params.kv_type, s->ring_extra, &kv);
     if (st != PB_OK) return st;
     pb_kv_free(s->kv);
     s->kv = kv;

@@ -23,7 +23,13 @@ static int storage_type(pb_kv_type t) {
 }
 
 pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache **out) {
+    return pb_kv_new_ring(m, n_ctx, type, 0, out);
+}
+
+pb_status pb_kv_new_ring(const pb_model *m, int n_ctx, pb_kv_type type, int ring_extra, pb_kv_cache **out) {
     if (!m || !out) return pb_error(PB_ERR_INVALID_ARG, "kv: NULL model or out");
+    if (ring_extra < 0 || ring_extra > (1 << 24))
+        return pb_error(PB_ERR_INVALID_ARG, "kv: ring_extra %d out of range", ring_extra);
     *out = NULL;
     const pb_hparams *hp = pb_model_hparams(m);
     int st = storage_type(type);
@@ -53,7 +59,8 @@ pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache *
         kv->row_b[il] = pb_row_size(st, kv->kvd[il]);
         kv->head_b[il] = pb_row_size(st, hp->head_dim_l[il]);
         kv->ring[il] = own && hp->swa_layer[il] != 0;
-        kv->cap[il] = !own ? 0 : kv->ring[il] ? PB_MIN(n_ctx, hp->sliding_window) : n_ctx;
+        kv->win[il] = !own ? 0 : kv->ring[il] ? PB_MIN(n_ctx, hp->sliding_window) : n_ctx;
+        kv->cap[il] = !own ? 0 : kv->ring[il] ? PB_MIN(n_ctx, hp->sliding_window + ring_extra) : n_ctx;
         size_t b;
         if (!pb_mul_ok(kv->row_b[il], (size_t)kv->cap[il] * 2, &b) || !pb_add_ok(total, b, &total)) {
             free(kv);
@@ -95,7 +102,7 @@ int pb_kv_n_past(const pb_kv_cache *kv) { return kv ? kv->n_past : 0; }
 int pb_kv_n_ctx(const pb_kv_cache *kv) { return kv ? kv->n_ctx : 0; }
 
 /* Oldest position whose row a layer still holds when n_past positions were written. */
-static int first_held(const pb_kv_cache *kv, int il, int n_past) { return PB_MAX(0, n_past - kv->cap[il]); }
+static int first_held(const pb_kv_cache *kv, int il, int n_past) { return PB_MAX(kv->held0[il], n_past - kv->cap[il]); }
 
 pb_status pb_kv_truncate(pb_kv_cache *kv, int n) {
     if (!kv) return pb_error(PB_ERR_INVALID_ARG, "kv: NULL cache");
@@ -112,6 +119,7 @@ pb_status pb_kv_truncate(pb_kv_cache *kv, int n) {
                             n, il, first_held(kv, il, kv->n_past), kv->n_past - 1);
     }
     kv->n_past = n;
+    if (n == 0) memset(kv->held0, 0, sizeof kv->held0);
     return PB_OK;
 }
 
@@ -190,7 +198,7 @@ pb_status pb_kv_state_check(const pb_kv_cache *kv, const void *buf, size_t len, 
     for (int il = 0; il < kv->n_layer; il++) {
         if ((size_t)(end - q) < 8) return pb_error(PB_ERR_FORMAT, "kv: state truncated at layer %d", il);
         uint32_t p0 = get_u32(q), r = get_u32(q + 4);
-        int want0 = PB_MAX(0, (int)np - kv->cap[il]);
+        int want0 = PB_MAX(0, (int)np - kv->win[il]); /* the rows the window needs; a longer ring may hold more */
         if (p0 + (uint64_t)r != np || (int)p0 > want0)
             return pb_error(PB_ERR_FORMAT, "kv: state layer %d holds rows %u..+%u, expected up to position %u", il, p0,
                             r, np);
@@ -222,6 +230,12 @@ pb_status pb_kv_state_read(pb_kv_cache *kv, const void *buf, size_t len) {
                 p += kv->row_b[il];
             }
         }
+    }
+    p = (const uint8_t *)buf + KV_HDR;
+    for (int il = 0; il < kv->n_layer; il++) { /* rows before p0 were not in the file */
+        uint32_t p0 = get_u32(p), r = get_u32(p + 4);
+        kv->held0[il] = (int)p0;
+        p += 8 + 2 * kv->row_b[il] * (size_t)r;
     }
     kv->n_past = (int)np;
     pb_kv_grown(kv);

@@ -16,7 +16,9 @@ struct pb_kv_cache {
     size_t head_b[PB_MAX_LAYERS]; /* layer il: bytes of one kv head inside a row */
     int attn_block;               /* keys per attention block: max(128, ceil(n_ctx / PB_ATT_MAX_BLOCKS)) */
     bool ring[PB_MAX_LAYERS];     /* sliding-window layer: ring of cap rows */
-    int cap[PB_MAX_LAYERS];       /* rows held per layer */
+    int cap[PB_MAX_LAYERS];       /* rows held per layer: n_ctx, or a ring's min(n_ctx, window + ring_extra) */
+    int win[PB_MAX_LAYERS];       /* rows the next query needs at most: n_ctx, or a ring's min(n_ctx, window) */
+    int held0[PB_MAX_LAYERS];     /* oldest position with a row (a state read of fewer rows than cap sets it) */
     uint8_t *k[PB_MAX_LAYERS];    /* [n_head_kv][cap][head_bytes]: one kv head's rows are contiguous (see below) */
     uint8_t *v[PB_MAX_LAYERS];
     void *mem;

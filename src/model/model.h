@@ -51,14 +51,19 @@ pb_status pb_arch_check_tensors(const pb_gguf *g, const pb_hparams *hp,
 typedef struct pb_kv_cache pb_kv_cache;
 
 pb_status pb_kv_new(const pb_model *m, int n_ctx, pb_kv_type type, pb_kv_cache **out);
+/* pb_kv_new whose ring layers hold ring_extra rows more than their window (at most n_ctx in all): going back by up to
+ * ring_extra + 1 positions then needs no re-prefill (a Gemma 4 thought dropped after a long context). The attention
+ * still sees only the window. */
+pb_status pb_kv_new_ring(const pb_model *m, int n_ctx, pb_kv_type type, int ring_extra, pb_kv_cache **out);
 void pb_kv_free(pb_kv_cache *kv);
 size_t pb_kv_bytes(const pb_kv_cache *kv); /* bytes allocated for K and V */
 int pb_kv_n_past(const pb_kv_cache *kv);   /* positions stored so far */
 int pb_kv_n_ctx(const pb_kv_cache *kv);
 /* Forgets positions >= n. Fails with PB_ERR_INVALID_ARG when a ring layer no longer holds what it
- * would need: a ring keeps the last min(window, n_ctx) positions, so going back is possible only while
- * max(0, n - window + 1) >= n_past - window, i.e. n >= n_past - 1 once n_past > window; n = 0 (reset)
- * always works. The caller must otherwise reset and re-prefill. */
+ * would need: a ring keeps the last cap = min(window + ring_extra, n_ctx) positions, so going back is possible only
+ * while max(0, n - window + 1) >= n_past - cap, i.e. n >= n_past - ring_extra - 1 once n_past > cap (and not before
+ * the oldest row a session state read gave it); n = 0 (reset) always works. The caller must otherwise reset and
+ * re-prefill. */
 pb_status pb_kv_truncate(pb_kv_cache *kv, int n);
 /* Serialized state (positions + K/V rows actually in use), for session files. Format: "PBKV", version,
  * cache type, n_layer, kv_dim, n_past, then per layer the first position, the row count and the rows.

@@ -1,13 +1,15 @@
 #!/bin/sh
 # cross_test.sh -- ARM64 check: cross-builds the core library and a subset of the unit tests with
 # aarch64-linux-gnu-gcc (static, build-arm64/) and runs them under qemu-aarch64 from the repo root, so
-# ../shared fixtures resolve as on the host. The subset (kernels, model, gguf, quant) keeps the run
-# under ~5 minutes on 2 cores; the whole unit suite is too slow under emulation.
+# ../shared fixtures resolve as on the host. The subset (kernels, model, gguf, quant, and the public API under misuse:
+# test_api_contract forks a child per call, which qemu-user runs like any process) keeps the run under ~5 minutes on
+# 2 cores; the whole unit suite is too slow under emulation.
 # Usage: sh scripts/cross_test.sh [TEST_NAME...]   (default: the subset below)
+# PB_CROSS_BUILD=DIR builds in DIR instead of build-arm64 (a second checkout user's own folder).
 # Prints run.sh-style PASS/FAIL lines and "N passed, N failed"; exit status 1 on any failure.
 cd "$(dirname "$0")/.." || exit 1
-BUILD=build-arm64
-TESTS=${*:-"test_kernels test_quant test_quant_dot test_gguf test_gguf_malformed test_model test_pack test_pack_model test_matmul_group test_pool_wake"}
+BUILD=${PB_CROSS_BUILD:-build-arm64}
+TESTS=${*:-"test_kernels test_quant test_quant_dot test_gguf test_gguf_malformed test_model test_pack test_pack_model test_matmul_group test_pool_wake test_api_contract"}
 if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
   echo "not ok - cross_test needs gcc-aarch64-linux-gnu and qemu-user (scripts/deps.sh)"
   exit 1

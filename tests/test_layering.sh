@@ -6,7 +6,8 @@ BUILD=${PB_BUILD:-build}
 ok() { echo "ok - $1"; }
 nok() { echo "not ok - $1"; }
 
-# room: the rooms it may include (itself always)
+# room: the rooms it may include (itself always). json (src/json: cJSON checks for store, server and the CLI) is no
+# core room: it includes no room, and no core room includes it (libpocketbrain must not depend on cJSON).
 allowed() {
   case $1 in
     base) echo "" ;;
@@ -18,9 +19,11 @@ allowed() {
     tokenizer) echo "base gguf tensor" ;;
     sampler) echo "base" ;;
     engine) echo "base gguf tensor kernels model tokenizer sampler" ;;
+    json) echo "" ;;
   esac
 }
-ROOMS="base gguf tensor kernels cuda model tokenizer sampler engine"
+ROOMS="base gguf tensor kernels cuda model tokenizer sampler engine json"
+CORE="base gguf tensor kernels cuda model tokenizer sampler engine"
 
 bad=""
 for r in $ROOMS; do
@@ -33,6 +36,17 @@ for r in $ROOMS; do
   done
 done
 if [ -z "$bad" ]; then ok "every core room includes only the rooms below it"; else nok "includes against the layering:$bad"; fi
+
+# The core library is C11 + libc + libm + pthreads: none of the service rooms' libraries in its sources.
+bad=""
+for r in $CORE; do
+  for f in src/$r/*.c src/$r/*.h src/$r/*.cu src/$r/*.cuh; do
+    [ -f "$f" ] || continue
+    grep -Eq '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(cjson/|sqlite3\.h|microhttpd\.h|curl/)' "$f" && bad="$bad $f"
+  done
+done
+if [ -z "$bad" ]; then ok "no core room includes cJSON, SQLite, libmicrohttpd or libcurl"; else
+  nok "service libraries included by the core:$bad"; fi
 
 # Symbols: what the objects of a room define and what they leave undefined.
 # (objects whose source is gone -- a file moved to another room -- are left-overs of an older build: skipped)

@@ -1,7 +1,7 @@
 /* catalog.c -- reads the pull catalog (JSON built in from models/catalog.json, or $PB_CATALOG) with cJSON.
  * Lookup and listing only; tools/cmd_pull.c decides what to download. */
 #include "catalog.h"
-#include "json_one.h"
+#include "json/json.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -33,7 +33,7 @@ static cJSON *load(char *why, size_t cap) {
     const char *json = text ? text : pb_catalog_json;
     size_t at;
     bool trailing;
-    cJSON *root = json_parse_one(json, text ? text_len : strlen(json), &at, &trailing);
+    cJSON *root = pb_json_parse_one(json, text ? text_len : strlen(json), &at, &trailing);
     free(text);
     if (trailing) {
         snprintf(why, cap, "the catalog%s%s is not valid JSON: more text after the JSON value (at byte %zu)",

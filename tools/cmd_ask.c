@@ -224,13 +224,9 @@ PB_CMD(ask) {
             json = true;
         else if (!strcmp(a, "--dry-run"))
             dry = true;
-        else if (a[0] == '-' && a[1] && strcmp(a, "--") != 0)
+        else if (cli_is_option(a))
             return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
-        else {
-            if (!strcmp(a, "--")) { /* the end of the options: a question may start with '-' */
-                if (++i >= argc) break;
-                a = argv[i];
-            }
+        else if ((a = cli_operand(argc, argv, &i))) { /* after "--", a question may start with '-' */
             if (question) return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
             question = a;
         }

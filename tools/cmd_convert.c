@@ -3,11 +3,11 @@
 #include "cli.h"
 #include "convert_arch.h"
 #include "convert_vocab.h"
-#include "json_one.h"
 #include "safetensors.h"
 
 #include "base/base.h"
 #include "gguf/gguf.h"
+#include "json/json.h"
 #include "tensor/recipe.h"
 #include "tensor/types.h"
 
@@ -57,7 +57,7 @@ static pb_status read_config(const char *dir, cJSON **out) {
     if (s != PB_OK) return s;
     size_t at;
     bool trailing;
-    *out = json_parse_one(text, len, &at, &trailing);
+    *out = pb_json_parse_one(text, len, &at, &trailing);
     free(text);
     if (trailing)
         return pb_error(PB_ERR_FORMAT, "%s is not valid JSON: more text after the JSON value (at byte %zu)", path, at);

@@ -63,13 +63,9 @@ PB_CMD(search) {
             json = true;
         else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
             if (!(embed = cli_model_arg("search", argv[++i]))) return 1;
-        } else if (a[0] == '-' && a[1] && strcmp(a, "--") != 0)
+        } else if (cli_is_option(a))
             return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
-        else {
-            if (!strcmp(a, "--")) { /* the end of the options: a query may start with '-' */
-                if (++i >= argc) break;
-                a = argv[i];
-            }
+        else if ((a = cli_operand(argc, argv, &i))) { /* after "--", a query may start with '-' */
             if (query) return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
             query = a;
         }

@@ -2,7 +2,7 @@
 #include "cli.h"
 #include "library.h"
 #include "hf_vocab.h"
-#include "json_one.h"
+#include "json/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -93,7 +93,7 @@ static int run_jsonl(const pb_vocab *v, const char *input, size_t len, int flags
         if (ll == 0 || (ll == 1 && line[0] == '\r')) continue;
         size_t at;
         bool trailing;
-        cJSON *j = json_parse_one(line, ll, &at, &trailing);
+        cJSON *j = pb_json_parse_one(line, ll, &at, &trailing);
         if (trailing) { /* '"hello" junk' is refused, not tokenized as "hello" */
             cli_err("tokenize", "--jsonl line %ld: more text after the JSON string (at column %zu)", line_no, at + 1);
             rc = 1;
@@ -106,7 +106,7 @@ static int run_jsonl(const pb_vocab *v, const char *input, size_t len, int flags
             break;
         }
         /* cJSON strings are NUL-terminated: a \u0000 escape would silently cut the text */
-        if (json_has_nul_escape(line, ll)) {
+        if (pb_json_has_nul_escape(line, ll)) {
             cli_err("tokenize", "--jsonl line %ld contains \\u0000, which is not supported", line_no);
             cJSON_Delete(j);
             rc = 1;
@@ -144,13 +144,9 @@ PB_CMD(tokenize) {
         else if (!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (++i >= argc) return cli_usage_error("tokenize", usage, "%s needs a file", a);
             if (!(vocab_path = cli_model_arg("tokenize", argv[i]))) return 1;
-        } else if (a[0] == '-' && a[1] != 0 && strcmp(a, "--") != 0)
+        } else if (cli_is_option(a))
             return cli_usage_error("tokenize", usage, "unknown option '%s'", a);
-        else {
-            if (!strcmp(a, "--")) {
-                if (++i >= argc) break;
-                a = argv[i];
-            }
+        else if ((a = cli_operand(argc, argv, &i))) { /* after "--", a text may start with '-' */
             if (text) return cli_usage_error("tokenize", usage, "one TEXT argument expected (quote it), got '%s'", a);
             text = a;
         }

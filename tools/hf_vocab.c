@@ -1,7 +1,7 @@
 /* hf_vocab.c -- reads a Hugging Face tokenizer.json/tokenizer_config.json (cJSON) into GGUF tokenizer.* arrays. */
 #include "hf_vocab.h"
-#include "json_one.h"
 #include "base/base.h"
+#include "json/json.h"
 #include "tokenizer/vocab.h"
 
 #include <cjson/cJSON.h>
@@ -66,7 +66,7 @@ static pb_status read_json(const char *path, cJSON **out) {
     if (st != PB_OK) return st;
     size_t at;
     bool trailing;
-    *out = json_parse_one(text, len, &at, &trailing);
+    *out = pb_json_parse_one(text, len, &at, &trailing);
     if (!*out) {
         free(text);
         if (trailing)

@@ -265,6 +265,13 @@ bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *ou
     return false;
 }
 
+bool cli_is_option(const char *arg) { return arg[0] == '-' && arg[1] && strcmp(arg, "--") != 0; }
+
+const char *cli_operand(int argc, char **argv, int *i) {
+    if (strcmp(argv[*i], "--") != 0) return argv[*i];
+    return ++*i < argc ? argv[*i] : NULL;
+}
+
 void cli_progress_init(cli_progress *p, const char *label) {
     p->label = label;
     p->t_start = pb_time_ms();

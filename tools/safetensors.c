@@ -1,8 +1,8 @@
 /* safetensors.c -- validated reader of Hugging Face safetensors files and sharded index sets (cJSON for
  * the untrusted headers, mmap for the data). Converts F32/F16/BF16 to float32; writes nothing. */
 #include "safetensors.h"
-#include "json_one.h"
 
+#include "json/json.h"
 #include "tensor/types.h"
 
 #include <cjson/cJSON.h>
@@ -307,7 +307,7 @@ static pb_status open_index(pb_st_model *m, const char *index_path) {
     if (s != PB_OK) return s;
     size_t at;
     bool trailing;
-    cJSON *root = json_parse_one(text, len, &at, &trailing);
+    cJSON *root = pb_json_parse_one(text, len, &at, &trailing);
     free(text);
     if (trailing)
         return pb_error(PB_ERR_FORMAT, "%s: not valid JSON: more text after the JSON value (at byte %zu)", index_path,

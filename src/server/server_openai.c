@@ -1,6 +1,7 @@
 /* server_openai.c -- the OpenAI-compatible JSON API: request parsing and validation, chat/completions answers,
  * /tokenize, /v1/models. Queueing is server_slots.c's, streaming server_sse.c's. */
 #include "base/base.h"
+#include "json/json.h"
 #include "server/server_internal.h"
 #include "tokenizer/utf8.h"
 
@@ -71,17 +72,6 @@ static bool bad_utf8(const cJSON *node, char *path, size_t cap, size_t len) {
     return false;
 }
 
-/* True when the JSON text holds a \u0000 escape: cJSON keeps such a string only up to the NUL, so the text would be
- * cut short without a word. */
-static bool has_nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 5 < n; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') return true;
-        i++; /* skip the escaped character: an escaped backslash never starts an escape */
-    }
-    return false;
-}
-
 /* The request body as one JSON value, or NULL with why filled. cJSON alone stops at the end of the first value (text
  * after it was ignored: '{"max_tokens": 1} junk' was taken) and keeps a string only up to a NUL byte (the rest of a
  * message was dropped without a word), so both are refused here. */
@@ -92,19 +82,13 @@ static cJSON *parse_body(const request *rq, char *why, size_t cap) {
         snprintf(why, cap, "request body holds a NUL byte (at byte %zu); JSON text cannot", (size_t)(nul - body));
         return NULL;
     }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, rq->len, &end, false);
-    if (!root) {
-        snprintf(why, cap, "request body is not valid JSON");
-        return NULL;
-    }
-    size_t at = end ? (size_t)(end - body) : rq->len;
-    while (at < rq->len && (body[at] == ' ' || body[at] == '\t' || body[at] == '\n' || body[at] == '\r')) at++;
-    if (at < rq->len) {
-        cJSON_Delete(root);
+    size_t at;
+    bool trailing;
+    cJSON *root = pb_json_parse_one(body, rq->len, &at, &trailing);
+    if (trailing)
         snprintf(why, cap, "request body is not valid JSON: more text after the JSON value (at byte %zu)", at);
-        return NULL;
-    }
+    else if (!root)
+        snprintf(why, cap, "request body is not valid JSON");
     return root;
 }
 
@@ -530,7 +514,7 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
         return pb_server_send_error(srv, c, 400, "invalid_request_error", where, "invalid_utf8",
                                     "'%s' is not valid UTF-8 text", where);
     }
-    if (has_nul_escape(rq->body ? rq->body : "", rq->len)) {
+    if (pb_json_has_nul_escape(rq->body ? rq->body : "", rq->len)) {
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_text",
                                     "the request's text contains a NUL character (\\u0000)");
@@ -619,7 +603,7 @@ enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *
         return pb_server_send_error(srv, c, 400, "invalid_request_error", "content", NULL,
                                     "'content' must be a string");
     }
-    if (has_nul_escape(rq->body ? rq->body : "", rq->len)) {
+    if (pb_json_has_nul_escape(rq->body ? rq->body : "", rq->len)) {
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", "content", "invalid_text",
                                     "'content' contains a NUL character (\\u0000)");

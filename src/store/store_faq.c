@@ -1,5 +1,6 @@
 /* store_faq.c -- the FAQ fallback: question/answer pairs in the knowledge-base file, imported from JSONL or
  * TSV, matched by BM25, and the marked fallback answer that ask/run/serve return when generation fails. */
+#include "json/json.h"
 #include "store/store_internal.h"
 
 #include <cjson/cJSON.h>
@@ -48,30 +49,16 @@ pb_status pb_store_faq_add(pb_store *st, const char *question, const char *answe
     return s;
 }
 
-/* True when the JSON text holds a \u0000 escape (an escaped backslash before "u0000" is text): cJSON keeps a string
- * only up to the NUL, so the question or answer would be cut short without a word. */
-static bool has_nul_escape(const char *s) {
-    for (; *s; s++) {
-        if (*s != '\\') continue;
-        if (s[1] == 'u' && !strncmp(s + 2, "0000", 4)) return true;
-        if (s[1]) s++; /* the escaped character never starts an escape */
-    }
-    return false;
-}
-
 /* One JSONL line -> question/answer (copies in *q, *a). Only whitespace may follow the object: cJSON alone stops at
  * the end of the first value, so '{"q": "..", "a": ".."} junk' was imported. */
 static pb_status parse_jsonl(const char *line, char **q, char **a) {
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(line, &end, false);
+    size_t len = strlen(line), at;
+    bool trailing;
+    cJSON *j = pb_json_parse_one(line, len, &at, &trailing);
+    if (trailing) return pb_error(PB_ERR_FORMAT, "more text after the JSON object (at column %zu)", at + 1);
     if (!j) return pb_error(PB_ERR_FORMAT, "not a JSON object");
-    const char *rest = end ? end : line + strlen(line);
-    while (*rest == ' ' || *rest == '\t' || *rest == '\r' || *rest == '\n') rest++;
-    if (*rest) {
-        cJSON_Delete(j);
-        return pb_error(PB_ERR_FORMAT, "more text after the JSON object (at column %zu)", (size_t)(rest - line) + 1);
-    }
-    if (has_nul_escape(line)) {
+    /* cJSON keeps a string only up to a NUL: the question or answer would be cut short without a word */
+    if (pb_json_has_nul_escape(line, len)) {
         cJSON_Delete(j);
         return pb_error(PB_ERR_FORMAT, "holds a NUL character (\\u0000), which a question or answer cannot");
     }

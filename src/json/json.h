@@ -1,17 +1,18 @@
-/* json_one.h -- parse a text as exactly one JSON value for the tools (cJSON alone stops after the first value and
- * ignores whatever follows it: '"hello" junk' was read as "hello"). Header-only so any tool file can use it. */
-#ifndef PB_JSON_ONE_H
-#define PB_JSON_ONE_H
+/* json.h -- JSON text checks that cJSON leaves to its callers, shared by the store, the server and the CLI. Header-only
+ * (cJSON + libc): no core room includes it, so libpocketbrain never depends on cJSON (tests/test_layering.sh). */
+#ifndef PB_JSON_H
+#define PB_JSON_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Parses text[0..len) as one JSON value followed by nothing but JSON whitespace (space, TAB, LF, CR). Returns the
- * value (the caller cJSON_Deletes it), or NULL with *at set to the byte offset where the trouble starts and *trailing
- * set to true when the value itself parsed but more text follows it (false: the text is not valid JSON). A NUL byte
- * after the value counts as more text. */
-static inline cJSON *json_parse_one(const char *text, size_t len, size_t *at, bool *trailing) {
+/* Parses text[0..len) as one JSON value followed by nothing but JSON whitespace (space, TAB, LF, CR): cJSON alone
+ * stops after the first value and ignores whatever follows it ('"hello" junk' was read as "hello"). Returns the value
+ * (the caller cJSON_Deletes it), or NULL with *at set to the byte offset where the trouble starts and *trailing set to
+ * true when the value itself parsed but more text follows it (false: the text is not valid JSON). A NUL byte after
+ * the value counts as more text. */
+static inline cJSON *pb_json_parse_one(const char *text, size_t len, size_t *at, bool *trailing) {
     const char *end = NULL;
     *at = 0;
     *trailing = false;
@@ -34,7 +35,7 @@ static inline cJSON *json_parse_one(const char *text, size_t len, size_t *at, bo
 /* True when the JSON text text[0..len) holds a \u0000 escape outside an escaped backslash ("\\u0000" is the text
  * backslash-u-0-0-0-0, no NUL). cJSON keeps a string only up to a NUL, so such a string would be cut short without a
  * word: callers refuse it. */
-static inline bool json_has_nul_escape(const char *text, size_t len) {
+static inline bool pb_json_has_nul_escape(const char *text, size_t len) {
     for (size_t i = 0; i + 5 < len; i++) {
         if (text[i] != '\\') continue;
         if (text[i + 1] == 'u' && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0' && text[i + 5] == '0')

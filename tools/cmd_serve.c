@@ -12,12 +12,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#define MIB (1024.0 * 1024.0)
+
 static const char *USAGE =
     "pocketbrain serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--no-batch] [--queue N]\n"
     "                  [--api-key KEY] [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N]\n"
     "                  [--fallback-after SEC] [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE]\n"
     "                  [--allow-host NAMES] [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N]\n"
-    "                  [--header-timeout SEC] [--idle-timeout SEC] [--no-pack-cache] [--quiet]";
+    "                  [--header-timeout SEC] [--idle-timeout SEC] [--mem-limit SIZE] [--fit] [--no-pack-cache]\n"
+    "                  [--quiet]";
 
 static const char *HELP =
     "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models and /v1/models/ID (OpenAI-compatible),\n"
@@ -44,6 +47,17 @@ static const char *HELP =
     "  --fallback-after SEC    use the FAQ answer when no token came within SEC seconds (default 0 = off)\n"
     "  --no-pack-cache         repack weights at every model open (default: map the packed-weights cache in\n"
     "                          $XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; PB_PACK_CACHE=off: no cache)\n"
+    "\n"
+    "Memory (checked before a model is loaded: at start, and for a model a request names):\n"
+    "  --mem-limit SIZE        memory the weights and every slot's KV cache and scratch may use, K/M/G suffixes\n"
+    "                          (default: detected, MemAvailable or the cgroup limit). When the slots do not fit,\n"
+    "                          serve exits 1 saying how many slots, or which --ctx for all of them, would; a model\n"
+    "                          a request names is not loaded and the request gets a 500 saying the same\n"
+    "  --fit                   when the slots do not fit, lower --ctx (a multiple of 256) until all of them do\n"
+    "                          (default off: refuse)\n";
+
+/* The rest of the help (one literal of it passed the 4,095 characters C99 compilers must take). */
+static const char *HELP_NET =
     "\n"
     "Network and access:\n"
     "  --host ADDR             bind address: IPv4, IPv6 (::1) or a name such as localhost (default 127.0.0.1,\n"
@@ -105,7 +119,7 @@ int cmd_serve(int argc, char **argv) {
         i++;                                                                                                           \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: %s\n%s", USAGE, HELP);
+            printf("usage: %s\n%s%s", USAGE, HELP, HELP_NET);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VAL();
@@ -140,6 +154,12 @@ int cmd_serve(int argc, char **argv) {
             ctx_given = true;
         } else if (!strcmp(a, "--no-pack-cache")) {
             no_pack_cache = true;
+        } else if (!strcmp(a, "--mem-limit")) {
+            NEED_VAL();
+            if (!cli_parse_size(cmd, a, val, &p.mem_limit)) return 2;
+            if (p.mem_limit == 0) return cli_usage_error(cmd, USAGE, "--mem-limit must be above 0");
+        } else if (!strcmp(a, "--fit")) {
+            p.fit = true;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED_VAL();
             if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return 2;
@@ -197,14 +217,31 @@ int cmd_serve(int argc, char **argv) {
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error(cmd, USAGE, "no model: pass -m MODEL.gguf");
 
+    /* the slots before the model: every slot is a session with its own KV cache and scratch, untouched pages until
+     * its context fills, so a server started with too many slots ran fine until the OOM killer came (the weights
+     * are counted here, before they are mapped: pb_server_admit) */
+    p.ctx_auto = !ctx_given; /* default: 2048 or each model's training context, whichever is smaller */
+    pb_server_mem mem;
+    pb_status s = pb_server_admit(model, &p, &mem);
+    if (s == PB_ERR_MEMORY_LIMIT) {
+        cli_err(cmd, "%s: %s", model, pb_last_error());
+        return 1;
+    }
+    /* another error (no such file, not a model, an n_ctx it refuses): the open or the server start says it */
+    if (s == PB_OK && mem.adjusted) {
+        char slots[48] = "the slot";
+        if (mem.n_slots > 1) snprintf(slots, sizeof slots, "each of the %d slots", mem.n_slots);
+        cli_err(cmd, "--fit: n_ctx %d for %s (%d asked; %.0f MiB of %.0f MiB available)", mem.n_ctx, slots,
+                mem.n_ctx_asked, (double)mem.total / MIB, (double)mem.available / MIB);
+    }
     pb_model_params mp = pb_model_default_params();
     if (p.n_threads) mp.n_threads = p.n_threads;
+    mp.mem_limit = p.mem_limit;
     mp.pack_cache_dir = p.pack_cache_dir = no_pack_cache ? NULL : cli_pack_cache_dir();
     mp.pack_cache_background = true; /* serving starts before the cache file is written */
     pb_model *m = NULL;
-    pb_status s = pb_model_open(model, &mp, &m);
+    s = pb_model_open(model, &mp, &m);
     if (s != PB_OK) return cli_fail(cmd, s, model);
-    p.ctx_auto = !ctx_given; /* default: 2048 or each model's training context, whichever is smaller */
     /* the model library: requests may name any of its models ("model"); the one started with comes first,
      * named as in the library when it is a library file, else by its file name */
     static char id[LIB_NAME_MAX + 1];

@@ -80,12 +80,46 @@ typedef struct pb_server_params {
      * requests generating at once decode their tokens in one forward step (the same answers, more tokens per
      * second in all). A switch to another model makes the batch anew. false: each slot decodes alone. */
     bool batch;
+    /* Memory admission of every model the server opens for a request (pb_server_admit's, run before the open): the
+     * weights once plus n_parallel slots, each a session of the model's n_ctx (KV + scratch), against mem_limit
+     * (bytes; 0 = the memory available: MemAvailable, cgroup limits). A model that does not fit is not loaded: the
+     * request gets the reason. With fit, such a model gets the largest n_ctx, a multiple of 256, at which its slots
+     * fit instead (a refusal only when not even 256 does). */
+    size_t mem_limit;
+    bool fit;
+    /* The slots' context for the model given to pb_server_start when pb_server_admit (fit) chose one below n_ctx;
+     * 0 = n_ctx. n_ctx stays the cap of the models loaded later. */
+    int n_ctx_first;
 } pb_server_params;
 
 pb_server_params pb_server_default_params(void);
 
+/* What a memory admission estimated for one model's slots (bytes). */
+typedef struct pb_server_mem {
+    size_t weights;     /* the model's tensor bytes, counted once (0: in memory already, the caller's model reloaded) */
+    size_t kv, scratch; /* of one slot's session at n_ctx */
+    size_t other;       /* the model given to pb_server_start, open beside this one (counted under a mem_limit) */
+    size_t total;       /* weights + n_slots x (kv + scratch) + other */
+    size_t available;   /* mem_limit, or what was detected (0: unknown, nothing was compared) */
+    int n_slots, n_ctx; /* the slots and their context (n_ctx after ctx_auto and fit) */
+    int n_ctx_asked;    /* n_ctx before fit */
+    bool adjusted;      /* fit lowered n_ctx */
+} pb_server_mem;
+
+/* Memory admission of the server's slots for the model at model_path, before it is opened (call it before
+ * pb_model_open: the weights are counted once, against the memory available before they are mapped). Reads the
+ * GGUF header only. The slots: p->n_parallel sessions of p->n_ctx (with p->ctx_auto at most the model's training
+ * context), each with its KV cache and scratch (pb_estimate_memory), beside the weights, against p->mem_limit or
+ * the memory available. PB_ERR_MEMORY_LIMIT when they do not fit, with a message giving the numbers (MiB), how
+ * many slots fit at this n_ctx and the n_ctx at which all of them do ("... (use -np 6 or -c 768, or --fit)").
+ * With p->fit it instead sets p->n_ctx_first to the largest n_ctx, a multiple of 256, at which they fit (out->
+ * adjusted), and fails only when not even 256 does. Other errors (no such file, not a model, an n_ctx the model
+ * refuses) are the estimate's: pb_model_open and pb_server_start say them too. out may be NULL. */
+pb_status pb_server_admit(const char *model_path, pb_server_params *p, pb_server_mem *out);
+
 /* Starts listening and the slot workers. The model must outlive the server; models[1..] the server opens
- * and closes itself. */
+ * and closes itself (each after its memory admission). The slots of the model given here are not checked against
+ * the memory: that is pb_server_admit's job, before the caller opens it. */
 pb_status pb_server_start(pb_model *m, const pb_server_params *p, pb_server **out);
 /* The port actually bound. */
 int pb_server_port(const pb_server *s);

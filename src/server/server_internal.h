@@ -9,7 +9,8 @@
  *   server_sse.c      server-sent events: stream chunks, the stream reader
  *   server_metrics.c  /metrics and /stats
  *   server_ui.c       the embedded web UI assets
- *   server_models.c   the model library: which model is loaded, swapping models, /v1/models */
+ *   server_models.c   the model library: which model is loaded, swapping models, /v1/models; the memory admission
+ *                     of a model's slots (pb_server_admit) */
 #ifndef PB_SERVER_INTERNAL_H
 #define PB_SERVER_INTERNAL_H
 
@@ -136,6 +137,7 @@ struct pb_server {
     int n_lib;
     int cur;                /* index of the loaded model in lib, -1 when none is */
     pb_model *caller_model; /* the model given to pb_server_start: never closed here */
+    size_t caller_weights;  /* its tensor bytes (memory admission of the others under a mem_limit) */
     int n_ctx;              /* context of each slot for the loaded model */
     pthread_mutex_t model_mu;
     pthread_cond_t model_cv;

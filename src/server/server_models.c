@@ -1,10 +1,12 @@
 /* server_models.c -- the models requests may name: which one is loaded, swapping to another when a request
- * names it (one loaded at a time: the running jobs finish first, new ones wait), and GET /v1/models. No HTTP
- * parsing here; the routes call pb_server_model_acquire / _release around their use of the model. */
+ * names it (one loaded at a time: the running jobs finish first, new ones wait), the memory admission of a model's
+ * slots before it is opened (pb_server_admit), and GET /v1/models. No HTTP parsing here; the routes call
+ * pb_server_model_acquire / _release around their use of the model. */
 #include "base/base.h"
 #include "server/server_internal.h"
 #include "tokenizer/utf8.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +32,12 @@ pb_status pb_server_models_init(pb_server *srv, pb_model *m) {
     srv->vocab = pb_model_vocab(m);
     srv->model_id = pb_strdup(srv->lib[0].name);
     srv->cur = 0;
-    srv->n_ctx = srv->p.n_ctx;
+    srv->n_ctx = srv->p.n_ctx_first > 0 ? srv->p.n_ctx_first : srv->p.n_ctx; /* pb_server_admit's fit */
     pb_model_info info;
-    if (srv->p.ctx_auto && pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 &&
-        info.n_ctx_train < srv->n_ctx)
+    bool have_info = pb_model_get_info(m, &info) == PB_OK;
+    if (srv->p.ctx_auto && have_info && info.n_ctx_train > 0 && info.n_ctx_train < srv->n_ctx)
         srv->n_ctx = info.n_ctx_train;
+    srv->caller_weights = have_info ? info.weight_bytes : 0;
     return srv->model_id ? PB_OK : pb_error(PB_ERR_NOMEM, "server: out of memory");
 }
 
@@ -123,26 +126,207 @@ static int find_model(pb_server *srv, const char *name, char *err, size_t cap) {
     return -1;
 }
 
+/* ---- memory admission ---------------------------------------------------------------------------------- */
+
+#define MIB (1024.0 * 1024.0)
+
+/* One model's slots against the memory: what admit() is asked. */
+typedef struct admission {
+    const char *path; /* the model's GGUF file (only its header is read) */
+    int n_slots;      /* sessions, each of n_ctx */
+    int n_ctx;        /* asked; with ctx_auto a cap, the model's training context the other */
+    bool ctx_auto, fit;
+    size_t mem_limit; /* 0 = the memory available now (pb_estimate_memory detects it) */
+    bool resident;    /* the model is open already: the caller's, loaded again after another */
+    size_t other;     /* weights of the caller's model, which stays open beside this one */
+} admission;
+
+static const char *kv_name(pb_kv_type t) { return t == PB_KV_Q8_0 ? "q8_0" : t == PB_KV_F32 ? "f32" : "f16"; }
+
+/* The largest n_ctx (a multiple of 256 from 256 on, as pb_session_admit's fit) at which one session of sp's model
+ * needs at most budget bytes of KV and scratch; 0 when none does. pb_estimate_memory's max_n_ctx answers it with a
+ * limit of the weights + budget. */
+static int ctx_within(const char *path, const pb_session_params *sp, size_t weights, size_t budget) {
+    pb_mem_estimate e;
+    if (budget == 0 || pb_estimate_memory(path, sp, weights + budget, &e) != PB_OK) return 0;
+    return e.max_n_ctx >= 256 ? e.max_n_ctx / 256 * 256 : e.max_n_ctx;
+}
+
+/* "6 slots fit" / "1 slot fits" */
+static const char *slots_word(int n) { return n == 1 ? "slot" : "slots"; }
+
+/* "all 8" / "both" */
+static const char *all_of(int n, char *buf, size_t cap) {
+    if (n == 2) return "both";
+    snprintf(buf, cap, "all %d", n);
+    return buf;
+}
+
+/* The weights + n_slots x (KV + scratch) of a.path against the memory; fills m. See pb_server_admit.
+ *
+ * What the weights count for depends on when the check runs, because MemAvailable (and a cgroup's room) is
+ * measured now:
+ * - Before the model is opened (pb_server_admit at start, a library model a request names): in full. Pages of the
+ *   file that sit in the page cache count as available there and are the pages the mapping will use: one count.
+ *   After the open they would not be comparable: the repacked matrices (anonymous memory) are then missing from
+ *   MemAvailable already, and counting the weights again would refuse servers that fit.
+ * - The caller's model loaded again after another (it stayed open all along): not counted, the slots alone are
+ *   compared. Its anonymous copies are already missing from MemAvailable; its file-backed pages (the model file or
+ *   the packed-weights cache mapped) MemAvailable still counts as reclaimable cache, so for a model that maps its
+ *   weights this is optimistic by the pages the slots' KV would then evict (re-read from the file, not an OOM).
+ * - With a mem_limit the limit is a budget for what the server holds: the weights always count, and so do those
+ *   of the caller's model while another model is loaded beside it (a.other).
+ * The batch the slots share (pb_batch_new: n_slots rows of activations and logits, about 1 MiB a slot for a 256k
+ * vocabulary) has no term of its own: each session's scratch estimate carries 4 MiB of slack. */
+static pb_status admit(const admission *a, pb_server_mem *m) {
+    memset(m, 0, sizeof *m);
+    m->n_slots = a->n_slots;
+    pb_session_params sp = pb_session_default_params(); /* the slots' sessions: load() and pb_server_start */
+    pb_mem_estimate e;
+    /* max_n_ctx is capped by the model's training context: with no limit to speak of, it is that context */
+    pb_status s = pb_estimate_memory(a->path, &sp, SIZE_MAX, &e);
+    if (s != PB_OK) return s;
+    int n_train = e.max_n_ctx;
+    sp.n_ctx = a->ctx_auto && n_train > 0 && n_train < a->n_ctx ? n_train : a->n_ctx;
+    if ((s = pb_estimate_memory(a->path, &sp, a->mem_limit, &e)) != PB_OK) return s;
+    size_t weights = a->resident && !a->mem_limit ? 0 : e.weights;
+    size_t fixed = weights + (a->mem_limit ? a->other : 0);
+    size_t per = e.kv + e.scratch, avail = e.available;
+    m->weights = weights;
+    m->other = fixed - weights;
+    m->kv = e.kv;
+    m->scratch = e.scratch;
+    m->total = fixed + (size_t)a->n_slots * per;
+    m->available = avail;
+    m->n_ctx = m->n_ctx_asked = sp.n_ctx;
+    if (avail == 0 || m->total <= avail) return PB_OK; /* 0: unknown, nothing to compare with */
+    /* how many slots fit at this n_ctx, and at which n_ctx all of them do */
+    size_t room = avail > fixed ? avail - fixed : 0;
+    int k = per > 0 ? (int)PB_MIN(room / per, (size_t)a->n_slots) : 0;
+    int c_all = ctx_within(a->path, &sp, e.weights, room / (size_t)a->n_slots);
+    int min_ctx = n_train > 0 && n_train < 256 ? n_train : 256;
+    if (a->fit && c_all >= min_ctx) {
+        sp.n_ctx = c_all;
+        if ((s = pb_estimate_memory(a->path, &sp, a->mem_limit, &e)) != PB_OK) return s;
+        m->kv = e.kv;
+        m->scratch = e.scratch;
+        m->total = fixed + (size_t)a->n_slots * (e.kv + e.scratch);
+        m->n_ctx = c_all;
+        m->adjusted = true;
+        return PB_OK;
+    }
+    char need[320], other[64] = "";
+    const char *kv = kv_name(sp.kv_type);
+    if (m->other) snprintf(other, sizeof other, " + the model started with %.0f", (double)m->other / MIB);
+    if (a->resident && !a->mem_limit)
+        snprintf(need, sizeof need,
+                 "needs %.0f MiB for %d %s x (KV %.0f for n_ctx %d %s + scratch %.0f) beside the weights in memory, "
+                 "but %.0f MiB are available",
+                 (double)m->total / MIB, a->n_slots, slots_word(a->n_slots), (double)e.kv / MIB, sp.n_ctx, kv,
+                 (double)e.scratch / MIB, (double)avail / MIB);
+    else
+        snprintf(need, sizeof need,
+                 "needs %.0f MiB (weights %.0f + %d %s x (KV %.0f for n_ctx %d %s + scratch %.0f)%s) but %.0f MiB "
+                 "are available%s",
+                 (double)m->total / MIB, (double)weights / MIB, a->n_slots, slots_word(a->n_slots), (double)e.kv / MIB,
+                 sp.n_ctx, kv, (double)e.scratch / MIB, other, (double)avail / MIB,
+                 a->mem_limit ? " (--mem-limit)" : "");
+    const char *fit = a->fit ? ", even with --fit" : "";
+    int n = a->n_slots;
+    char all_buf[24];
+    const char *all = all_of(n, all_buf, sizeof all_buf);
+    if (k >= 1 && c_all >= min_ctx) /* not with fit: it took c_all above */
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "not enough memory for %d %s: %s; %d %s fit%s at n_ctx %d, or %s at n_ctx %d (use -np %d or "
+                        "-c %d, or --fit)",
+                        n, slots_word(n), need, k, slots_word(k), k == 1 ? "s" : "", sp.n_ctx, all, c_all, k, c_all);
+    if (k >= 1)
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "not enough memory for %d %s%s: %s; %d %s fit%s at n_ctx %d, %s at no n_ctx of %d or more (use "
+                        "-np %d)",
+                        n, slots_word(n), fit, need, k, slots_word(k), k == 1 ? "s" : "", sp.n_ctx, all, min_ctx, k);
+    if (c_all >= min_ctx && n == 1)
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "not enough memory for 1 slot: %s; it fits at n_ctx %d (use -c %d or --fit)", need, c_all,
+                        c_all);
+    if (c_all >= min_ctx)
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "not enough memory for %d slots: %s; not one slot fits at n_ctx %d, %s do at n_ctx %d (use -c "
+                        "%d or --fit)",
+                        n, need, sp.n_ctx, all, c_all, c_all);
+    int c_one = n > 1 ? ctx_within(a->path, &sp, e.weights, room) : 0; /* n 1: c_all */
+    if (c_one >= min_ctx)
+        return pb_error(PB_ERR_MEMORY_LIMIT,
+                        "not enough memory for %d slots%s: %s; one slot fits at n_ctx %d, %s at no n_ctx of %d or more "
+                        "(use -np 1 -c %d)",
+                        n, fit, need, c_one, all, min_ctx, c_one);
+    char none[64];
+    if (room == 0)
+        snprintf(none, sizeof none, "the weights alone do not fit");
+    else
+        snprintf(none, sizeof none, "not even one slot of n_ctx %d fits", min_ctx);
+    return pb_error(PB_ERR_MEMORY_LIMIT,
+                    "not enough memory for %d %s%s: %s; %s (use a smaller model or quantization, or free memory / "
+                    "raise the limit)",
+                    n, slots_word(n), fit, need, none);
+}
+
+pb_status pb_server_admit(const char *model_path, pb_server_params *p, pb_server_mem *out) {
+    pb_server_mem local, *m = out ? out : &local;
+    memset(m, 0, sizeof *m);
+    if (!model_path || !p)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_server_admit: %s is NULL", !p ? "params" : "model_path");
+    if (p->n_parallel < 1 || p->n_parallel > 64)
+        return pb_error(PB_ERR_INVALID_ARG, "server: --parallel must be in [1, 64], got %d", p->n_parallel);
+    admission a = {model_path, p->n_parallel, p->n_ctx, p->ctx_auto, p->fit, p->mem_limit, false, 0};
+    pb_status s = admit(&a, m);
+    if (s == PB_OK && m->adjusted) p->n_ctx_first = m->n_ctx;
+    return s;
+}
+
 /* Opens lib[idx] (the caller's model for its own entry), the slots' batch (params.batch) and sessions for every
- * slot; *m_out, *batch_out and sess (n_slots) get them. */
+ * slot; *m_out, *batch_out and sess (n_slots) get them. The memory admission runs first, before the open: a model
+ * whose slots do not fit is not opened (PB_ERR_MEMORY_LIMIT, the request is told why). */
 static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_batch **batch_out, pb_session **sess,
                       int *n_ctx_out) {
     pb_model *m = NULL;
     pb_status s = PB_OK;
-    if (idx == 0 && srv->caller_model) {
-        m = srv->caller_model;
-    } else if (!srv->lib[idx].path) {
+    bool caller = idx == 0 && srv->caller_model;
+    if (!caller && !srv->lib[idx].path)
         return pb_error(PB_ERR_NOT_FOUND, "server: no file for model '%s'", srv->lib[idx].name);
+    pb_server_mem mem;
+    bool admitted = false;
+    if (srv->lib[idx].path) { /* the caller's model may have none (a library user's): nothing to estimate from */
+        admission a = {srv->lib[idx].path, srv->n_slots,     srv->p.n_ctx, srv->p.ctx_auto,
+                       srv->p.fit,         srv->p.mem_limit, caller,       caller ? 0 : srv->caller_weights};
+        s = admit(&a, &mem);
+        if (s == PB_ERR_MEMORY_LIMIT) return s;
+        admitted = s == PB_OK; /* another error (not a model, an n_ctx it refuses): the open below says it */
+        s = PB_OK;
+        if (admitted && mem.adjusted && srv->p.log) {
+            char line[256];
+            snprintf(line, sizeof line, "model '%.100s': --fit: n_ctx %d for %s (%d asked; %.0f MiB of %.0f MiB)",
+                     srv->lib[idx].name, mem.n_ctx, mem.n_slots == 1 ? "its slot" : "each of its slots",
+                     mem.n_ctx_asked, (double)mem.total / MIB, (double)mem.available / MIB);
+            srv->p.log(srv->p.log_user, line);
+        }
+    }
+    if (caller) {
+        m = srv->caller_model;
     } else {
         pb_model_params mp = pb_model_default_params();
         if (srv->p.n_threads) mp.n_threads = srv->p.n_threads;
+        mp.mem_limit = srv->p.mem_limit;
         mp.pack_cache_dir = srv->p.pack_cache_dir;
         mp.pack_cache_background = true; /* a model swap answers before its cache file is written */
         if ((s = pb_model_open(srv->lib[idx].path, &mp, &m)) != PB_OK) return s;
     }
-    int n_ctx = srv->p.n_ctx;
+    int n_ctx = caller && srv->p.n_ctx_first > 0 ? srv->p.n_ctx_first : srv->p.n_ctx;
     pb_model_info info;
-    if (srv->p.ctx_auto && pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 && info.n_ctx_train < n_ctx)
+    if (admitted)
+        n_ctx = mem.n_ctx; /* ctx_auto and fit applied */
+    else if (srv->p.ctx_auto && pb_model_get_info(m, &info) == PB_OK && info.n_ctx_train > 0 &&
+             info.n_ctx_train < n_ctx)
         n_ctx = info.n_ctx_train;
     pb_batch *batch = NULL; /* the sessions of this model decode together */
     if (srv->p.batch && srv->n_slots > 1) s = pb_batch_new(m, srv->n_slots, &batch);

@@ -39,7 +39,7 @@ extern "C" {
 #define PB_VERSION_MINOR  1
 #define PB_VERSION_PATCH  0
 #define PB_VERSION_STRING "0.1.0"
-#define PB_ABI_VERSION    4
+#define PB_ABI_VERSION    5
 
 /* ---- status ---------------------------------------------------------------------------------- */
 
@@ -372,6 +372,13 @@ typedef struct pb_session_params {
      * context; a longer thought and answer, once the conversation has passed the window, re-read the whole context.
      * true keeps thoughts in the context (default false). */
     bool keep_thoughts;
+    /* ABI 5: rows the KV cache's sliding-window layers keep beyond their window (0 = automatic: none, or for a
+     * session that drops its Gemma 4 thoughts up to 2,048 within max(64 MiB, the rings' bytes)). Going back by up to
+     * that many positions -- a thought cut out, a regenerated or edited answer, a server's prefix reuse when the
+     * history differs in its last answer -- then reads nothing again; further back, once the conversation passed
+     * the window, the whole context is read again. The attention still sees the window alone. Counted by
+     * pb_estimate_memory / pb_session_admit; at most n_ctx in all. PB_ERR_INVALID_ARG when negative or above 2^24. */
+    int ring_extra;
 } pb_session_params;
 
 pb_session_params pb_session_default_params(void);

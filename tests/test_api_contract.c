@@ -627,6 +627,8 @@ static void probe_session_new(pb_model *m, pb_model *m2, const char *dir) {
     SN_CASE("n_threads 100000", sp.n_threads = 100000, PB_ERR_INVALID_ARG, "n_threads");
     SN_CASE("kv_type 7", sp.kv_type = (pb_kv_type)7, PB_ERR_INVALID_ARG, "kv_type");
     SN_CASE("kv_type -1", sp.kv_type = (pb_kv_type)-1, PB_ERR_INVALID_ARG, "kv_type");
+    SN_CASE("ring_extra -1", sp.ring_extra = -1, PB_ERR_INVALID_ARG, "ring_extra");
+    SN_CASE("ring_extra 2^24 + 1", sp.ring_extra = (1 << 24) + 1, PB_ERR_INVALID_ARG, "ring_extra");
     SN_CASE("ctx_policy 9", sp.ctx_policy = (pb_ctx_policy)9, PB_ERR_INVALID_ARG, "ctx_policy");
     SN_CASE("thermal a missing file", sp.thermal = "/nonexistent/temp", PB_ERR_NOT_FOUND, "/nonexistent/temp");
     SN_CASE("thermal a directory", sp.thermal = dir, PB_ERR_NOT_FOUND, dir);
@@ -1080,6 +1082,7 @@ static void probe_memory(const char *path, const char *dir) {
     MEM_CASE("n_batch -1", sp.n_batch = -1, "n_batch");
     MEM_CASE("kv_type 7", sp.kv_type = (pb_kv_type)7, "kv_type");
     MEM_CASE("kv_type -1", sp.kv_type = (pb_kv_type)-1, "kv_type");
+    MEM_CASE("ring_extra -1", sp.ring_extra = -1, "ring_extra");
 #undef MEM_CASE
 }
 

@@ -76,6 +76,33 @@ int main(void) {
         pb_session_free(s4);
     }
     pb_model_close(m4);
+    /* ring_extra (ABI 5): the rings keep that many rows more, the estimate counts them, and going back that far
+     * after the conversation passed the window reads nothing again (without it: the whole context) */
+    for (int x = 0; x < 2; x++) {
+        sp = pb_session_default_params();
+        sp.n_ctx = 1024;
+        sp.n_threads = 1;
+        sp.ring_extra = x ? 64 : 0;
+        pb_estimate_memory(path, &sp, 0, &e);
+        pb_session *s = NULL;
+        if (pb_session_new(m, &sp, &s) != PB_OK) {
+            CHECK(0, "session ring_extra %d: %s", sp.ring_extra, pb_last_error());
+            continue;
+        }
+        const int W = pb_model_hparams(m)->sliding_window, n = W * 3;
+        int32_t ids[512];
+        for (int i = 0; i < n && i < 512; i++) ids[i] = 10 + (i * 7) % 200;
+        pb_session_totals t0, t1;
+        bool ok = n <= 512 && pb_session_prefill(s, ids, n) == PB_OK;
+        pb_session_get_totals(s, &t0);
+        ok = ok && pb_session_truncate(s, n - 40) == PB_OK;
+        pb_session_get_totals(s, &t1);
+        const int64_t re = t1.n_reprefilled - t0.n_reprefilled;
+        CHECK(ok && e.kv == pb_kv_bytes(s->kv) && (x ? re == 0 : re == n - 40),
+              "ring_extra %d: kv estimate = allocated (%zu); back 40 of %d tokens (window %d) re-reads %lld",
+              sp.ring_extra, pb_kv_bytes(s->kv), n, W, (long long)re);
+        pb_session_free(s);
+    }
     pb_model_close(m);
 
     /* admission refused under a limit, with the numbers and the largest n_ctx that fits */

@@ -168,3 +168,29 @@ if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
     ok "serve: message.content AB, message.reasoning_content xy; the stream sends the thought as delta.reasoning_content"
   else nok "serve thought channel: $(head -c 300 "$T/bb") | $(head -c 300 "$T/bbs")"; fi
 else nok "test_gemma4_ref --write-bigram failed"; fi
+# The server's slots on a model that can think keep ring rows beyond the window (pb_server_slot_params): a
+# conversation sent back without its thought, as OpenAI clients send it, cuts the thought and answer out of the
+# slot's context; past the window (4 on this model, whose first turn is 25 ids) that re-read the whole prefix before,
+# counted as reused. Now the prefix is reused, and /metrics tells re-read tokens apart.
+BS=$T/bigram_swa.gguf
+if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram-swa "$BS"; then
+  : >"$T/bsout"
+  "$BIN" serve -m "$BS" --port 0 --parallel 1 >"$T/bsout" 2>"$T/bserr" &
+  BPID=$!
+  for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done
+  BPORT=$(sed -n 's/^listening //p' "$T/bsout")
+  curl -s -o "$T/bw1" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20,"temperature":0,"think":true}' \
+    "http://127.0.0.1:$BPORT/v1/chat/completions"
+  curl -s -o "$T/bw2" -H "Content-Type: application/json" \
+    -d '{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"AB"},{"role":"user","content":"hi"}],"max_tokens":20,"temperature":0,"think":true}' \
+    "http://127.0.0.1:$BPORT/v1/chat/completions"
+  curl -s -o "$T/bwm" "http://127.0.0.1:$BPORT/metrics"
+  kill $BPID 2>/dev/null; wait $BPID 2>/dev/null
+  rr=$(sed -n 's/^pocketbrain_prompt_tokens_reread_total //p' "$T/bwm")
+  ru=$(sed -n 's/^pocketbrain_prompt_tokens_reused_total //p' "$T/bwm")
+  if tr -d ' \n' <"$T/bw2" | grep -q '"content":"AB","reasoning_content":"xy"' && [ "$rr" = 0 ] && [ -n "$ru" ] &&
+    [ "$ru" -ge 20 ]; then
+    ok "serve: a thinking conversation past the window re-sent without its thought: prefix reused ($ru), 0 re-read"
+  else nok "serve thought cut past the window: reread [$rr] reused [$ru] $(head -c 200 "$T/bw2")"; fi
+else nok "test_gemma4_ref --write-bigram-swa failed"; fi

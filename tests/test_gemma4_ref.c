@@ -738,6 +738,7 @@ static void bigram_chat(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0) return write_corpus(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--write-bigram") == 0) return micro_write(&micro_bigram, argv[2]) ? 0 : 1;
+    if (argc == 3 && strcmp(argv[1], "--write-bigram-swa") == 0) return micro_write(&micro_bigram_swa, argv[2]) ? 0 : 1;
     if (argc == 3 && strcmp(argv[1], "--write-bigram-bytes") == 0) {
         bigram_bytes = true;
         return micro_write(&micro_bigram, argv[2]) ? 0 : 1;

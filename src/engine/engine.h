@@ -83,7 +83,8 @@ void pb_thermal_get(const pb_thermal *t, pb_thermal_state *out);
 /* The n_ctx a session gets for a requested one (0 = min(n_ctx_train, 4096)): PB_ERR_INVALID_ARG below 2 or
  * above the model's training context. pb_session_new and the estimates share it, so they agree. */
 pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx);
-/* Rows a session's ring layers hold beyond their window (pb_kv_new_ring's ring_extra). A session that drops its
+/* Rows a session's ring layers hold beyond their window (pb_kv_new_ring's ring_extra): the params' ring_extra, or
+ * more for a session that drops its Gemma 4 thoughts. A session that drops its
  * Gemma 4 thoughts (think set, keep_thoughts not) keeps up to PB_THINK_RING_EXTRA more, so that cutting a turn's
  * thought and answer of up to that many tokens out of a context longer than the window re-reads no context; the
  * extra rows' bytes are kept to at most max(64 MiB, the rings' own bytes) (E2B, f16: 2,048 rows, 24 MiB; a model whose

@@ -40,14 +40,15 @@ size_t pb_engine_kv_estimate(const pb_hparams *hp, int n_ctx, pb_kv_type type, i
 }
 
 int pb_engine_ring_extra(const pb_hparams *hp, const pb_session_params *p) {
+    const int asked = p->ring_extra > 0 ? p->ring_extra : 0;
     /* thinking exists on Gemma 4 alone (pb_session_new refuses it elsewhere) */
-    if (!p->think || p->keep_thoughts || hp->arch != PB_ARCH_GEMMA4 || hp->sliding_window <= 0) return 0;
+    if (!p->think || p->keep_thoughts || hp->arch != PB_ARCH_GEMMA4 || hp->sliding_window <= 0) return asked;
     size_t row = 0; /* one position's bytes over every ring layer */
     for (int il = 0; il < hp->n_layer; il++)
         if (hp->swa_layer[il]) row += kv_pos_bytes(hp, il, p->kv_type);
-    if (row == 0) return 0;
+    if (row == 0) return asked;
     size_t budget = PB_MAX((size_t)64 << 20, row * (size_t)hp->sliding_window);
-    return (int)PB_MIN((size_t)PB_THINK_RING_EXTRA, budget / row);
+    return PB_MAX(asked, (int)PB_MIN((size_t)PB_THINK_RING_EXTRA, budget / row));
 }
 
 size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) {
@@ -145,6 +146,8 @@ static pb_status check_params(const char *fn, const pb_session_params *p) {
     if (p->n_batch < 0) return pb_error(PB_ERR_INVALID_ARG, "%s: n_batch %d is negative", fn, p->n_batch);
     if (p->kv_type != PB_KV_F16 && p->kv_type != PB_KV_Q8_0 && p->kv_type != PB_KV_F32)
         return pb_error(PB_ERR_INVALID_ARG, "%s: unknown kv_type %d", fn, (int)p->kv_type);
+    if (p->ring_extra < 0 || p->ring_extra > (1 << 24))
+        return pb_error(PB_ERR_INVALID_ARG, "%s: ring_extra %d is outside 0..16777216", fn, p->ring_extra);
     return PB_OK;
 }
 

@@ -39,6 +39,8 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
         return pb_error(PB_ERR_INVALID_ARG, "session: unknown kv_type %d", (int)p.kv_type);
     if (p.ctx_policy != PB_CTX_ERROR && p.ctx_policy != PB_CTX_SHIFT)
         return pb_error(PB_ERR_INVALID_ARG, "session: unknown ctx_policy %d", (int)p.ctx_policy);
+    if (p.ring_extra < 0 || p.ring_extra > (1 << 24))
+        return pb_error(PB_ERR_INVALID_ARG, "session: ring_extra %d is outside 0..16777216", p.ring_extra);
     int n_batch = p.n_batch > 0 ? p.n_batch : PB_DEFAULT_N_BATCH;
     if (n_batch > n_ctx) n_batch = n_ctx;
 

@@ -119,11 +119,7 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         slot *sl = &srv->slots[i];
         sl->srv = srv;
         sl->index = i;
-        pb_session_params sp = pb_session_default_params();
-        sp.n_ctx = srv->n_ctx;
-        sp.n_threads = srv->p.n_threads;
-        sp.thermal = srv->p.thermal;
-        sp.batch = srv->batch;
+        pb_session_params sp = pb_server_slot_params(&srv->p, m, srv->n_ctx, srv->batch);
         s = pb_session_new(m, &sp, &sl->session);
         if (s != PB_OK) break;
         if (pthread_create(&sl->thread, NULL, pb_server_slot_main, sl) != 0) {

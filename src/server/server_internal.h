@@ -35,6 +35,7 @@ typedef struct metrics {
     uint64_t req_by_code[6]; /* 1xx..5xx by first digit, [0] unused */
     uint64_t req_chat, req_completions, req_other;
     uint64_t tokens_prompt, tokens_prompt_reused, tokens_generated;
+    uint64_t tokens_prompt_reread; /* of tokens_prompt: a kept prefix computed again (a ring could not go back) */
     uint64_t cancelled, rejected, fallbacks;
     uint64_t ttft_hist[N_TTFT_BUCKETS + 1];
     double ttft_sum;
@@ -230,6 +231,18 @@ enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *
 
 /* Copies the model list and sets the loaded model (lib[0] = m) and n_ctx. */
 pb_status pb_server_models_init(pb_server *srv, pb_model *m);
+/* The session parameters of a slot of model m (NULL: for the memory estimate, before the model is open): the
+ * server's n_ctx, threads and thermal governor, the batch; on a model that can think (Gemma 4: <|think|> in its
+ * vocabulary; assumed before it is open) think, so the slot's rings keep rows beyond the window
+ * (pb_engine_ring_extra): the thought of an answer, which the history a client sends back lacks, is then cut out of
+ * the slot's context without re-reading it (the server builds prompts itself: think changes nothing else); and
+ * ring_extra PB_SERVER_RING_EXTRA on every model. */
+pb_session_params pb_server_slot_params(const pb_server_params *p, const pb_model *m, int n_ctx, pb_batch *batch);
+/* Rows a slot's sliding-window rings keep beyond the window (pb_session_params.ring_extra): a conversation sent back
+ * whose last answer tokenizes otherwise than the ids the model sampled (the text is the same) differs from the slot's
+ * context inside that answer; going back there, once the conversation passed the window, read the whole prefix
+ * again. 512 covers an answer of up to that many tokens (Gemma 2 2B, f16: 27 MiB a slot). */
+#define PB_SERVER_RING_EXTRA 512
 /* Makes the model called name (NULL or "" = the loaded one) the loaded one and counts the caller as its
  * user; waits for the running jobs of another model first. Returns 0, or the HTTP status to refuse with
  * (404 unknown name, 503 stopping, 500 the model failed to load; err says why). */

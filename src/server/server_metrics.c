@@ -85,6 +85,11 @@ enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c
     P("# HELP pocketbrain_prompt_tokens_reused_total Prompt tokens served from a slot's cached prefix.\n"
       "# TYPE pocketbrain_prompt_tokens_reused_total counter\npocketbrain_prompt_tokens_reused_total %llu\n",
       (unsigned long long)m->tokens_prompt_reused);
+    P("# HELP pocketbrain_prompt_tokens_reread_total Prompt tokens of a slot's cached prefix computed again: the "
+      "prefix "
+      "reached back past what a sliding-window layer still held.\n"
+      "# TYPE pocketbrain_prompt_tokens_reread_total counter\npocketbrain_prompt_tokens_reread_total %llu\n",
+      (unsigned long long)m->tokens_prompt_reread);
     P("# TYPE pocketbrain_generated_tokens_total counter\npocketbrain_generated_tokens_total %llu\n",
       (unsigned long long)m->tokens_generated);
     P("# TYPE pocketbrain_requests_cancelled_total counter\npocketbrain_requests_cancelled_total %llu\n",

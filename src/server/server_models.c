@@ -12,6 +12,17 @@
 #include <string.h>
 #include <time.h>
 
+pb_session_params pb_server_slot_params(const pb_server_params *p, const pb_model *m, int n_ctx, pb_batch *batch) {
+    pb_session_params sp = pb_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_threads = p->n_threads;
+    sp.thermal = p->thermal;
+    sp.batch = batch;
+    sp.think = !m || pb_vocab_find(pb_model_vocab(m), "<|think|>", 9) >= 0;
+    sp.ring_extra = PB_SERVER_RING_EXTRA;
+    return sp;
+}
+
 pb_status pb_server_models_init(pb_server *srv, pb_model *m) {
     pthread_mutex_init(&srv->model_mu, NULL);
     pthread_cond_init(&srv->model_cv, NULL);
@@ -181,7 +192,9 @@ static const char *all_of(int n, char *buf, size_t cap) {
 static pb_status admit(const admission *a, pb_server_mem *m) {
     memset(m, 0, sizeof *m);
     m->n_slots = a->n_slots;
-    pb_session_params sp = pb_session_default_params(); /* the slots' sessions: load() and pb_server_start */
+    pb_session_params sp = pb_session_default_params(); /* the slots' sessions: pb_server_slot_params, */
+    sp.think = true; /* before the open (a Gemma 4 model's rings with their extra rows; nothing on other models) */
+    sp.ring_extra = PB_SERVER_RING_EXTRA;
     pb_mem_estimate e;
     /* max_n_ctx is capped by the model's training context: with no limit to speak of, it is that context */
     pb_status s = pb_estimate_memory(a->path, &sp, SIZE_MAX, &e);
@@ -331,11 +344,7 @@ static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_batch **batc
     pb_batch *batch = NULL; /* the sessions of this model decode together */
     if (srv->p.batch && srv->n_slots > 1) s = pb_batch_new(m, srv->n_slots, &batch);
     for (int i = 0; i < srv->n_slots && s == PB_OK; i++) {
-        pb_session_params sp = pb_session_default_params();
-        sp.n_ctx = n_ctx;
-        sp.n_threads = srv->p.n_threads;
-        sp.thermal = srv->p.thermal;
-        sp.batch = batch;
+        pb_session_params sp = pb_server_slot_params(&srv->p, m, n_ctx, batch);
         s = pb_session_new(m, &sp, &sess[i]);
     }
     if (s != PB_OK) {

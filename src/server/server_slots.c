@@ -126,10 +126,17 @@ static void run_job(slot *sl, job *j) {
     int64_t keep = have ? common_prefix(have, n_have, j->prompt, j->n_prompt) : 0;
     if (keep >= j->n_prompt) keep = j->n_prompt - 1;
     if (keep < 0) keep = 0;
+    /* going back where a sliding-window ring no longer holds the positions re-reads the kept prefix (the session
+     * counts it): those tokens were computed again, not reused */
+    pb_session_totals t0, t1;
+    pb_session_get_totals(sl->session, &t0);
     if (pb_session_truncate(sl->session, keep) != PB_OK) {
         keep = 0;
         pb_session_truncate(sl->session, 0);
     }
+    pb_session_get_totals(sl->session, &t1);
+    int64_t reread = t1.n_reprefilled - t0.n_reprefilled;
+    reread = reread < 0 ? 0 : reread > keep ? keep : reread;
     pb_gen_stats st;
     memset(&st, 0, sizeof st);
     j->gen.thought_cb = on_thought;
@@ -144,8 +151,9 @@ static void run_job(slot *sl, job *j) {
     }
 
     pthread_mutex_lock(&srv->m.mu);
-    srv->m.tokens_prompt += (uint64_t)(j->n_prompt - keep);
-    srv->m.tokens_prompt_reused += (uint64_t)keep;
+    srv->m.tokens_prompt += (uint64_t)(j->n_prompt - keep + reread);
+    srv->m.tokens_prompt_reused += (uint64_t)(keep - reread);
+    srv->m.tokens_prompt_reread += (uint64_t)reread;
     srv->m.tokens_generated += (uint64_t)st.n_generated;
     double ttft = -1, tps = -1;
     if (st.n_generated > 0 && st.t_first_token_ms > 0)

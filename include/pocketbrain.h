@@ -484,6 +484,12 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
                           pb_piece_fn cb, void *user, pb_gen_stats *stats);
 /* Number of chat turns in the context (0 for an empty session or a plain-generate one). */
 int pb_session_n_turns(const pb_session *s);
+/* Takes the last chat turn (the user's text and the answer to it) out of the context, which then ends as it did
+ * after the answer before it (empty after the first turn): a chat's "undo", and with pb_session_chat of the same
+ * text its "retry". Going back past what the sliding-window layers still hold reads the rest of the context again
+ * (pb_session_totals.n_reprefilled; pb_session_params.ring_extra rows make a turn shorter than them free).
+ * PB_ERR_INVALID_ARG when the context holds no chat turn (the session unchanged). */
+pb_status pb_session_pop_turn(pb_session *s);
 
 /* Totals over the session's life (reset by pb_session_truncate(s, 0) or a load). */
 typedef struct pb_session_totals {

@@ -881,6 +881,10 @@ static void probe_session(pb_model *m, pb_model *m2, const char *dir) {
     RUN(pb_session_cancel(s); st_ = pb_session_truncate(s, 2);
         if (pb_session_n_past(s) != 2) BROKE("n_past %lld, not 2", (long long)pb_session_n_past(s)));
     expect_st("pb_session_truncate(2) after pb_session_cancel", PB_OK, NULL, NULL, NULL);
+    RUN(st_ = pb_session_pop_turn(NULL));
+    expect_st("pb_session_pop_turn(session NULL)", PB_ERR_INVALID_ARG, "pb_session_pop_turn", "session", NULL);
+    RUN(st_ = pb_session_pop_turn(s));
+    expect_st("pb_session_pop_turn(no chat turn)", PB_ERR_INVALID_ARG, "pb_session_pop_turn", "no chat turn", NULL);
     RUN(st_ = pb_session_reuse_prefix(NULL, prompt, 4, &k));
     expect_st("pb_session_reuse_prefix(session NULL)", PB_ERR_INVALID_ARG, "pb_session_reuse_prefix", "session", NULL);
     RUN(st_ = pb_session_reuse_prefix(s, NULL, 4, &k));

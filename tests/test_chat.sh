@@ -150,6 +150,22 @@ awk 'BEGIN { for (i = 0; i < 14000; i++) printf "word "; print "" }' >"$T/long.t
 n=$(grep -c '\[prompt [0-9]* tok' "$T/long.out")
 if [ $rc = 0 ] && [ "$n" = 1 ]; then ok "a piped line of 70,000 bytes is one turn"; else
   nok "long piped line: rc $rc, $n turns: $(grep -a '\[' "$T/long.out" | head -4)"; fi
+# /retry answers the last question again (greedy: the same answer, the context as before: turns 2, tokens equal),
+# /undo takes the last exchange out; past the model's window of 32 (the first turn is ~60 tokens) neither reads
+# the conversation again (chat's rings keep 512 rows more); nothing to undo / retry is said, not done
+printf 'What is a harbor, and why do ships need one in a storm? Tell me.\nAnd a lighthouse?\n/stats\n/retry\n/stats\n/undo\n/undo\n/undo\n/retry\n/stats\n' |
+  "$BIN" chat -m "$M" -t 1 -n 12 --temp 0 >"$T/ur" 2>&1; rc=$?
+a2=$(grep '^\[prompt' "$T/ur" | sed -n 2p | sed 's/, [0-9.]* tok.s//'); a3=$(grep '^\[prompt' "$T/ur" | sed -n 3p | sed 's/, [0-9.]* tok.s//')
+ans=$(grep -v '^\[\|^context\|^totals\|^last\|^sampling\|^thermal\|^system' "$T/ur")
+c1=$(sed -n 's/^context: *\([0-9]*\) .*/\1/p' "$T/ur" | sed -n 1p); c2=$(sed -n 's/^context: *\([0-9]*\) .*/\1/p' "$T/ur" | sed -n 2p)
+c3=$(sed -n 's/^context: *\([0-9]*\) .*/\1/p' "$T/ur" | sed -n 3p)
+if [ $rc = 0 ] && [ -n "$a2" ] && [ "$a2" = "$a3" ] && [ "$(echo "$ans" | sed -n 2p)" = "$(echo "$ans" | sed -n 3p)" ] &&
+  [ -n "$c1" ] && [ "$c1" = "$c2" ] && [ "$c1" -gt 64 ] && [ "$c3" = 0 ] &&
+  grep -q 'last exchange removed: 1 turn left' "$T/ur" && grep -q 'last exchange removed: 0 turns left' "$T/ur" &&
+  grep -q 'nothing to undo: the conversation is empty' "$T/ur" && grep -q 'nothing to retry' "$T/ur" &&
+  ! grep -q 'read again' "$T/ur" && grep -q ' 0 re-prefilled' "$T/ur"; then
+  ok "chat /retry: the same answer and context ($c1 tokens); /undo twice empties it; nothing read again"
+else nok "chat /retry /undo: rc $rc [$a2] [$a3] [$c1] [$c2] [$c3]: $(grep '^\[\|^totals' "$T/ur" | tr '\n' ' ')"; fi
 "$BIN" chat --bad >/dev/null 2>"$T/err"; rc=$?
 if [ $rc = 2 ] && grep -q -- "--bad" "$T/err"; then ok "chat: unknown flag exits 2"; else nok "chat bad flag"; fi
 exit 0

@@ -429,6 +429,57 @@ int main(void) {
         pb_session_free(s);
         pb_session_free(NULL);
     }
+
+    /* ---- pb_session_pop_turn: undo, and retry (pop + the same text): the same context and answer again; past
+     * the window (32) a pop re-reads nothing with ring_extra rows, the whole context before the turn without ---- */
+    for (int x = 0; x < 2; x++) {
+        pb_session_params sp = pb_session_default_params();
+        sp.n_ctx = 512;
+        sp.n_threads = 1;
+        sp.ring_extra = x ? 64 : 0;
+        pb_session *s = NULL;
+        CHECK(pb_session_new(m, &sp, &s) == PB_OK, "session ring_extra %d", sp.ring_extra);
+        if (!s) continue;
+        CHECK(pb_session_pop_turn(s) == PB_ERR_INVALID_ARG && strstr(pb_last_error(), "no chat turn"),
+              "pop_turn of an empty session refused: %s", pb_last_error());
+        pb_gen_params gp = greedy(12);
+        text t1, t2, t3;
+        memset(&t1, 0, sizeof t1), memset(&t2, 0, sizeof t2), memset(&t3, 0, sizeof t3);
+        bool ok = pb_session_chat(s, NULL, "What is a harbor, and why do ships need one in a storm?", &gp, collect, &t1,
+                                  &gs) == PB_OK;
+        const int64_t n1 = pb_session_n_past(s);
+        ok = ok && pb_session_chat(s, NULL, "And a lighthouse?", &gp, collect, &t2, &gs) == PB_OK;
+        int64_t n2 = 0;
+        const int32_t *k2 = pb_session_tokens(s, &n2);
+        int32_t *before = malloc(sizeof(int32_t) * (size_t)(n2 > 0 ? n2 : 1));
+        if (k2 && before) memcpy(before, k2, sizeof(int32_t) * (size_t)n2);
+        pb_session_totals a0, a1;
+        pb_session_get_totals(s, &a0);
+        ok = ok && pb_session_pop_turn(s) == PB_OK;
+        pb_session_get_totals(s, &a1);
+        const int64_t re = a1.n_reprefilled - a0.n_reprefilled;
+        CHECK(ok && pb_session_n_turns(s) == 1 && pb_session_n_past(s) == n1 && n1 > 40 && (x ? re == 0 : re == n1),
+              "ring_extra %d: pop_turn back to the first answer (%lld tokens, window 32) re-reads %lld", sp.ring_extra,
+              (long long)n1, (long long)re);
+        ok = ok && pb_session_chat(s, NULL, "And a lighthouse?", &gp, collect, &t3, &gs) == PB_OK;
+        int64_t n3 = 0;
+        const int32_t *k3 = pb_session_tokens(s, &n3);
+        CHECK(ok && !strcmp(t2.s, t3.s) && n3 == n2 && before && !memcmp(k3, before, sizeof(int32_t) * (size_t)n2) &&
+                  pb_session_n_turns(s) == 2,
+              "retry (pop + the same text): the same answer [%s] and context (%lld tokens)", t3.s, (long long)n3);
+        CHECK(pb_session_pop_turn(s) == PB_OK && pb_session_pop_turn(s) == PB_OK && pb_session_n_past(s) == 0 &&
+                  pb_session_n_turns(s) == 0 && pb_session_pop_turn(s) == PB_ERR_INVALID_ARG,
+              "popping both turns empties the context; a third pop is refused");
+        memset(&t3, 0, sizeof t3);
+        CHECK(pb_session_chat(s, NULL, "What is a harbor, and why do ships need one in a storm?", &gp, collect, &t3,
+                              &gs) == PB_OK &&
+                  !strcmp(t1.s, t3.s) && pb_session_n_past(s) == n1,
+              "after popping the first turn it is asked anew: the same answer");
+        free(before);
+        pb_session_free(s);
+    }
+    CHECK(pb_session_pop_turn(NULL) == PB_ERR_INVALID_ARG && strstr(pb_last_error(), "pb_session_pop_turn"),
+          "pop_turn(NULL): %s", pb_last_error());
     pb_model_close(m);
     TEST_DONE();
 }

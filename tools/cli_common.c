@@ -252,6 +252,7 @@ pb_session_params cli_opts_session(const cli_opts *o) {
     p.thermal = o->thermal;
     p.think = o->think;
     p.keep_thoughts = o->keep_thinking;
+    p.ring_extra = o->ring_extra;
     return p;
 }
 

@@ -37,6 +37,7 @@ typedef struct cli_opts {
     bool think;         /* --think: Gemma 4 thinking system turn */
     bool show_thinking; /* --show-thinking: the thought channel to stderr (default: not printed) */
     bool keep_thinking; /* --keep-thinking: earlier turns' thoughts stay in the context */
+    int ring_extra;     /* pb_session_params.ring_extra (no flag: chat sets it) */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

@@ -24,6 +24,8 @@ static const char *const help = "pocketbrain chat -- interactive multi-turn chat
 
 static const char *const commands_help =
     "  /reset          forget the conversation (keeps the system prompt)\n"
+    "  /undo           take the last question and its answer out of the conversation\n"
+    "  /retry          answer the last question again (a new answer: sampling, or another preset)\n"
     "  /system TEXT    set the system prompt and start over\n"
     "  /preset NAME    precise | balanced | creative | code\n"
     "  /save FILE      save the conversation (tokens + KV cache)\n"
@@ -70,6 +72,7 @@ typedef struct chat {
     bool tty, stats, ends_nl;
     pb_gen_stats last;
     const char *session_file;
+    char *last_text; /* the last question typed in this run (/retry), NULL before one or after /reset, /load */
 } chat;
 
 static bool on_piece(const char *p, size_t n, void *user) {
@@ -166,6 +169,13 @@ static void print_stats(chat *c) {
 }
 
 /* Returns false when the chat should end. */
+static void turn(chat *c, const char *text);
+
+static void forget_last(chat *c) {
+    free(c->last_text);
+    c->last_text = NULL;
+}
+
 static bool command(chat *c, char *line) {
     char *arg = strchr(line, ' ');
     if (arg) {
@@ -177,11 +187,39 @@ static bool command(chat *c, char *line) {
         printf("%s\n", commands_help);
     } else if (strcmp(line, "/reset") == 0) {
         pb_session_truncate(c->s, 0);
+        forget_last(c);
         printf("[conversation reset]\n");
+    } else if (strcmp(line, "/undo") == 0 || strcmp(line, "/retry") == 0) {
+        const bool retry = line[1] == 'r';
+        pb_session_totals t0, t1;
+        pb_session_get_totals(c->s, &t0);
+        if (retry && !c->last_text)
+            printf("[nothing to retry: no question asked since the chat started, /load or /reset]\n");
+        else if (pb_session_n_turns(c->s) == 0)
+            printf("[nothing to %s: the conversation is empty]\n", retry ? "retry" : "undo");
+        else if (pb_session_pop_turn(c->s) != PB_OK)
+            printf("[%s failed: %s]\n", retry ? "retry" : "undo", pb_last_error());
+        else {
+            pb_session_get_totals(c->s, &t1);
+            if (t1.n_reprefilled > t0.n_reprefilled)
+                printf("[%lld tokens of the conversation read again]\n",
+                       (long long)(t1.n_reprefilled - t0.n_reprefilled));
+            if (retry) {
+                char *text = c->last_text;
+                c->last_text = NULL;
+                turn(c, text); /* remembers it again */
+                free(text);
+            } else {
+                forget_last(c);
+                printf("[last exchange removed: %d turn%s left]\n", pb_session_n_turns(c->s),
+                       pb_session_n_turns(c->s) == 1 ? "" : "s");
+            }
+        }
     } else if (strcmp(line, "/system") == 0) {
         free(c->system);
         c->system = arg && *arg ? strdup(arg) : NULL;
         pb_session_truncate(c->s, 0);
+        forget_last(c);
         printf("[system prompt %s; conversation reset]\n", c->system ? "set" : "cleared");
     } else if (strcmp(line, "/preset") == 0) {
         pb_preset p;
@@ -205,9 +243,11 @@ static bool command(chat *c, char *line) {
             printf("[usage: /load FILE]\n");
         else if (pb_session_load(c->s, arg) != PB_OK)
             printf("[load failed: %s]\n", pb_last_error());
-        else
+        else {
+            forget_last(c);
             printf("[loaded %lld tokens, %d turns from %s]\n", (long long)pb_session_n_past(c->s),
                    pb_session_n_turns(c->s), arg);
+        }
     } else if (strcmp(line, "/stats") == 0) {
         print_stats(c);
     } else {
@@ -217,6 +257,8 @@ static bool command(chat *c, char *line) {
 }
 
 static void turn(chat *c, const char *text) {
+    free(c->last_text);
+    c->last_text = strdup(text); /* NULL on no memory: /retry then says there is nothing to retry */
     pb_gen_params gp = cli_opts_gen(&c->o);
     c->ends_nl = true;
     g_generating = 1;
@@ -272,6 +314,9 @@ PB_CMD(chat) {
         }
         pb_atomic_abort(&probe);
     }
+    /* /undo and /retry go back a turn: rows beyond the sliding windows make that free for a turn of up to 512
+     * tokens once the conversation passed a window (gemma-2-2b, f16: 27 MiB; counted by the memory check) */
+    c.o.ring_extra = 512;
     int rc = cli_open("chat", &c.o, &c.m, &c.s, NULL);
     if (rc) return rc;
     c.system = c.o.system ? strdup(c.o.system) : NULL;
@@ -331,6 +376,7 @@ PB_CMD(chat) {
     pb_session_free(c.s);
     cli_close_model("chat", c.m, false);
     free(c.system);
+    free(c.last_text);
     if (g_hangup) { /* saved (or said why not): now end as the signal would have */
         fflush(NULL);
         signal((int)g_hangup, SIG_DFL);

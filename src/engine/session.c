@@ -396,6 +396,23 @@ int64_t pb_session_n_past(const pb_session *s) { return s ? s->n_past : 0; }
 int64_t pb_session_n_ctx(const pb_session *s) { return s ? s->n_ctx : 0; }
 int pb_session_n_turns(const pb_session *s) { return s ? s->n_turns : 0; }
 
+pb_status pb_session_pop_turn(pb_session *s) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_pop_turn: session is NULL");
+    if (s->n_turns == 0) return pb_error(PB_ERR_INVALID_ARG, "pb_session_pop_turn: the context holds no chat turn");
+    __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
+    const int64_t at = s->turns[s->n_turns - 1].start;
+    if (s->n_turns == 1 || at < 1 || at > s->n_past) return pb_engine_reset(s); /* the first turn: the head with it */
+    /* The turn began by feeding the answer before it's last sampled token (its end of turn, or the token a limit
+     * cut it at) when that was pending: the context goes back to before that token, pending again, as the answer
+     * left it (the next pb_session_chat closes the model turn once, not twice). */
+    const int32_t last = s->tokens[at - 1];
+    s->n_turns--;
+    pb_status st = kv_keep(s, at - 1, &s->totals.n_reprefilled);
+    if (st == PB_OK) s->pending = last;
+    pb_engine_fix_turns(s);
+    return st;
+}
+
 const int32_t *pb_session_tokens(const pb_session *s, int64_t *n) {
     if (n) *n = s ? s->n_past : 0;
     return s ? s->tokens : NULL;

@@ -47,6 +47,13 @@ done
 check "$([ $rc = 0 ] && grep -q tea.html "$T/out" && echo 0)" "search -- '-steep green tea': a query after -- (rc $rc $(head -c 150 "$T/err"))"
 "$BIN" ask --db "$T/kb.sqlite" --dry-run -- "-how do I steep green tea?" >"$T/out" 2>"$T/err"; rc=$?
 check "$([ $rc = 0 ] && grep -q tea.html "$T/out" && echo 0)" "ask -- '-how ...': a question after -- (rc $rc $(head -c 150 "$T/err"))"
+# every argument after -- is an operand (POSIX), not only the next one: a flag after it is a second query, refused
+"$BIN" search --db "$T/kb.sqlite" -- "-steep" --json >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 2 ] && grep -q "one query only (quote it): unexpected '--json'" "$T/err" && echo 0)" "search -- -steep --json: --json is an operand after -- (rc $rc $(head -c 150 "$T/err"))"
+"$BIN" ask --db "$T/kb.sqlite" --dry-run -- "-q" --json >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 2 ] && grep -q "one question only (quote it): unexpected '--json'" "$T/err" && echo 0)" "ask -- -q --json: --json is an operand after -- (rc $rc $(head -c 150 "$T/err"))"
+"$BIN" tokenize --vocab models/default.gguf -- -x --ids >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 2 ] && grep -q "one TEXT argument expected (quote it), got '--ids'" "$T/err" && echo 0)" "tokenize -- -x --ids: --ids is an operand after -- (rc $rc $(head -c 150 "$T/err"))"
 mkdir -p "$T/dash"; printf 'Walruses haul out on sea ice to rest.\n' >"$T/dash/-walrus.txt"
 BINA=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 (cd "$T/dash" && "$BINA" ingest --db ../dash.sqlite -- -walrus.txt >/dev/null 2>"$T/err"); rc=$?

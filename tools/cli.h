@@ -56,13 +56,12 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo
 /* Parses sizes like "512M", "2G", "1000000" (bytes). */
 bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out);
 
-/* The operand of a command that takes one (a query, a question, a text), in an argv loop at argv[*i], which no flag
- * of the command took: an argument that starts with '-' (not "-" alone, stdin, nor "--") is an option, which
- * cli_is_option tells the caller to refuse. cli_operand returns argv[*i], or after "--" (the end of the options: the
- * operand may start with '-') the argument that follows it, *i advanced past the "--"; NULL when "--" is the last
- * argument. Only that one argument is taken: a later one goes through the loop again. */
+/* In an argv loop of a command that takes operands (a query, a question, a text): an argument that starts with '-'
+ * (not "-" alone, stdin, nor "--") is an option (cli_is_option). cli_operand tells, at the loop's top, what arg is:
+ * 1 an operand (not an option, or any argument after "--", the end of the options: an operand may start with '-'),
+ * 0 an option for the command's flags, -1 the first "--" itself (skip it; *ended records it). */
 bool cli_is_option(const char *arg);
-const char *cli_operand(int argc, char **argv, int *i);
+int cli_operand(const char *arg, bool *ended);
 
 /* Progress bar on stderr when it is a terminal (no output otherwise). */
 typedef struct cli_progress {

@@ -194,9 +194,15 @@ PB_CMD(ask) {
     long k = 6, n_ctx = 4096, max_tokens = 512, seed = -1;
     double fallback_after = 60;
     bool json = false, dry = false, max_tokens_given = false;
+    bool ended = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const int op = cli_operand(a, &ended); /* after "--" every argument, a question starting with '-' too */
+        if (op < 0) continue;
+        if (op) {
+            if (question) return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
+            question = a;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts(usage);
             return 0;
         } else if (!strcmp(a, "--db") && i + 1 < argc)
@@ -224,12 +230,8 @@ PB_CMD(ask) {
             json = true;
         else if (!strcmp(a, "--dry-run"))
             dry = true;
-        else if (cli_is_option(a))
+        else
             return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
-        else if ((a = cli_operand(argc, argv, &i))) { /* after "--", a question may start with '-' */
-            if (question) return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
-            question = a;
-        }
     }
     if (!db) return cli_usage_error("ask", usage, "--db KB.sqlite is required");
     if (!question) return cli_usage_error("ask", usage, "no question");

@@ -47,10 +47,15 @@ static void snippet(const char *text, size_t max, char *out) {
 PB_CMD(search) {
     const char *db = NULL, *query = NULL, *embed = NULL;
     long k = 5, per_doc = 1;
-    bool json = false;
+    bool json = false, ended = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const int op = cli_operand(a, &ended); /* after "--" every argument, a query starting with '-' too */
+        if (op < 0) continue;
+        if (op) {
+            if (query) return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
+            query = a;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts(usage);
             return 0;
         } else if (!strcmp(a, "--db") && i + 1 < argc)
@@ -63,12 +68,8 @@ PB_CMD(search) {
             json = true;
         else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
             if (!(embed = cli_model_arg("search", argv[++i]))) return 1;
-        } else if (cli_is_option(a))
+        } else
             return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
-        else if ((a = cli_operand(argc, argv, &i))) { /* after "--", a query may start with '-' */
-            if (query) return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
-            query = a;
-        }
     }
     if (!db) return cli_usage_error("search", usage, "--db KB.sqlite is required");
     if (!query) return cli_usage_error("search", usage, "no query");

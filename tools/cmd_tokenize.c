@@ -128,9 +128,15 @@ PB_CMD(tokenize) {
     bool as_ids = false, jsonl = false;
     int flags = PB_TOK_ADD_BOS;
     const char *vocab_path = NULL, *text = NULL;
+    bool ended = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const int op = cli_operand(a, &ended); /* after "--" every argument, a text starting with '-' too */
+        if (op < 0) continue;
+        if (op) {
+            if (text) return cli_usage_error("tokenize", usage, "one TEXT argument expected (quote it), got '%s'", a);
+            text = a;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts(usage);
             return 0;
         } else if (!strcmp(a, "--ids"))
@@ -144,12 +150,8 @@ PB_CMD(tokenize) {
         else if (!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (++i >= argc) return cli_usage_error("tokenize", usage, "%s needs a file", a);
             if (!(vocab_path = cli_model_arg("tokenize", argv[i]))) return 1;
-        } else if (cli_is_option(a))
+        } else
             return cli_usage_error("tokenize", usage, "unknown option '%s'", a);
-        else if ((a = cli_operand(argc, argv, &i))) { /* after "--", a text may start with '-' */
-            if (text) return cli_usage_error("tokenize", usage, "one TEXT argument expected (quote it), got '%s'", a);
-            text = a;
-        }
     }
     if (!text) return cli_usage_error("tokenize", usage, "no TEXT given (use - to read stdin)");
     if (!vocab_path) vocab_path = cli_default_model();

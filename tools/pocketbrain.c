@@ -267,9 +267,13 @@ bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *ou
 
 bool cli_is_option(const char *arg) { return arg[0] == '-' && arg[1] && strcmp(arg, "--") != 0; }
 
-const char *cli_operand(int argc, char **argv, int *i) {
-    if (strcmp(argv[*i], "--") != 0) return argv[*i];
-    return ++*i < argc ? argv[*i] : NULL;
+int cli_operand(const char *arg, bool *ended) {
+    if (*ended) return 1;
+    if (!strcmp(arg, "--")) {
+        *ended = true;
+        return -1;
+    }
+    return !cli_is_option(arg);
 }
 
 void cli_progress_init(cli_progress *p, const char *label) {

@@ -478,6 +478,27 @@ int main(void) {
         free(before);
         pb_session_free(s);
     }
+    { /* after context shifts (the turn list renumbered): pop + the same text answers as before */
+        pb_session *s = new_session(m, 128, PB_CTX_SHIFT);
+        pb_gen_params gp = greedy(12);
+        text a, b;
+        int64_t shifts = 0;
+        bool ok = s != NULL;
+        for (int i = 0; ok && i < 6; i++) {
+            memset(&a, 0, sizeof a);
+            ok = pb_session_chat(s, NULL, "Tell me about harbors and ships.", &gp, collect, &a, &gs) == PB_OK;
+            shifts += gs.n_shifts;
+        }
+        const int nt = ok ? pb_session_n_turns(s) : 0;
+        const int64_t np = pb_session_n_past(s);
+        memset(&b, 0, sizeof b);
+        ok = ok && shifts > 0 && nt >= 1 && pb_session_pop_turn(s) == PB_OK && pb_session_n_turns(s) == nt - 1 &&
+             pb_session_chat(s, NULL, "Tell me about harbors and ships.", &gp, collect, &b, &gs) == PB_OK;
+        CHECK(ok && !strcmp(a.s, b.s) && pb_session_n_past(s) == np && pb_session_n_turns(s) == nt,
+              "pop_turn after %lld context shifts (%d turns): retry gives the same answer and context",
+              (long long)shifts, nt);
+        pb_session_free(s);
+    }
     CHECK(pb_session_pop_turn(NULL) == PB_ERR_INVALID_ARG && strstr(pb_last_error(), "pb_session_pop_turn"),
           "pop_turn(NULL): %s", pb_last_error());
     pb_model_close(m);

@@ -730,6 +730,24 @@ static void bigram_chat(void) {
           "window 4 passed in the first turn (%lld ids): the thought left the context with 2 ids re-fed (%lld), "
           "answers [%s] [%s] (%s)",
           (long long)nw, ok ? (long long)st2.n_reprefilled : -1LL, ans.s, ans2.s, ok ? "ok" : pb_last_error());
+    /* undo / retry of a thinking turn (pb_session_pop_turn): the context after the retry is the one before it */
+    int32_t before[64];
+    const int64_t nb = nt <= 64 ? nt : 0;
+    if (toks && nb) memcpy(before, toks, (size_t)nb * sizeof *before);
+    text_buf ans3 = {{0}, 0}, th3 = {{0}, 0};
+    gp.thought_user = &th3;
+    pb_session_totals t0, t1;
+    pb_session_get_totals(s, &t0);
+    bool ok3 = ok && nb && pb_session_pop_turn(s) == PB_OK && pb_session_n_turns(s) == 1;
+    pb_session_get_totals(s, &t1);
+    ok3 = ok3 && pb_session_chat(s, NULL, "hi", &gp, collect, &ans3, &st2) == PB_OK;
+    int64_t n3 = 0;
+    const int32_t *k3 = ok3 ? pb_session_tokens(s, &n3) : NULL;
+    CHECK(ok3 && k3 && n3 == nb && !memcmp(k3, before, (size_t)nb * sizeof *before) && !strcmp(ans3.s, "AB") &&
+              !strcmp(th3.s, "xy") && t1.n_reprefilled == t0.n_reprefilled,
+          "retry of a thinking turn past the window: pop (0 re-read) + the same text = the same context (%lld ids), "
+          "answer [%s], thought [%s] (%s)",
+          (long long)n3, ans3.s, th3.s, ok3 ? "ok" : pb_last_error());
     pb_session_free(s);
     pb_model_close(m);
     remove(path);

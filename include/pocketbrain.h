@@ -485,8 +485,9 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
 /* Number of chat turns in the context (0 for an empty session or a plain-generate one). */
 int pb_session_n_turns(const pb_session *s);
 /* Takes the last chat turn (the user's text and the answer to it) out of the context, which then ends as it did
- * after the answer before it (empty after the first turn): a chat's "undo", and with pb_session_chat of the same
- * text its "retry". Going back past what the sliding-window layers still hold reads the rest of the context again
+ * after the answer before it (after the first turn: empty, or the tokens fed before it by pb_session_prefill /
+ * pb_session_generate or a load): a chat's "undo", and with pb_session_chat of the same text its "retry". Going
+ * back past what the sliding-window layers still hold reads the rest of the context again
  * (pb_session_totals.n_reprefilled; pb_session_params.ring_extra rows make a turn shorter than them free).
  * PB_ERR_INVALID_ARG when the context holds no chat turn (the session unchanged). */
 pb_status pb_session_pop_turn(pb_session *s);

@@ -166,6 +166,13 @@ if [ $rc = 0 ] && [ -n "$a2" ] && [ "$a2" = "$a3" ] && [ "$(echo "$ans" | sed -n
   ! grep -q 'read again' "$T/ur" && grep -q ' 0 re-prefilled' "$T/ur"; then
   ok "chat /retry: the same answer and context ($c1 tokens); /undo twice empties it; nothing read again"
 else nok "chat /retry /undo: rc $rc [$a2] [$a3] [$c1] [$c2] [$c3]: $(grep '^\[\|^totals' "$T/ur" | tr '\n' ' ')"; fi
+# /retry after a turn that did not go in (context full) asks it again: the exchange before stays (was: undone, the
+# conversation emptied)
+long="$(i=0; while [ $i -lt 40 ]; do printf 'word%d ' $i; i=$((i + 1)); done)"
+printf 'Hi there\n%s\n/retry\n/stats\n' "$long" | "$BIN" chat -m "$M" -t 1 -c 80 -n 4 --temp 0 >"$T/rf" 2>&1; rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'context full' "$T/rf")" = 2 ] && grep -q 'context: *29 / 80 tokens, 1 turns' "$T/rf"; then
+  ok "chat /retry after a context-full turn asks it again, the exchange before kept"
+else nok "chat /retry after context full: rc $rc: $(grep '^\[\|^context' "$T/rf" | tr '\n' ' ')"; fi
 "$BIN" chat --bad >/dev/null 2>"$T/err"; rc=$?
 if [ $rc = 2 ] && grep -q -- "--bad" "$T/err"; then ok "chat: unknown flag exits 2"; else nok "chat bad flag"; fi
 exit 0

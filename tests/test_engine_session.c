@@ -64,6 +64,8 @@ typedef struct canceller {
     volatile int *done; /* keep cancelling until it is set (prefill case) */
     int repeat;
     int delay_ms; /* wait this long after go */
+    int gap_us;   /* between repeated cancels (0: 2 ms) */
+    int64_t past; /* > 0: first wait until the session holds this many tokens */
 } canceller;
 
 static void *cancel_thread(void *arg) {
@@ -74,9 +76,13 @@ static void *cancel_thread(void *arg) {
     }
     struct timespec d = {c->delay_ms / 1000, (long)(c->delay_ms % 1000) * 1000000L};
     if (c->delay_ms) nanosleep(&d, NULL);
+    while (c->past > 0 && __atomic_load_n(&c->s->n_past, __ATOMIC_ACQUIRE) < c->past) {
+        struct timespec ts = {0, 10000};
+        nanosleep(&ts, NULL);
+    }
     do {
         pb_session_cancel(c->s);
-        struct timespec ts = {0, 2000000};
+        struct timespec ts = {0, c->gap_us ? 1000L * c->gap_us : 2000000L};
         nanosleep(&ts, NULL);
     } while (c->repeat && !__atomic_load_n(c->done, __ATOMIC_ACQUIRE));
     return NULL;
@@ -229,7 +235,7 @@ int main(void) {
         volatile int go = 0, done = 0;
         memset(&t, 0, sizeof t);
         t.flag = &go;
-        canceller c = {s, &go, &done, 0, 0};
+        canceller c = {s, &go, &done, 0, 0, 0, 0};
         pthread_t th;
         pthread_create(&th, NULL, cancel_thread, &c);
         pb_gen_params gp = greedy(0);
@@ -255,7 +261,8 @@ int main(void) {
         for (int i = 0; i < 800; i++) ids[i] = 300 + i % 500;
         go = 1;
         done = 0;
-        canceller c2 = {p, &go, &done, 1, 5}; /* early: an idle machine prefills 800 tiny-model tokens in ~150 ms */
+        canceller c2 = {p, &go, &done, 1,
+                        5, 0,   0}; /* early: an idle machine prefills 800 tiny-model tokens in ~150 ms */
         pthread_create(&th, NULL, cancel_thread, &c2);
         st = pb_session_prefill(p, ids, 800);
         __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
@@ -498,6 +505,74 @@ int main(void) {
               "pop_turn after %lld context shifts (%d turns): retry gives the same answer and context",
               (long long)shifts, nt);
         pb_session_free(s);
+    }
+    { /* a chat after tokens fed without one (a document prefilled): popping its only turn keeps them (was: the
+       * whole context emptied, as for a first turn) */
+        pb_session *s = new_session(m, 512, PB_CTX_ERROR);
+        pb_gen_params gp = greedy(8);
+        int32_t ids[40];
+        for (int i = 0; i < 40; i++) ids[i] = 300 + i;
+        bool ok = s && pb_session_prefill(s, ids, 40) == PB_OK &&
+                  pb_session_chat(s, NULL, "What was that about?", &gp, NULL, NULL, &gs) == PB_OK &&
+                  pb_session_n_turns(s) == 1 && pb_session_pop_turn(s) == PB_OK;
+        int64_t n = 0;
+        const int32_t *k = s ? pb_session_tokens(s, &n) : NULL;
+        CHECK(ok && n == 39 && !memcmp(k, ids, 39 * sizeof *ids) && s->pending == ids[39] && pb_session_n_turns(s) == 0,
+              "pop_turn of a chat turn after a prefill keeps the prefill (%lld tokens, 40 with the pending one)",
+              (long long)n);
+        pb_session_free(s);
+    }
+    { /* a turn cancelled while its prompt is read leaves the context as before it: the answer before's end of turn
+       * pending again, so the next turn (a retry) closes the model turn once (was: fed, then closed a second time);
+       * the first turn passes the window (32), so going back reads the context again, and the canceller keeps
+       * cancelling while it does: that read must not stop (it failed, and the whole conversation was reset) */
+        int32_t eot_bias[1];
+        float bias_val[1] = {100.0f};
+        char longq[1200] = "";
+        for (int i = 0; i < 40; i++) strcat(longq, "harbor ship ");
+        int64_t n_ref = 0;
+        int32_t ref[256];
+        for (int x = 0; x < 2; x++) {
+            pb_session_params sp = pb_session_default_params();
+            sp.n_ctx = 1024;
+            sp.n_batch = 8;
+            sp.n_threads = 1;
+            pb_session *s = NULL;
+            pb_session_new(m, &sp, &s);
+            if (!s) break;
+            eot_bias[0] = s->eot;
+            pb_gen_params ge = greedy(8), gp = greedy(8);
+            ge.sampler.bias_ids = eot_bias; /* the first answer ends with its end of turn */
+            ge.sampler.bias_values = bias_val;
+            ge.sampler.n_bias = 1;
+            pb_status st = pb_session_chat(
+                s, NULL, "Hello there, who are you, and what do you know about harbors and the ships in them?", &ge,
+                NULL, NULL, &gs);
+            if (x) {
+                volatile int go = 1, done = 0;
+                /* from 2 chunks into the prompt (so going back reads the context again), every 20 us */
+                canceller c = {s, &go, &done, 1, 0, 20, pb_session_n_past(s) + 17};
+                pthread_t th;
+                pthread_create(&th, NULL, cancel_thread, &c);
+                pb_status sc = pb_session_chat(s, NULL, longq, &gp, NULL, NULL, &gs);
+                __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+                pthread_join(th, NULL);
+                CHECK(sc == PB_ERR_CANCELLED && gs.n_generated == 0 && pb_session_n_turns(s) == 1 &&
+                          s->pending == s->eot,
+                      "a turn cancelled in its prompt: 1 turn, the end of turn pending (%s, pending %d)",
+                      pb_status_name(sc), (int)s->pending);
+            }
+            st = st == PB_OK ? pb_session_chat(s, NULL, "Why?", &gp, NULL, NULL, &gs) : st;
+            int64_t n = 0;
+            const int32_t *k = pb_session_tokens(s, &n);
+            if (!x && st == PB_OK && n <= 256) memcpy(ref, k, (size_t)n * sizeof *ref), n_ref = n;
+            if (x)
+                CHECK(st == PB_OK && n_ref > 0 && n == n_ref && !memcmp(k, ref, (size_t)n * sizeof *ref),
+                      "after a turn cancelled in its prompt the next turn's context is the uninterrupted one (%lld "
+                      "tokens, %lld)",
+                      (long long)n, (long long)n_ref);
+            pb_session_free(s);
+        }
     }
     CHECK(pb_session_pop_turn(NULL) == PB_ERR_INVALID_ARG && strstr(pb_last_error(), "pb_session_pop_turn"),
           "pop_turn(NULL): %s", pb_last_error());

@@ -72,7 +72,8 @@ typedef struct chat {
     bool tty, stats, ends_nl;
     pb_gen_stats last;
     const char *session_file;
-    char *last_text; /* the last question typed in this run (/retry), NULL before one or after /reset, /load */
+    char *last_text; /* the last question typed in this run (/retry), NULL before one or after /undo, /reset, /load */
+    bool last_in;    /* its turn is in the conversation (not when its prompt could not be fed: context full, Ctrl-C) */
 } chat;
 
 static bool on_piece(const char *p, size_t n, void *user) {
@@ -194,8 +195,13 @@ static bool command(chat *c, char *line) {
         pb_session_totals t0, t1;
         pb_session_get_totals(c->s, &t0);
         if (retry && !c->last_text)
-            printf("[nothing to retry: no question asked since the chat started, /load or /reset]\n");
-        else if (pb_session_n_turns(c->s) == 0)
+            printf("[nothing to retry: no question asked since the chat started, /undo, /load or /reset]\n");
+        else if (retry && !c->last_in) { /* nothing of it to take out: undoing would take the exchange before */
+            char *text = c->last_text;
+            c->last_text = NULL;
+            turn(c, text);
+            free(text);
+        } else if (pb_session_n_turns(c->s) == 0)
             printf("[nothing to %s: the conversation is empty]\n", retry ? "retry" : "undo");
         else if (pb_session_pop_turn(c->s) != PB_OK)
             printf("[%s failed: %s]\n", retry ? "retry" : "undo", pb_last_error());
@@ -261,9 +267,14 @@ static void turn(chat *c, const char *text) {
     c->last_text = strdup(text); /* NULL on no memory: /retry then says there is nothing to retry */
     pb_gen_params gp = cli_opts_gen(&c->o);
     c->ends_nl = true;
+    const int n_turns = pb_session_n_turns(c->s);
     g_generating = 1;
     pb_status st = pb_session_chat(c->s, c->system, text, &gp, on_piece, c, &c->last);
     g_generating = 0;
+    /* a turn whose prompt could not be fed left the context as before it; one record more, or a shift (the records
+     * renumbered) and an answer begun, says it went in */
+    c->last_in =
+        pb_session_n_turns(c->s) == n_turns + 1 || (c->last.n_shifts > 0 && (st == PB_OK || c->last.n_generated > 0));
     if (!c->ends_nl) printf("\n");
     if (st == PB_ERR_CANCELLED)
         printf("[stopped]\n");

@@ -119,6 +119,7 @@ struct pb_session {
     bool turn_system;              /* Gemma 4: the system prompt is a turn of its own */
     int32_t think_id;              /* <|think|> (-1: none); used when params.think */
     int ring_extra;                /* rows the KV rings hold beyond their windows (pb_engine_ring_extra) */
+    bool restoring;                /* kv_keep reads kept tokens again: pb_engine_feed ignores cancel */
     int32_t chan_open, chan_close; /* <|channel> / <channel|> (-1: none): the thought channel */
 
     pb_kv_cache *kv;

@@ -147,15 +147,15 @@ pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *
     if (pb_engine_check_ids(s, "session", ids, n) != PB_OK) return PB_ERR_INVALID_ARG;
     int64_t done = 0;
     while (done < n) {
-        if (__atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE))
+        if (!s->restoring && __atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE))
             return pb_error(PB_ERR_CANCELLED, "session: cancelled after %lld of %lld tokens", (long long)done,
                             (long long)n);
         pb_thermal_tick(&s->thermal, s->pool, false);
         int chunk = (int)(n - done < s->n_batch ? n - done : s->n_batch);
         const bool top = s->dev_sample && pb_forward_has_top(s->kv);
-        pb_status st =
-            top ? pb_forward_top(s->model, s->kv, s->fc, ids + done, chunk, &s->dev_top)
-                : pb_forward(s->model, s->kv, s->fc, s->pool, ids + done, chunk, s->logits, false, &s->cancel);
+        pb_status st = top ? pb_forward_top(s->model, s->kv, s->fc, ids + done, chunk, &s->dev_top)
+                           : pb_forward(s->model, s->kv, s->fc, s->pool, ids + done, chunk, s->logits, false,
+                                        s->restoring ? NULL : &s->cancel);
         if (st != PB_OK) return st;
         s->logits_dev = top;
         /* ids may already sit at this place of the history (re-prefill after a shift) */
@@ -235,7 +235,12 @@ static pb_status kv_keep(pb_session *s, int64_t n, int64_t *reprefilled) {
     pb_status st = kv_reset(s);
     s->n_past = 0;
     if (st != PB_OK) return st;
-    return pb_engine_feed(s, s->tokens, n, reprefilled);
+    /* the tokens kept are the caller's conversation: reading them again is a repair, which a cancel (Ctrl-C twice,
+     * a cancel that stopped the call going back) must not cut short -- it emptied the context before */
+    s->restoring = true;
+    st = pb_engine_feed(s, s->tokens, n, reprefilled);
+    s->restoring = false;
+    return st;
 }
 
 pb_status pb_engine_keep(pb_session *s, int64_t n, int64_t *reprefilled) { return kv_keep(s, n, reprefilled); }
@@ -401,7 +406,9 @@ pb_status pb_session_pop_turn(pb_session *s) {
     if (s->n_turns == 0) return pb_error(PB_ERR_INVALID_ARG, "pb_session_pop_turn: the context holds no chat turn");
     __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
     const int64_t at = s->turns[s->n_turns - 1].start;
-    if (s->n_turns == 1 || at < 1 || at > s->n_past) return pb_engine_reset(s); /* the first turn: the head with it */
+    /* the first turn (it begins at the chat head): the head with it; a first turn after tokens fed without a chat
+     * (pb_session_prefill, pb_session_generate, a loaded plain context) keeps them */
+    if (at <= s->n_keep || at < 1 || at > s->n_past) return pb_engine_reset(s);
     /* The turn began by feeding the answer before it's last sampled token (its end of turn, or the token a limit
      * cut it at) when that was pending: the context goes back to before that token, pending again, as the answer
      * left it (the next pb_session_chat closes the model turn once, not twice). */

@@ -122,3 +122,16 @@ code=$(chat small hi 4)
 code=$(chat gemma2-tiny-v.q8_0.gguf hi 4)
 [ "$code" = 200 ] && ok "and back to the model started with" || nok "back to the first model: $code $(cat "$OUT/body")"
 stop
+
+# --gpu / --no-gpu as run's (serve had neither: "unknown option", exit 2): --no-gpu serves on the CPU; --gpu in a build
+# without CUDA (CI's) is refused by name before listening, in a CUDA build it serves on the GPU
+start -np 1 --no-gpu
+[ -n "$PORT" ] && [ "$(chat "" hi 4)" = 200 ] && ok "serve --no-gpu starts and answers" ||
+  nok "serve --no-gpu: port '$PORT', $(cat "$OUT/stderr")"
+stop
+unset PB_MODELS
+timeout 60 "$BIN" serve -m "$MODEL" --port 0 --gpu >"$OUT/stdout" 2>"$OUT/err"; rc=$?
+if { [ $rc = 1 ] && grep -q "built without CUDA" "$OUT/err" && ! grep -q listening "$OUT/stdout"; } ||
+  grep -q listening "$OUT/stdout"; then
+  ok "serve --gpu: refused by name without CUDA (rc $rc), or served on the GPU"
+else nok "serve --gpu: rc $rc $(cat "$OUT/err")"; fi

@@ -19,8 +19,8 @@ static const char *USAGE =
     "                  [--api-key KEY] [--ctx N] [--threads N] [--max-body BYTES] [--max-tokens N]\n"
     "                  [--fallback-after SEC] [--db KB.sqlite] [--faq FAQ.sqlite] [--thermal auto|off|FILE]\n"
     "                  [--allow-host NAMES] [--cors ORIGINS] [--max-conn N] [--max-conn-per-client N]\n"
-    "                  [--header-timeout SEC] [--idle-timeout SEC] [--mem-limit SIZE] [--fit] [--no-pack-cache]\n"
-    "                  [--quiet]";
+    "                  [--header-timeout SEC] [--idle-timeout SEC] [--mem-limit SIZE] [--fit] [--gpu|--no-gpu]\n"
+    "                  [--no-pack-cache] [--quiet]";
 
 static const char *HELP =
     "\nServes POST /v1/chat/completions, POST /v1/completions, GET /v1/models and /v1/models/ID (OpenAI-compatible),\n"
@@ -47,6 +47,8 @@ static const char *HELP =
     "  --fallback-after SEC    use the FAQ answer when no token came within SEC seconds (default 0 = off)\n"
     "  --no-pack-cache         repack weights at every model open (default: map the packed-weights cache in\n"
     "                          $XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; PB_PACK_CACHE=off: no cache)\n"
+    "  --gpu / --no-gpu        run every model on the GPU (refused when none is usable) / on the CPU (default: the\n"
+    "                          GPU when this build has CUDA and one is usable)\n"
     "\n"
     "Memory (checked before a model is loaded: at start, and for a model a request names):\n"
     "  --mem-limit SIZE        memory the weights and every slot's KV cache and scratch may use, K/M/G suffixes\n"
@@ -154,6 +156,8 @@ int cmd_serve(int argc, char **argv) {
             ctx_given = true;
         } else if (!strcmp(a, "--no-pack-cache")) {
             no_pack_cache = true;
+        } else if (!strcmp(a, "--gpu") || !strcmp(a, "--no-gpu")) {
+            p.gpu = a[2] == 'g';
         } else if (!strcmp(a, "--mem-limit")) {
             NEED_VAL();
             if (!cli_parse_size(cmd, a, val, &p.mem_limit)) return 2;
@@ -237,6 +241,7 @@ int cmd_serve(int argc, char **argv) {
     pb_model_params mp = pb_model_default_params();
     if (p.n_threads) mp.n_threads = p.n_threads;
     mp.mem_limit = p.mem_limit;
+    mp.gpu = p.gpu;
     mp.pack_cache_dir = p.pack_cache_dir = no_pack_cache ? NULL : cli_pack_cache_dir();
     mp.pack_cache_background = true; /* serving starts before the cache file is written */
     pb_model *m = NULL;

@@ -87,6 +87,7 @@ pb_server_params pb_server_default_params(void) {
     p.model_id = "pocketbrain";
     p.max_connections = 512;
     p.max_conn_per_client = 64;
+    p.gpu = -1;
     p.header_timeout = 10;
     p.idle_timeout = 120;
     p.batch = true;

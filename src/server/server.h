@@ -87,6 +87,9 @@ typedef struct pb_server_params {
      * fit instead (a refusal only when not even 256 does). */
     size_t mem_limit;
     bool fit;
+    /* Where every model the server opens runs (pb_model_params.gpu): -1 the GPU when one is usable (default), 1 the
+     * GPU or a refusal, 0 the CPU. */
+    int gpu;
     /* The slots' context for the model given to pb_server_start when pb_server_admit (fit) chose one below n_ctx;
      * 0 = n_ctx. n_ctx stays the cap of the models loaded later. */
     int n_ctx_first;

@@ -330,6 +330,7 @@ static pb_status load(pb_server *srv, int idx, pb_model **m_out, pb_batch **batc
         pb_model_params mp = pb_model_default_params();
         if (srv->p.n_threads) mp.n_threads = srv->p.n_threads;
         mp.mem_limit = srv->p.mem_limit;
+        mp.gpu = srv->p.gpu;
         mp.pack_cache_dir = srv->p.pack_cache_dir;
         mp.pack_cache_background = true; /* a model swap answers before its cache file is written */
         if ((s = pb_model_open(srv->lib[idx].path, &mp, &m)) != PB_OK) return s;

@@ -197,6 +197,10 @@ void pb_engine_fix_turns(pb_session *s);
 pb_status pb_engine_add_turn(pb_session *s, int64_t start, int64_t content);
 /* Keeps the first n tokens (drops the pending token); re-feeds them when a ring layer cannot keep them. */
 pb_status pb_engine_keep(pb_session *s, int64_t n, int64_t *reprefilled);
+/* Keeps tokens [0, n - 1) and makes token n - 1 pending again (sampled, not fed): where a chat turn began after
+ * feeding the answer before it's last token (pb_session_pop_turn, a turn whose prompt failed), so the next turn closes
+ * the model turn once. Re-reads as pb_engine_keep (into totals.n_reprefilled). */
+pb_status pb_engine_keep_pending(pb_session *s, int64_t n);
 /* *tok = the next token from the last position's logits by the started sampler (where the logits stayed on the GPU:
  * its argmax for a plain argmax, the best few logits read from it for a sampler that needs only those, else the
  * logits pulled first); -1 when every token has probability

@@ -298,7 +298,7 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
         }
         if (status != PB_OK) goto fail;
     }
-    const int32_t pend = s->pending; /* the last answer's last sampled token, fed by this turn */
+    const bool fed_pending = s->pending >= 0; /* the last answer's last sampled token, fed by this turn */
     if ((status = pb_engine_feed_pending(s, NULL)) != PB_OK) goto fail;
     int64_t turn_start = s->n_past;
     status = pb_engine_feed(s, s->tmp + off, n - off, &st->n_prompt);
@@ -308,11 +308,9 @@ pb_status pb_session_chat(pb_session *s, const char *system, const char *user_te
          * a second time), keeping the error text of the failure */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", pb_last_error());
-        const int64_t back = pend >= 0 ? turn_start - 1 : turn_start;
-        if (pb_engine_keep(s, back, &s->totals.n_reprefilled) != PB_OK)
+        if ((fed_pending ? pb_engine_keep_pending(s, turn_start)
+                         : pb_engine_keep(s, turn_start, &s->totals.n_reprefilled)) != PB_OK)
             pb_engine_reset(s);
-        else if (pend >= 0)
-            s->pending = pend;
         pb_engine_fix_turns(s);
         pb_error(status, "%s", msg);
         goto fail;

@@ -245,6 +245,13 @@ static pb_status kv_keep(pb_session *s, int64_t n, int64_t *reprefilled) {
 
 pb_status pb_engine_keep(pb_session *s, int64_t n, int64_t *reprefilled) { return kv_keep(s, n, reprefilled); }
 
+pb_status pb_engine_keep_pending(pb_session *s, int64_t n) {
+    const int32_t last = s->tokens[n - 1];
+    pb_status st = kv_keep(s, n - 1, &s->totals.n_reprefilled);
+    if (st == PB_OK) s->pending = last;
+    return st;
+}
+
 pb_status pb_engine_refresh_logits(pb_session *s) {
     if (s->has_logits) return PB_OK;
     if (s->n_past == 0)
@@ -411,11 +418,9 @@ pb_status pb_session_pop_turn(pb_session *s) {
     if (at <= s->n_keep || at < 1 || at > s->n_past) return pb_engine_reset(s);
     /* The turn began by feeding the answer before it's last sampled token (its end of turn, or the token a limit
      * cut it at) when that was pending: the context goes back to before that token, pending again, as the answer
-     * left it (the next pb_session_chat closes the model turn once, not twice). */
-    const int32_t last = s->tokens[at - 1];
+     * left it. */
     s->n_turns--;
-    pb_status st = kv_keep(s, at - 1, &s->totals.n_reprefilled);
-    if (st == PB_OK) s->pending = last;
+    pb_status st = pb_engine_keep_pending(s, at);
     pb_engine_fix_turns(s);
     return st;
 }

@@ -192,9 +192,9 @@ static const char *all_of(int n, char *buf, size_t cap) {
 static pb_status admit(const admission *a, pb_server_mem *m) {
     memset(m, 0, sizeof *m);
     m->n_slots = a->n_slots;
-    pb_session_params sp = pb_session_default_params(); /* the slots' sessions: pb_server_slot_params, */
-    sp.think = true; /* before the open (a Gemma 4 model's rings with their extra rows; nothing on other models) */
-    sp.ring_extra = PB_SERVER_RING_EXTRA;
+    /* the slots' sessions, before the open (think assumed: a Gemma 4 model's rings with their extra rows) */
+    const pb_server_params dp = pb_server_default_params();
+    pb_session_params sp = pb_server_slot_params(&dp, NULL, 0, NULL);
     pb_mem_estimate e;
     /* max_n_ctx is capped by the model's training context: with no limit to speak of, it is that context */
     pb_status s = pb_estimate_memory(a->path, &sp, SIZE_MAX, &e);

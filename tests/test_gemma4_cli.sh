@@ -132,6 +132,15 @@ else nok "tokenize --special: $i1 / $i0"; fi
 # the thought channel end to end: a scripted model (test_gemma4_ref --write-bigram: greedy decoding writes
 # <|channel>thought\nxy<channel|>AB<turn|>) -- run prints only the answer, --show-thinking the thought on stderr, the
 # server splits them into content and reasoning_content (whole and streamed)
+# serve_bg MODEL [ARGS...]: `serve` in the background on a free port; BPID its pid, BPORT its port ("" if it exited)
+serve_bg() {
+  m=$1; shift
+  : >"$T/bsout" # empty before the launch (tests/test_server_start.sh)
+  "$BIN" serve -m "$m" --port 0 "$@" >"$T/bsout" 2>"$T/bserr" &
+  BPID=$!
+  for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done
+  BPORT=$(sed -n 's/^listening //p' "$T/bsout")
+}
 BG=$T/bigram.gguf
 if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
   a0=$("$BIN" run -m "$BG" -p hi --temp 0 --think 2>"$T/bg0")
@@ -151,11 +160,7 @@ if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram "$BG"; then
     grep -q ' 0 re-prefilled' "$T/bc1" && [ "$(grep -c AB "$T/bc0")" -ge 2 ]; then
     ok "chat --think: the thought leaves the context at the next turn ($c0 tokens; --keep-thinking: $c1)"
   else nok "chat thought dropping: [$c0] [$c1] $(grep -h 'context\|totals' "$T/bc0" "$T/bc1" | tr '\n' ' ')"; fi
-  : >"$T/bsout" # empty before the launch (tests/test_server_start.sh)
-  "$BIN" serve -m "$BG" --port 0 >"$T/bsout" 2>"$T/bserr" &
-  BPID=$!
-  for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done
-  BPORT=$(sed -n 's/^listening //p' "$T/bsout")
+  serve_bg "$BG"
   curl -s -o "$T/bb" -H "Content-Type: application/json" \
     -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20,"temperature":0,"think":true}' \
     "http://127.0.0.1:$BPORT/v1/chat/completions"
@@ -174,11 +179,7 @@ else nok "test_gemma4_ref --write-bigram failed"; fi
 # counted as reused. Now the prefix is reused, and /metrics tells re-read tokens apart.
 BS=$T/bigram_swa.gguf
 if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram-swa "$BS"; then
-  : >"$T/bsout"
-  "$BIN" serve -m "$BS" --port 0 --parallel 1 >"$T/bsout" 2>"$T/bserr" &
-  BPID=$!
-  for i in $(seq 1 300); do grep -q listening "$T/bsout" && break; kill -0 $BPID 2>/dev/null || break; sleep 0.1; done
-  BPORT=$(sed -n 's/^listening //p' "$T/bsout")
+  serve_bg "$BS" --parallel 1
   curl -s -o "$T/bw1" -H "Content-Type: application/json" \
     -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20,"temperature":0,"think":true}' \
     "http://127.0.0.1:$BPORT/v1/chat/completions"

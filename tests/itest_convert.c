@@ -717,6 +717,16 @@ static void test_errors(const char *tmp) {
     expect_fail("unsupported architecture", dir, NULL, 1, "unsupported architecture 'LlamaForCausalLM'");
     write_text(dir, "config.json", "{\"architectures\": [\"Gemma2ForCausalLM\"], \"model_type\": ");
     expect_fail("config.json that is not JSON", dir, NULL, 1, "config.json is not valid JSON");
+    /* valid JSON nested past cJSON's 1000 levels: said as such (it said "not valid JSON") */
+    {
+        char deep[2100];
+        memset(deep, '[', 1001), memset(deep + 1001, ']', 1001), deep[2002] = 0;
+        char cfg[2200];
+        snprintf(cfg, sizeof cfg, "{\"architectures\": [\"Gemma2ForCausalLM\"], \"x\": %s}", deep);
+        write_text(dir, "config.json", cfg);
+        expect_fail("config.json nested 1001 levels deep", dir, NULL, 1,
+                    "config.json nests arrays or objects more than 1000 levels deep");
+    }
     write_text(dir, "config.json", "{\"architectures\": [\"Gemma2ForCausalLM\"], \"hidden_size\": 32}");
     expect_fail("config.json without num_hidden_layers", dir, NULL, 1, "missing integer 'num_hidden_layers'");
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
 # (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit; Ctrl-C
-# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once; a long piped line is one turn.
+# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once with fitting advice; a long piped
+# line is one turn, a line with a NUL byte is refused.
 BIN=${PB_BIN:-build/pocketbrain}
 # the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -93,8 +94,8 @@ long="$(i=0; while [ $i -lt 40 ]; do printf 'word%d ' $i; i=$((i + 1)); done)"
 tmux send-keys -t $S "$long" Enter
 if wait_for "context full" 1 20; then
   l=$(screen | grep "context full" | tr -d '\n')
-  if [ "$(echo "$l" | grep -o "context full" | wc -l)" = 1 ] && [ "$(echo "$l" | grep -o "context-shift" | wc -l)" = 1 ] &&
-    echo "$l" | grep -q "/reset"; then ok "a full context is said once, with what to do once: $l"; else nok "context full line: $l"; fi
+  if [ "$(echo "$l" | grep -o "context full" | wc -l)" = 1 ] && [ "$(echo "$l" | grep -o "larger -c" | wc -l)" = 1 ] &&
+    ! echo "$l" | grep -q "context-shift\|/reset"; then ok "a full context is said once, with what to do once: $l"; else nok "context full line: $l"; fi
 else nok "no context full message"; screen; fi
 if [ -z "$(screen)" ] || screen | grep -qE '(^|[ [(])([A-Za-z][a-z ]*[a-z]): \2:'; then nok "doubled prefix on the chat screen"; screen; else ok "no doubled error prefix on the chat screen"; fi
 tmux send-keys -t $S C-d
@@ -173,6 +174,22 @@ printf 'Hi there\n%s\n/retry\n/stats\n' "$long" | "$BIN" chat -m "$M" -t 1 -c 80
 if [ $rc = 0 ] && [ "$(grep -c 'context full' "$T/rf")" = 2 ] && grep -q 'context: *29 / 80 tokens, 1 turns' "$T/rf"; then
   ok "chat /retry after a context-full turn asks it again, the exchange before kept"
 else nok "chat /retry after context full: rc $rc: $(grep '^\[\|^context' "$T/rf" | tr '\n' ' ')"; fi
+# what a full context advises fits the case: /reset and --context-shift only where they make room (both were advised
+# for a turn longer than the context alone, and --context-shift with it on)
+w4="word0 word1 word2 word3"
+printf 'Hi there\n%s\n' "$w4" | "$BIN" chat -m "$M" -t 1 -c 64 -n 4 >"$T/cf1" 2>&1
+printf '%s\n' "$long" | "$BIN" chat -m "$M" -t 1 -c 48 -n 4 >"$T/cf2" 2>&1
+printf 'Hi\n%s\n' "$w4" | "$BIN" chat -m "$M" -t 1 -c 56 -n 2 --context-shift --system "Be brief" >"$T/cf3" 2>&1
+if grep -q 'context full: [0-9]* tokens in the context.*/reset starts over.*--context-shift' "$T/cf1" &&
+  grep -q 'turn alone.* -- write a shorter message, or restart with a larger -c\]' "$T/cf2" &&
+  grep -q 'does not make enough room -- write a shorter message, or restart with a larger -c\]' "$T/cf3"; then
+  ok "chat: a full context advises /reset and --context-shift only where they help"
+else nok "chat context-full advice: $(grep -h 'context full' "$T/cf1" "$T/cf2" "$T/cf3")"; fi
+# a piped line with a NUL byte is refused by name (was: cut at the NUL without a word, the rest of it never asked)
+printf 'Hi\0 and the rest of the question\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/nul" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q 'this line contains a NUL byte at byte 2' "$T/nul" && ! grep -q '^\[prompt' "$T/nul"; then
+  ok "chat: a piped line with a NUL byte is refused, not cut short"
+else nok "chat NUL line: rc $rc: $(cat "$T/nul")"; fi
 "$BIN" chat --bad >/dev/null 2>"$T/err"; rc=$?
 if [ $rc = 2 ] && grep -q -- "--bad" "$T/err"; then ok "chat: unknown flag exits 2"; else nok "chat bad flag"; fi
 exit 0

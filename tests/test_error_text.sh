@@ -64,8 +64,8 @@ else nok "doubled file name or missing error: $twice | $(cat "$T/o5")"; fi
 for f in o1 o2; do
   l=$(grep "context full" "$T/$f" | head -1)
   n_full=$(echo "$l" | grep -o "context full" | wc -l)
-  n_shift=$(echo "$l" | grep -o "context-shift" | wc -l)
-  if [ "$n_full" = 1 ] && [ "$n_shift" = 1 ]; then ok "$f: context full said once, with one remedy: $l"; else
+  n_c=$(echo "$l" | grep -o "larger -c\|raise -c" | wc -l) # chat: a longer turn than the context, no --context-shift
+  if [ "$n_full" = 1 ] && [ "$n_c" = 1 ]; then ok "$f: context full said once, with one remedy: $l"; else
     nok "$f: context full line repeats itself: $l"; fi
 done
 exit 0

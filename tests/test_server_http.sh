@@ -1,8 +1,8 @@
 #!/bin/sh
 # test_server_http.sh -- raw HTTP edge cases against `pocketbrain serve`: malformed JSON, wrong types, huge
 # bodies, unknown routes, wrong methods, bad API key -> the right 4xx JSON; the server stays up. Also: text after the
-# JSON value, NUL bytes, wrong types of the fields the server refuses, a large array scanned in linear time, and
-# libmicrohttpd's own messages going to the request log (never bare on stderr).
+# JSON value, NUL bytes, nesting too deep, wrong types of the fields the server refuses, a large array scanned in
+# linear time, and libmicrohttpd's own messages going to the request log (never bare on stderr).
 BIN=${PB_BIN:-build/pocketbrain}
 MODEL=${PB_TEST_MODEL:-models/default.gguf}
 [ -f "$MODEL" ] || MODEL=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -73,6 +73,11 @@ grep -q 'NUL byte' "$OUT/body" && echo "ok - the error names the NUL byte" \
 printf '{"content":"hi\000 and the rest"}' >"$OUT/nul"
 req 400 "/tokenize: a raw NUL byte in content" -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/nul" "$URL/tokenize"
 req 400 "/tokenize: text after the JSON value" -X POST -H "$AUTH" -H "$J" -d '{"content":"hi"} x' "$URL/tokenize"
+# valid JSON nested past cJSON's 1000 levels: the error says so (it said "not valid JSON")
+DEEP=$(printf '%1000s' | tr ' ' '[')$(printf '%1000s' | tr ' ' ']')
+req 400 "JSON nested 1001 levels deep" -X POST -H "$AUTH" -H "$J" -d "$HI"',"x":'"$DEEP}" "$URL/v1/chat/completions"
+grep -q 'more than 1000 levels deep' "$OUT/body" && echo "ok - the error names the nesting depth" \
+  || echo "not ok - deep nesting message: $(cat "$OUT/body")"
 # a huge integer is out of range (it was "not an integer": converting it to int64_t was undefined behaviour)
 req 400 "max_tokens 1e20" -X POST -H "$AUTH" -H "$J" -d "$HI"'00000000000000000000}' "$URL/v1/chat/completions"
 grep -q "'max_tokens' must be between" "$OUT/body" && echo "ok - 1e20 max_tokens is out of range" \

@@ -107,13 +107,15 @@ static void set_sigint(bool restart) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-static char *read_line(chat *c) {
+/* *len: the line's bytes, a NUL among them too (a piped line with one was cut there without a word) */
+static char *read_line(chat *c, size_t *len) {
     if (c->tty) {
         for (;;) {
             g_interrupted = 0;
             set_sigint(false);
             char *l = readline("> ");
             set_sigint(true);
+            if (l) *len = strlen(l);
             if (!g_interrupted) return l; /* a line, or NULL for Ctrl-D */
             free(l);                      /* Ctrl-C at the prompt: drop the line, say how to leave */
             printf("[Ctrl-C: line dropped; Ctrl-D or /quit leaves the chat]\n");
@@ -122,16 +124,19 @@ static char *read_line(chat *c) {
     /* a whole line however long: a fixed buffer cut a piped line of 64 KiB or more into several turns */
     char *line = NULL;
     size_t cap = 0;
-    if (g_hangup || getline(&line, &cap, stdin) < 0 || g_hangup) {
+    ssize_t n = -1;
+    if (g_hangup || (n = getline(&line, &cap, stdin)) < 0 || g_hangup) {
         free(line);
         return NULL;
     }
+    *len = (size_t)n;
     return line;
 }
 
-static void trim(char *s) {
-    size_t n = strlen(s);
+static void trim(char *s, size_t *len) {
+    size_t n = *len;
     while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
+    *len = n;
 }
 
 static void print_stats(chat *c) {
@@ -278,6 +283,10 @@ static void turn(chat *c, const char *text) {
     if (!c->ends_nl) printf("\n");
     if (st == PB_ERR_CANCELLED)
         printf("[stopped]\n");
+    else if (st == PB_ERR_CONTEXT_FULL && (c->o.context_shift || strstr(pb_last_error(), "turn alone")))
+        /* a turn the context cannot hold beside its head (BOS, system prompt): /reset keeps the head and
+         * --context-shift drops only older turns, so neither helps (both were advised) */
+        printf("[%s -- write a shorter message, or restart with a larger -c]\n", pb_last_error());
     else if (st == PB_ERR_CONTEXT_FULL) /* the library's text starts "context full: " */
         printf("[%s -- /reset starts over; or restart with a larger -c or with --context-shift]\n", pb_last_error());
     else if (st != PB_OK)
@@ -353,15 +362,16 @@ PB_CMD(chat) {
         printf("pocketbrain chat -- /help for commands, Ctrl-C stops an answer, Ctrl-D leaves\n");
     }
     for (;;) {
-        char *line = read_line(&c);
+        size_t len = 0;
+        char *line = read_line(&c, &len);
         if (!line) break;
-        trim(line);
-        if (!*line) {
+        trim(line, &len);
+        if (!len) {
             free(line);
             continue;
         }
         if (c.tty) add_history(line);
-        if (!cli_check_text("chat", "this line", line, strlen(line))) {
+        if (!cli_check_text("chat", "this line", line, len)) {
             free(line);
             continue;
         }

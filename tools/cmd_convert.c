@@ -58,9 +58,13 @@ static pb_status read_config(const char *dir, cJSON **out) {
     size_t at;
     bool trailing;
     *out = pb_json_parse_one(text, len, &at, &trailing);
+    const bool deep = !*out && !trailing && pb_json_too_deep(text, len, at);
     free(text);
     if (trailing)
         return pb_error(PB_ERR_FORMAT, "%s is not valid JSON: more text after the JSON value (at byte %zu)", path, at);
+    if (deep)
+        return pb_error(PB_ERR_FORMAT, "%s nests arrays or objects more than %d levels deep (at byte %zu)", path,
+                        CJSON_NESTING_LIMIT, at);
     if (!*out) return pb_error(PB_ERR_FORMAT, "%s is not valid JSON (near byte %zu)", path, at);
     return PB_OK;
 }

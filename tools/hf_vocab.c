@@ -68,10 +68,15 @@ static pb_status read_json(const char *path, cJSON **out) {
     bool trailing;
     *out = pb_json_parse_one(text, len, &at, &trailing);
     if (!*out) {
+        const bool deep = !trailing && pb_json_too_deep(text, len, at);
         free(text);
         if (trailing)
             return pb_error(PB_ERR_FORMAT,
                             "hf_vocab: '%s' is not valid JSON: more text after the JSON value (at byte %zu)", path, at);
+        if (deep)
+            return pb_error(PB_ERR_FORMAT,
+                            "hf_vocab: '%s' nests arrays or objects more than %d levels deep (at byte %zu)", path,
+                            CJSON_NESTING_LIMIT, at);
         return pb_error(PB_ERR_FORMAT, "hf_vocab: '%s' is not valid JSON (near byte %zu)", path, at);
     }
     free(text);

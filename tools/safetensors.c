@@ -308,10 +308,14 @@ static pb_status open_index(pb_st_model *m, const char *index_path) {
     size_t at;
     bool trailing;
     cJSON *root = pb_json_parse_one(text, len, &at, &trailing);
+    const bool deep = !root && !trailing && pb_json_too_deep(text, len, at);
     free(text);
     if (trailing)
         return pb_error(PB_ERR_FORMAT, "%s: not valid JSON: more text after the JSON value (at byte %zu)", index_path,
                         at);
+    if (deep)
+        return pb_error(PB_ERR_FORMAT, "%s: nests arrays or objects more than %d levels deep (at byte %zu)", index_path,
+                        CJSON_NESTING_LIMIT, at);
     if (!root) return pb_error(PB_ERR_FORMAT, "%s: not valid JSON (near byte %zu)", index_path, at);
     char *dir = pb_strdup(index_path);
     char *slash = dir ? strrchr(dir, '/') : NULL;

@@ -32,6 +32,25 @@ static inline cJSON *pb_json_parse_one(const char *text, size_t len, size_t *at,
     return root;
 }
 
+/* After pb_json_parse_one failed at byte at (not for trailing text): true when it stopped at an array or object opened
+ * CJSON_NESTING_LIMIT levels deep, i.e. the text may be valid JSON that cJSON will not nest so deep, which callers
+ * say instead of "not valid JSON". Counts the brackets before at outside strings. */
+static inline bool pb_json_too_deep(const char *text, size_t len, size_t at) {
+    if (at >= len || (text[at] != '[' && text[at] != '{')) return false;
+    long depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < at; i++) {
+        const char ch = text[i];
+        if (in_str && ch == '\\')
+            i++; /* the escaped character ends no string */
+        else if (ch == '"')
+            in_str = !in_str;
+        else if (!in_str)
+            depth += ch == '[' || ch == '{' ? 1 : ch == ']' || ch == '}' ? -1 : 0;
+    }
+    return !in_str && depth >= CJSON_NESTING_LIMIT;
+}
+
 /* True when the JSON text text[0..len) holds a \u0000 escape outside an escaped backslash ("\\u0000" is the text
  * backslash-u-0-0-0-0, no NUL). cJSON keeps a string only up to a NUL, so such a string would be cut short without a
  * word: callers refuse it. */

@@ -85,10 +85,14 @@ static cJSON *parse_body(const request *rq, char *why, size_t cap) {
     size_t at;
     bool trailing;
     cJSON *root = pb_json_parse_one(body, rq->len, &at, &trailing);
-    if (trailing)
+    if (trailing) {
         snprintf(why, cap, "request body is not valid JSON: more text after the JSON value (at byte %zu)", at);
-    else if (!root)
+    } else if (!root && pb_json_too_deep(body, rq->len, at)) { /* valid JSON, it may be: said as such */
+        snprintf(why, cap, "request body nests arrays or objects more than %d levels deep (at byte %zu)",
+                 CJSON_NESTING_LIMIT, at);
+    } else if (!root) {
         snprintf(why, cap, "request body is not valid JSON");
+    }
     return root;
 }
 

@@ -56,6 +56,9 @@ static pb_status parse_jsonl(const char *line, char **q, char **a) {
     bool trailing;
     cJSON *j = pb_json_parse_one(line, len, &at, &trailing);
     if (trailing) return pb_error(PB_ERR_FORMAT, "more text after the JSON object (at column %zu)", at + 1);
+    if (!j && pb_json_too_deep(line, len, at))
+        return pb_error(PB_ERR_FORMAT, "nests arrays or objects more than %d levels deep (at column %zu)",
+                        CJSON_NESTING_LIMIT, at + 1);
     if (!j) return pb_error(PB_ERR_FORMAT, "not a JSON object");
     /* cJSON keeps a string only up to a NUL: the question or answer would be cut short without a word */
     if (pb_json_has_nul_escape(line, len)) {

@@ -81,6 +81,16 @@ check "--thermal with an unreadable file: exit 1" '[ $rc = 1 ] && grep -q "therm
 # context full is an error by default, not a silent truncation
 $R -p "Tell me a long story about ships and the sea" -c 64 -n 0 >"$T/out" 2>"$T/err"; rc=$?
 check "context full: exit 1 with 'context full'" '[ $rc = 1 ] && grep -q "context full" "$T/err"'
+$R -p hi -c 64 -n 0 >"$T/out" 2>"$T/err"; rc=$?
+check "context full while answering: exit 1, --context-shift advised (it lets the answer go on)" \
+  '[ $rc = 1 ] && grep -q "tokens in the context" "$T/err" && grep -q "use --context-shift" "$T/err"'
+# a prompt longer than the context: --context-shift cannot help (it was advised, even with it on)
+LONG=$(printf 'word %.0s' $(seq 1 80))
+for shift in "" --context-shift; do
+  $R -p "$LONG" -c 48 -n 4 $shift >"$T/out" 2>"$T/err"; rc=$?
+  check "a prompt longer than -c ${shift:-(no shift)}: exit 1, 'shorten the prompt', no --context-shift advice" \
+    '[ $rc = 1 ] && grep -q "shorten the prompt, or raise -c" "$T/err" && ! grep -q "use --context-shift" "$T/err"'
+done
 
 # Ctrl-C (SIGINT) stops the answer: partial text, exit 130
 $R -p "Tell me a very long story" -n 0 -c 4096 >"$T/out" 2>"$T/err" &

@@ -225,10 +225,16 @@ PB_CMD(run) {
     }
     cli_flush_stdout();
     pb_model_info mi;
-    if (st == PB_ERR_CONTEXT_FULL && pb_model_get_info(m, &mi) == PB_OK) /* the library's text says no remedy */
-        cli_err("run", "%s -- raise -c (this model allows up to %d), or use --context-shift", pb_last_error(),
-                mi.n_ctx_train);
-    else if (st != PB_OK && st != PB_ERR_CANCELLED)
+    if (st == PB_ERR_CONTEXT_FULL && pb_model_get_info(m, &mi) == PB_OK) { /* the library's text says no remedy */
+        /* a prompt the context cannot hold: --context-shift drops only older tokens, so it cannot help (it was
+         * advised, even when it was on) */
+        if (o.context_shift || strstr(pb_last_error(), "turn alone") || strstr(pb_last_error(), "new tokens > n_ctx"))
+            cli_err("run", "%s -- shorten the prompt, or raise -c (this model allows up to %d)", pb_last_error(),
+                    mi.n_ctx_train);
+        else
+            cli_err("run", "%s -- raise -c (this model allows up to %d), or use --context-shift", pb_last_error(),
+                    mi.n_ctx_train);
+    } else if (st != PB_OK && st != PB_ERR_CANCELLED)
         cli_fail("run", st, "generation failed");
     if (st == PB_ERR_CANCELLED) cli_err("run", "interrupted");
     if (verbose)

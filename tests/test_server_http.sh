@@ -78,6 +78,9 @@ DEEP=$(printf '%1000s' | tr ' ' '[')$(printf '%1000s' | tr ' ' ']')
 req 400 "JSON nested 1001 levels deep" -X POST -H "$AUTH" -H "$J" -d "$HI"',"x":'"$DEEP}" "$URL/v1/chat/completions"
 grep -q 'more than 1000 levels deep' "$OUT/body" && echo "ok - the error names the nesting depth" \
   || echo "not ok - deep nesting message: $(cat "$OUT/body")"
+# n other than 1: one choice a request, said plainly (it said "'n' must be between 1 and 1")
+req 400 "n 2" -X POST -H "$AUTH" -H "$J" -d "$HI"',"n":2}' "$URL/v1/chat/completions"
+grep -q "'n' must be 1, got 2" "$OUT/body" && echo "ok - n 2: 'n' must be 1" || echo "not ok - n 2 message: $(cat "$OUT/body")"
 # a huge integer is out of range (it was "not an integer": converting it to int64_t was undefined behaviour)
 req 400 "max_tokens 1e20" -X POST -H "$AUTH" -H "$J" -d "$HI"'00000000000000000000}' "$URL/v1/chat/completions"
 grep -q "'max_tokens' must be between" "$OUT/body" && echo "ok - 1e20 max_tokens is out of range" \

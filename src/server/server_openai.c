@@ -112,6 +112,8 @@ static bool get_int(cJSON *root, const char *key, double lo, double hi, int64_t 
     /* floor, not a cast to int64_t: converting 1e20 (or an infinity, 1e999) to an integer is undefined behaviour */
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return perr(e, key, "'%s' must be an integer", key);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi) && lo == hi) /* "between 1 and 1" said 'n' must be 1 */
+        return perr(e, key, "'%s' must be %.0f, got %.0f", key, lo, v->valuedouble);
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
         return perr(e, key, "'%s' must be between %.0f and %.0f, got %.0f", key, lo, hi, v->valuedouble);
     *out = (int64_t)v->valuedouble;
@@ -195,7 +197,7 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     if (!get_int(root, "max_completion_tokens", 1, srv->p.max_tokens_cap, &i, e)) return false;
     j->gen.max_tokens = (int)i;
     i = 1;
-    if (!get_int(root, "n", 1, 1, &i, e)) return false;
+    if (!get_int(root, "n", 1, 1, &i, e)) return false; /* one choice a request */
     cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
     if (stream && !cJSON_IsNull(stream)) {
         if (!cJSON_IsBool(stream)) return perr(e, "stream", "'stream' must be a boolean");

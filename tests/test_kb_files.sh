@@ -139,3 +139,26 @@ grep -q 'na\\\?u\?f\?ve\|na.ve-' "$T/j1"; chk $? "the non-UTF-8 name is still sh
 "$PB" faq --db "$T/nofaq.sqlite" list >/dev/null 2>"$T/err"; rc=$?
 chk "$([ $rc = 1 ] && [ ! -e "$T/nofaq.sqlite" ] && grep -q "no knowledge base" "$T/err" && echo 0)" \
   "faq list on a missing database: error, none created ($(cat "$T/err"))"
+
+# ---- a folder that cannot be read is said, and --prune keeps its documents (was: skipped silently, exit 0, and
+# --prune removed every document under it as "file is gone") ----
+mkdir -p "$T/pr/locked" "$T/pr/open"; chmod 755 "$T/pr"
+echo "The locked folder talks about a pangolin." >"$T/pr/locked/a.txt"
+echo "The open folder talks about a tapir." >"$T/pr/open/b.txt"
+"$PB" ingest -q --db "$T/pr.sqlite" "$T/pr" >/dev/null 2>&1
+chmod 666 "$T/pr.sqlite"; chmod 000 "$T/pr/locked"; chmod 777 "$T"
+as_user "$PB" ingest --prune --db "$T/pr.sqlite" "$T/pr" >"$T/out" 2>"$T/err"; rc=$?
+chmod 755 "$T/pr/locked"
+n=$("$PB" search --db "$T/pr.sqlite" pangolin 2>/dev/null | grep -c "locked/a.txt")
+chk "$([ $rc = 3 ] && [ "$n" = 1 ] && grep -q "skipped $T/pr/locked: cannot read folder: Permission denied" "$T/err" \
+  && ! grep -q removed "$T/err" && echo 0)" \
+  "an unreadable folder is named, exit 3, --prune keeps its documents (rc=$rc $(cat "$T/err"))"
+# ... and a folder that can be listed but not entered (r without x): its entries cannot be examined (lstat), which
+# was skipped silently too, so --prune removed them
+chmod 644 "$T/pr/locked"
+as_user "$PB" ingest --prune --db "$T/pr.sqlite" "$T/pr" >"$T/out" 2>"$T/err"; rc=$?
+chmod 755 "$T/pr/locked"
+n=$("$PB" search --db "$T/pr.sqlite" pangolin 2>/dev/null | grep -c "locked/a.txt")
+chk "$([ $rc = 3 ] && [ "$n" = 1 ] && grep -q "skipped $T/pr/locked/a.txt: cannot examine it: Permission denied" "$T/err" \
+  && ! grep -q removed "$T/err" && echo 0)" \
+  "an entry of a folder without search permission is named, exit 3, --prune keeps it (rc=$rc $(cat "$T/err"))"

@@ -126,6 +126,8 @@ pb_status pb_store_doc_delete(pb_store *st, const char *path);
  * removes every document at or under one of the roots that was not seen, calling on_removed(path). */
 pb_status pb_store_seen_reset(pb_store *st);
 pb_status pb_store_seen_add(pb_store *st, const char *path);
+/* Marks every document under folder dir as seen (a folder that could not be read keeps its documents). */
+pb_status pb_store_seen_add_under(pb_store *st, const char *dir);
 pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_roots,
                                 void (*on_removed)(void *user, const char *path), void *user, int64_t *n_removed);
 

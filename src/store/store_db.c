@@ -502,6 +502,27 @@ pb_status pb_store_seen_add(pb_store *st, const char *path) {
     return s;
 }
 
+pb_status pb_store_seen_add_under(pb_store *st, const char *dir) {
+    size_t dl = strlen(dir);
+    char *prefix = pb_malloc(dl + 2);
+    if (!prefix) return PB_ERR_NOMEM;
+    memcpy(prefix, dir, dl);
+    prefix[dl] = '/';
+    prefix[dl + 1] = 0;
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st,
+                                   "INSERT OR IGNORE INTO temp.seen(path) SELECT path FROM documents"
+                                   " WHERE substr(path, 1, length(?1)) = ?1",
+                                   &q);
+    if (!s) {
+        sqlite3_bind_text(q, 1, prefix, -1, SQLITE_STATIC);
+        if (sqlite3_step(q) != SQLITE_DONE) s = pb_store_sql_error(st, "seen");
+        sqlite3_finalize(q);
+    }
+    free(prefix);
+    return s;
+}
+
 pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_roots,
                                 void (*on_removed)(void *user, const char *path), void *user, int64_t *n_removed) {
     *n_removed = 0;

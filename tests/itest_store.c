@@ -279,6 +279,49 @@ static void test_chunk_one_line(void) {
     free(txt);
 }
 
+/* Text without spaces between words (Chinese, Japanese): every CJK character counts as a word of its own, so such a
+ * paragraph is cut into pieces within the token target, at character boundaries, sentence ends (。) first; counted by
+ * whitespace it was one "word" of 2 tokens and one chunk of the whole page. */
+static void test_chunk_cjk(void) {
+    const char *sent = "\xE6\x88\x91\xE4\xBB\xAC\xE4\xBB\x8A\xE5\xA4\xA9\xE5\xAD\xA6\xE4\xB9\xA0"
+                       "\xE4\xB8\xAD\xE6\x96\x87"; /* 我们今天学习中文: 8 characters */
+    for (int stops = 0; stops < 2; stops++) {
+        size_t cap = 400 * 32 + 1, o = 0;
+        char *txt = malloc(cap);
+        if (!txt) {
+            CHECK(0, "cjk: out of memory");
+            return;
+        }
+        for (int i = 0; i < 400; i++) { /* 3,200 characters in one paragraph, with or without full stops */
+            o += (size_t)snprintf(txt + o, cap - o, "%s%s", sent, stops ? "\xE3\x80\x82" : "");
+        }
+        CHECK(pb_store_estimate_tokens(sent, strlen(sent)) == 8, "cjk: 8 characters estimated as 8 tokens (%lld)",
+              (long long)pb_store_estimate_tokens(sent, strlen(sent)));
+        pb_extracted e;
+        CHECK(pb_store_extract("zh.txt", PB_DOC_TEXT, (const uint8_t *)txt, o, &e) == PB_OK, "cjk: extracted");
+        pb_chunk_params p = pb_chunk_default_params();
+        pb_store_chunk *c;
+        int64_t n;
+        CHECK(pb_store_chunk_doc(&e, e.title, &p, &c, &n) == PB_OK && n >= 16,
+              "cjk%s: 3,200 characters in %lld chunks (at least 16)", stops ? " with full stops" : "", (long long)n);
+        bool sizes = true, whole = true, covered = true;
+        for (int64_t i = 0; i < n; i++) {
+            sizes &= c[i].n_tokens <= p.target_tokens + p.overlap_tokens;
+            /* every character of this text is 3 bytes long */
+            whole &= c[i].text && ((unsigned char)c[i].text[0] & 0xC0) != 0x80 && c[i].byte_start % 3 == 0 &&
+                     c[i].byte_end % 3 == 0;
+            if (i > 0) covered &= c[i].byte_start <= c[i - 1].byte_end;
+        }
+        covered &= n > 0 && c[0].byte_start == 0 && c[n - 1].byte_end + 1 >= o;
+        CHECK(sizes, "cjk%s: every chunk within the token target", stops ? " with full stops" : "");
+        CHECK(whole, "cjk%s: chunks start and end at character boundaries", stops ? " with full stops" : "");
+        CHECK(covered, "cjk%s: the chunks cover the whole text", stops ? " with full stops" : "");
+        pb_store_chunks_free(c, n);
+        pb_store_extracted_free(&e);
+        free(txt);
+    }
+}
+
 static void test_query_safety(pb_store *st) {
     const char *evil[] = {"\"unbalanced",
                           "NEAR(a b)",
@@ -533,6 +576,17 @@ static void test_prompt(void) {
     pb_store_prompt_free(&pr);
     CHECK(pb_store_prompt_build("Where?", hits, 3, 20, NULL, NULL, &pr) == PB_ERR_CONTEXT_FULL,
           "prompt: budget below the instructions -> CONTEXT_FULL");
+    { /* a source without spaces (Chinese) is cut between characters to fit, not dropped (it was: no space to cut at) */
+        char zh[3 * 300 + 1] = {0};
+        for (int i = 0; i < 300; i++) memcpy(zh + 3 * i, "\xE4\xB8\xAD", 3); /* 中 x 300 */
+        pb_store_hit hz = hits[0];
+        hz.text = zh;
+        CHECK(pb_store_prompt_build("Where?", &hz, 1, 200, NULL, NULL, &pr) == PB_OK && pr.n_cites == 1 &&
+                  pr.n_truncated == 1 && pr.n_tokens <= 200 && strstr(pr.text, "\xE4\xB8\xAD\xE4\xB8\xAD ...") != NULL,
+              "prompt: a source without spaces is cut between characters (%d sources, %lld tokens)", pr.n_cites,
+              (long long)pr.n_tokens);
+        pb_store_prompt_free(&pr);
+    }
     bool used[4];
     int bad;
     int n = pb_store_cites_used("Rottnest [1]. Marsupial [2, 3][9] and [see 4] [1-2] arr[0]", 4, used, &bad);
@@ -664,6 +718,7 @@ int main(void) {
     test_html();
     test_chunking();
     test_chunk_one_line();
+    test_chunk_cjk();
     test_prompt();
     test_migration(":memory:", "memory");
     test_migration(path_of("old.sqlite"), "disk");

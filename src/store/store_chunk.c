@@ -8,16 +8,56 @@
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+/* Bytes of the CJK character (ideographs, kana, hangul, CJK punctuation, fullwidth forms) that starts at t[i] (before
+ * b), or 0. Such text puts no spaces between words, so each of these characters is a word of its own here (a token or
+ * more for any tokenizer): counted by whitespace, a page of Chinese was one "word" of 2 tokens and one chunk. */
+static size_t cjk_len(const char *t, size_t i, size_t b) {
+    const unsigned char *u = (const unsigned char *)t + i;
+    uint32_t cp;
+    size_t n;
+    if (u[0] >= 0xE0 && u[0] < 0xF0 && i + 2 < b && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80) {
+        cp = ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (uint32_t)(u[2] & 0x3F);
+        n = 3;
+    } else if (u[0] >= 0xF0 && u[0] < 0xF5 && i + 3 < b && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80 &&
+               (u[3] & 0xC0) == 0x80) {
+        cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) | ((uint32_t)(u[2] & 0x3F) << 6) |
+             (uint32_t)(u[3] & 0x3F);
+        n = 4;
+    } else {
+        return 0;
+    }
+    const bool cjk = (cp >= 0x2E80 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF) ||
+                     (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
+                     (cp >= 0x20000 && cp <= 0x3FFFF);
+    return cjk ? n : 0;
+}
+
+/* The end of the word that starts at t[i] (not whitespace), at most b: one CJK character, or a run of other
+ * characters up to whitespace or a CJK character. */
+static size_t word_end(const char *t, size_t i, size_t b) {
+    size_t k = cjk_len(t, i, b);
+    if (k) return i + k;
+    while (i < b && !is_ws(t[i]) && !cjk_len(t, i, b)) i++;
+    return i;
+}
+
 int64_t pb_store_estimate_tokens(const char *text, size_t len) {
-    int64_t words = 0;
+    int64_t words = 0, cjk = 0;
     bool in = false;
     for (size_t i = 0; i < len; i++) {
+        size_t k = cjk_len(text, i, len);
+        if (k) { /* a token of its own */
+            cjk++;
+            in = false;
+            i += k - 1;
+            continue;
+        }
         bool w = !is_ws(text[i]);
         if (w && !in) words++;
         in = w;
     }
-    /* ceil(words * 1.3) in integers */
-    return (words * 13 + 9) / 10;
+    /* ceil(words * 1.3) in integers, and a token a CJK character */
+    return (words * 13 + 9) / 10 + cjk;
 }
 
 int64_t pb_store_estimate_count_fn(void *user, const char *text, size_t len) {
@@ -96,11 +136,15 @@ static void add_break(units *us, size_t at) {
     us->u[us->n++] = (unit){at, at, PAGE_BREAK, 0};
 }
 
-/* End of the sentence or line that starts at a (exclusive), at most b. */
+/* End of the sentence or line that starts at a (exclusive), at most b. CJK full stops (。！？；, U+3002, U+FF01,
+ * U+FF1F, U+FF1B) end a sentence without a space after them. */
 static size_t sentence_end(const char *t, size_t a, size_t b) {
     for (size_t i = a; i < b; i++) {
         if (t[i] == '\n') return i + 1;
         if ((t[i] == '.' || t[i] == '?' || t[i] == '!' || t[i] == ';') && (i + 1 == b || is_ws(t[i + 1]))) return i + 1;
+        if (i + 2 < b && (memcmp(t + i, "\xE3\x80\x82", 3) == 0 || memcmp(t + i, "\xEF\xBC\x81", 3) == 0 ||
+                          memcmp(t + i, "\xEF\xBC\x9F", 3) == 0 || memcmp(t + i, "\xEF\xBC\x9B", 3) == 0))
+            return i + 3;
     }
     return b;
 }
@@ -110,7 +154,7 @@ static size_t words_end(const char *t, size_t a, size_t b, int64_t n) {
     size_t i = a;
     for (int64_t w = 0; w < n && i < b; w++) {
         while (i < b && is_ws(t[i])) i++;
-        while (i < b && !is_ws(t[i])) i++;
+        if (i < b) i = word_end(t, i, b);
     }
     return i;
 }
@@ -140,7 +184,7 @@ static void add_paragraph(units *us, size_t a, size_t b) {
             while (i < lim) {
                 size_t j = i;
                 while (j < lim && is_ws(t[j])) j++;
-                while (j < lim && !is_ws(t[j])) j++;
+                if (j < lim) j = word_end(t, j, lim);
                 if (best > start && count(us->p, t + start, j - start) > target) break;
                 best = i = j;
             }
@@ -316,10 +360,23 @@ static size_t overlap_start(const packer *pk, size_t a, size_t b) {
     int64_t want = pk->p->overlap_tokens;
     if (want <= 0) return b;
     size_t i = b;
-    int64_t words = 0;
-    while (i > a && (words * 13 + 9) / 10 < want) {
+    int64_t words = 0, cjk = 0;
+    while (i > a && (words * 13 + 9) / 10 + cjk < want) {
         while (i > a && is_ws(t[i - 1])) i--;
-        while (i > a && !is_ws(t[i - 1])) i--;
+        if (i == a) break;
+        /* the word that ends at i: one CJK character, or other characters back to whitespace or a CJK one */
+        size_t l = i - 1;
+        while (l > a && ((unsigned char)t[l] & 0xC0) == 0x80) l--; /* the lead byte of the character before i */
+        if (cjk_len(t, l, i)) {
+            i = l, cjk++;
+            continue;
+        }
+        while (i > a && !is_ws(t[i - 1])) {
+            l = i - 1;
+            while (l > a && ((unsigned char)t[l] & 0xC0) == 0x80) l--;
+            if (cjk_len(t, l, i)) break;
+            i = l;
+        }
         words++;
     }
     return i;

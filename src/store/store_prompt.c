@@ -124,6 +124,11 @@ pb_status pb_store_prompt_build(const char *question, const pb_store_hit *hits, 
             while (hi - lo > 1) {
                 size_t mid = (lo + hi) / 2;
                 while (mid > lo && h->text[mid] != ' ' && h->text[mid] != '\n') mid--;
+                if (mid == lo) { /* no space in [lo, mid] (Chinese, Japanese, a long URL): cut between characters (a
+                                  * source without spaces was dropped whole) */
+                    mid = (lo + hi) / 2;
+                    while (mid > lo && ((unsigned char)h->text[mid] & 0xC0) == 0x80) mid--;
+                }
                 if (mid == lo) break;
                 e.len = head_len;
                 sb_add(&e, h->text, mid);

@@ -279,6 +279,12 @@ PB_CMD(pull) {
         }
     }
 
+    /* a link, directory or device at the model's name is refused before the download, not after it (checked again
+     * before the rename) */
+    if (pb_output_check(target) != PB_OK) {
+        cli_err("pull", "%s", pb_last_error());
+        goto done;
+    }
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

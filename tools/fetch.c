@@ -34,6 +34,7 @@ enum { STOP_NONE, STOP_NOSPACE, STOP_IO, STOP_CHANGED, STOP_INTERRUPT, STOP_STAL
 
 typedef struct xfer {
     const fetch_opts *o;
+    CURL *curl; /* this attempt's handle (the URL a relative redirect is resolved against) */
     int fd;
     EVP_MD_CTX *md;
     uint64_t have;     /* bytes in the part, all hashed into md */
@@ -327,12 +328,22 @@ static size_t on_header(char *line, size_t sz, size_t nmemb, void *user) {
         header_value(line, n, 9, v, sizeof v);
         x->location = true;
         /* plain http:// only to loopback mirrors unless --insecure, also when a redirect leads there (curl's
-         * protocol list allows http for the whole transfer once the first URL is a loopback one) */
-        if (!x->o->insecure && strncasecmp(v, "http://", 7) == 0 && !fetch_is_loopback(v)) {
+         * protocol list allows http for the whole transfer once the first URL is a loopback one); a relative
+         * Location ("//host/x" keeps the scheme) is checked as the URL it resolves to */
+        char *eff = NULL, *dest = NULL;
+        CURLU *u = curl_url();
+        curl_easy_getinfo(x->curl, CURLINFO_EFFECTIVE_URL, &eff);
+        if (u && eff && curl_url_set(u, CURLUPART_URL, eff, 0) == CURLUE_OK &&
+            curl_url_set(u, CURLUPART_URL, v, CURLU_URLENCODE | CURLU_ALLOW_SPACE) == CURLUE_OK)
+            curl_url_get(u, CURLUPART_URL, &dest, 0);
+        curl_url_cleanup(u);
+        const char *to = dest ? dest : v;
+        bool refuse = !x->o->insecure && strncasecmp(to, "http://", 7) == 0 && !fetch_is_loopback(to);
+        if (refuse)
             stop(x, STOP_REFUSED,
-                 "refusing a redirect to plain http:// ('%.300s'): only loopback addresses; use --insecure", v);
-            return 0;
-        }
+                 "refusing a redirect to plain http:// ('%.300s'): only loopback addresses; use --insecure", to);
+        curl_free(dest);
+        if (refuse) return 0;
     } else if (header_is(line, n, "X-Linked-Size")) {
         char v[32];
         header_value(line, n, 14, v, sizeof v);
@@ -422,6 +433,7 @@ static int attempt(xfer *x, char *err, size_t cap) {
         snprintf(line, sizeof line, "Authorization: Bearer %s", o->token);
         hdr = curl_slist_append(hdr, line);
     }
+    x->curl = c;
     x->req_from = x->have;
     if (x->have > 0) {
         char range[64];

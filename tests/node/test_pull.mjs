@@ -342,6 +342,12 @@ for (const ignoreIfRange of [false, true]) {
   r = await run(['pull', `${srv.url}/far`, '--name', 'far'], e);
   chk(r.code === 1 && /refusing a redirect to plain http:\/\/ \('http:\/\/example\.invalid\/model\.gguf'\)/.test(r.err) && noFile(lib, 'far'),
     `a loopback mirror's redirect to plain http:// elsewhere is refused (${r.err.trim().split('\n').pop()})`, r);
+  // a scheme-relative Location ("//host/path") keeps the mirror's plain http://: checked as the URL it resolves to
+  // (was followed: curl went on to http://example.invalid)
+  srv.reset({ file: model, farRedirect: '//example.invalid/model.gguf' });
+  r = await run(['pull', `${srv.url}/far`, '--name', 'far2', '--retries', '0'], e);
+  chk(r.code === 1 && /refusing a redirect to plain http:\/\/ \('http:\/\/example\.invalid\/model\.gguf'\)/.test(r.err) && noFile(lib, 'far2'),
+    `a scheme-relative redirect to plain http:// elsewhere is refused (${r.err.trim().split('\n').pop()})`, r);
   for (const u of ['http://127.0.0.1.example.invalid/x.gguf', 'http://127.0.0.1@example.invalid/x.gguf', 'http://localhost.example.invalid/x.gguf']) {
     r = await run(['pull', u], e);
     check(r.code === 1 && /refusing plain http:\/\//.test(r.err), `${u} is not a loopback host: refused`);
@@ -444,9 +450,17 @@ for (const ignoreIfRange of [false, true]) {
   const victim3 = path.join(tmp, 'victim-target');
   fs.writeFileSync(victim3, 'precious');
   fs.symlinkSync(victim3, target(lib, 't'));
+  srv.reset({ file: model });
   r = await run(['pull', URL_(), '--name', 't', '--force'], e);
   chk(r.code === 1 && /symbolic link/.test(r.err) && fs.lstatSync(target(lib, 't')).isSymbolicLink() &&
     fs.readFileSync(victim3, 'utf8') === 'precious', `a symlink at the model's name is refused, left as it is (exit ${r.code})`, r);
+  // refused before the download (was: the whole file fetched, then refused, and left behind as a .part)
+  check(srv.sent === 0 && !exists(target(lib, 't') + '.part'), `refused before any byte is downloaded (${srv.sent} sent)`);
+  fs.mkdirSync(target(lib, 'd'));
+  srv.reset({ file: model });
+  r = await run(['pull', URL_(), '--name', 'd'], e);
+  chk(r.code === 1 && /is a directory/.test(r.err) && srv.sent === 0 && !exists(target(lib, 'd') + '.part'),
+    `a directory at the model's name: refused before the download (exit ${r.code}, ${srv.sent} sent)`, r);
   const left = fs.readdirSync(lib).filter((f) => /\.tmp\./.test(f));
   check(left.length === 0, 'no temp file left in the library: ' + left.join(' '));
 }

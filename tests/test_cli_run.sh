@@ -70,6 +70,11 @@ $R -p hi -n 2 -c 8192 --mem-limit 40M --fit >"$T/out" 2>"$T/err"; rc=$?
 check "--fit lowers n_ctx / uses a q8_0 KV cache and says so" '[ $rc = 0 ] && grep -q -- "--fit: using a q8_0 KV cache and n_ctx [0-9]*" "$T/err" && [ -s "$T/out" ]'
 $BIN info --mem -c 8192 "$M" >"$T/info" 2>&1; rc=$?
 check "info --mem -c 8192 prints the estimate" '[ $rc = 0 ] && grep -q "memory: *n_ctx 8192, f16 KV: weights" "$T/info" && grep -q "largest n_ctx" "$T/info"'
+# chat and serve keep 512 more rows in each sliding-window ring (their admission counts them; info --mem did not)
+check "info --mem: a chat / serve session's KV with the 512 extra ring rows" 'grep -q "chat / serve: KV .* MiB (512 more rows in each sliding-window ring" "$T/info"'
+$BIN info --mem -c 256 --json "$M" >"$T/infoj" 2>&1
+check "info --mem --json: kv_chat_serve above kv, total_chat_serve above total" \
+  'python3 -c "import json,sys; m=json.load(open(sys.argv[1]))[\"memory\"]; sys.exit(0 if m[\"kv_chat_serve\"] > m[\"kv\"] and m[\"total_chat_serve\"] - m[\"total\"] == m[\"kv_chat_serve\"] - m[\"kv\"] else 1)" "$T/infoj"'
 
 # thermal governor through the CLI
 echo 95000 >"$T/temp"

@@ -425,6 +425,24 @@ static void mem_layers(const char *path, const cli_mem_opts *o, const pb_mem_est
     pb_gguf_close(g);
 }
 
+/* The KV of a chat or server session at the estimate's n_ctx: their sliding-window rings keep CLI_CHAT_RING_EXTRA /
+ * PB_SERVER_RING_EXTRA more rows (/undo, /retry, a conversation sent back), which their own admission counts and the
+ * plain estimate above does not. 0 where that changes nothing (no ring shorter than the context). */
+static size_t kv_chat_serve(const char *path, const cli_mem_opts *o, const pb_mem_estimate *e) {
+    pb_gguf *g = NULL;
+    pb_hparams hp;
+    size_t kv = 0;
+    if (pb_gguf_open(path, &g) != PB_OK) return 0;
+    if (pb_hparams_from_gguf(g, &hp) == PB_OK) {
+        pb_session_params sp = mem_session(o);
+        sp.kv_type = e->kv_type;
+        sp.ring_extra = CLI_CHAT_RING_EXTRA > PB_SERVER_RING_EXTRA ? CLI_CHAT_RING_EXTRA : PB_SERVER_RING_EXTRA;
+        kv = pb_engine_kv_estimate(&hp, e->n_ctx, e->kv_type, pb_engine_ring_extra(&hp, &sp));
+    }
+    pb_gguf_close(g);
+    return kv > e->kv ? kv : 0;
+}
+
 bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     pb_mem_estimate e;
     if (!o->on) return true;
@@ -438,6 +456,14 @@ bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d\n", (double)e.available / MIB,
            o->mem_limit ? "--mem-limit" : "MemAvailable/cgroup", e.total <= e.available ? "fits" : "does NOT fit",
            e.max_n_ctx);
+    const size_t kc = kv_chat_serve(path, o, &e);
+    if (kc) {
+        const size_t tot = e.total - e.kv + kc;
+        printf(
+            "               chat / serve: KV %.1f MiB (%d more rows in each sliding-window ring, for /undo, /retry and "
+            "conversations sent back) = %.1f MiB a session: %s\n",
+            (double)kc / MIB, PB_SERVER_RING_EXTRA, (double)tot / MIB, tot <= e.available ? "fits" : "does NOT fit");
+    }
     mem_layers(path, o, &e, NULL);
     return true;
 }
@@ -459,6 +485,9 @@ bool cli_mem_json(const char *path, const cli_mem_opts *o, void *cjson_object) {
     cJSON_AddNumberToObject(m, "available", (double)e.available);
     cJSON_AddBoolToObject(m, "fits", e.total <= e.available);
     cJSON_AddNumberToObject(m, "max_n_ctx", e.max_n_ctx);
+    const size_t kc = kv_chat_serve(path, o, &e);
+    cJSON_AddNumberToObject(m, "kv_chat_serve", (double)(kc ? kc : e.kv)); /* a chat or server session's KV */
+    cJSON_AddNumberToObject(m, "total_chat_serve", (double)(e.total - e.kv + (kc ? kc : e.kv)));
     mem_layers(path, o, &e, m);
     return true;
 }

@@ -11,6 +11,10 @@
 #define CLI_MIN_CTX 16
 #define CLI_MAX_CTX (1 << 20)
 
+/* Rows chat's sliding-window rings keep beyond the window: /undo and /retry go back a turn of up to that many tokens
+ * without reading the context again (info --mem counts them). */
+#define CLI_CHAT_RING_EXTRA 512
+
 typedef struct cli_opts {
     const char *model; /* -m; NULL = cli_default_model() */
     int n_threads;     /* -t; 0 = physical cores */
@@ -37,7 +41,7 @@ typedef struct cli_opts {
     bool think;         /* --think: Gemma 4 thinking system turn */
     bool show_thinking; /* --show-thinking: the thought channel to stderr (default: not printed) */
     bool keep_thinking; /* --keep-thinking: earlier turns' thoughts stay in the context */
-    int ring_extra;     /* pb_session_params.ring_extra (no flag: chat sets it) */
+    int ring_extra;     /* pb_session_params.ring_extra (no flag: chat sets it, CLI_CHAT_RING_EXTRA) */
 } cli_opts;
 
 void cli_opts_init(cli_opts *o);

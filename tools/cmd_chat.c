@@ -336,7 +336,7 @@ PB_CMD(chat) {
     }
     /* /undo and /retry go back a turn: rows beyond the sliding windows make that free for a turn of up to 512
      * tokens once the conversation passed a window (gemma-2-2b, f16: 27 MiB; counted by the memory check) */
-    c.o.ring_extra = 512;
+    c.o.ring_extra = CLI_CHAT_RING_EXTRA;
     int rc = cli_open("chat", &c.o, &c.m, &c.s, NULL);
     if (rc) return rc;
     c.system = c.o.system ? strdup(c.o.system) : NULL;

@@ -129,4 +129,10 @@ int pb_server_port(const pb_server *s);
 /* Graceful stop: no new requests; in-flight streams get a final event; workers joined. Accepts NULL. */
 void pb_server_stop(pb_server *s);
 
+/* Rows a slot's sliding-window rings keep beyond the window (pb_session_params.ring_extra): a conversation sent back
+ * whose last answer tokenizes otherwise than the ids the model sampled (the text is the same) differs from the slot's
+ * context inside that answer; going back there, once the conversation passed the window, read the whole prefix
+ * again. 512 covers an answer of up to that many tokens (Gemma 2 2B, f16: 27 MiB a slot). */
+#define PB_SERVER_RING_EXTRA 512
+
 #endif

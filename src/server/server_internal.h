@@ -238,11 +238,7 @@ pb_status pb_server_models_init(pb_server *srv, pb_model *m);
  * the slot's context without re-reading it (the server builds prompts itself: think changes nothing else); and
  * ring_extra PB_SERVER_RING_EXTRA on every model. */
 pb_session_params pb_server_slot_params(const pb_server_params *p, const pb_model *m, int n_ctx, pb_batch *batch);
-/* Rows a slot's sliding-window rings keep beyond the window (pb_session_params.ring_extra): a conversation sent back
- * whose last answer tokenizes otherwise than the ids the model sampled (the text is the same) differs from the slot's
- * context inside that answer; going back there, once the conversation passed the window, read the whole prefix
- * again. 512 covers an answer of up to that many tokens (Gemma 2 2B, f16: 27 MiB a slot). */
-#define PB_SERVER_RING_EXTRA 512
+/* PB_SERVER_RING_EXTRA: server/server.h (info --mem counts it too) */
 /* Makes the model called name (NULL or "" = the loaded one) the loaded one and counts the caller as its
  * user; waits for the running jobs of another model first. Returns 0, or the HTTP status to refuse with
  * (404 unknown name, 503 stopping, 500 the model failed to load; err says why). */

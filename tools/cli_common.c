@@ -425,6 +425,8 @@ static void mem_layers(const char *path, const cli_mem_opts *o, const pb_mem_est
     pb_gguf_close(g);
 }
 
+#define MEM_CHAT_RING_EXTRA (CLI_CHAT_RING_EXTRA > PB_SERVER_RING_EXTRA ? CLI_CHAT_RING_EXTRA : PB_SERVER_RING_EXTRA)
+
 /* The KV of a chat or server session at the estimate's n_ctx: their sliding-window rings keep CLI_CHAT_RING_EXTRA /
  * PB_SERVER_RING_EXTRA more rows (/undo, /retry, a conversation sent back), which their own admission counts and the
  * plain estimate above does not. 0 where that changes nothing (no ring shorter than the context). */
@@ -436,7 +438,7 @@ static size_t kv_chat_serve(const char *path, const cli_mem_opts *o, const pb_me
     if (pb_hparams_from_gguf(g, &hp) == PB_OK) {
         pb_session_params sp = mem_session(o);
         sp.kv_type = e->kv_type;
-        sp.ring_extra = CLI_CHAT_RING_EXTRA > PB_SERVER_RING_EXTRA ? CLI_CHAT_RING_EXTRA : PB_SERVER_RING_EXTRA;
+        sp.ring_extra = MEM_CHAT_RING_EXTRA;
         kv = pb_engine_kv_estimate(&hp, e->n_ctx, e->kv_type, pb_engine_ring_extra(&hp, &sp));
     }
     pb_gguf_close(g);
@@ -462,7 +464,7 @@ bool cli_mem_print(const char *path, const cli_mem_opts *o) {
         printf(
             "               chat / serve: KV %.1f MiB (%d more rows in each sliding-window ring, for /undo, /retry and "
             "conversations sent back) = %.1f MiB a session: %s\n",
-            (double)kc / MIB, PB_SERVER_RING_EXTRA, (double)tot / MIB, tot <= e.available ? "fits" : "does NOT fit");
+            (double)kc / MIB, MEM_CHAT_RING_EXTRA, (double)tot / MIB, tot <= e.available ? "fits" : "does NOT fit");
     }
     mem_layers(path, o, &e, NULL);
     return true;

@@ -1,6 +1,7 @@
 /* store_chunk.c -- extracted text -> token-bounded chunks that follow headings and paragraphs, with
  * overlap, heading paths and source positions (bytes, lines, pages). No database or I/O here. */
 #include "store/store.h"
+#include "tokenizer/utf8.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,24 +13,24 @@ static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
  * b), or 0. Such text puts no spaces between words, so each of these characters is a word of its own here (a token or
  * more for any tokenizer): counted by whitespace, a page of Chinese was one "word" of 2 tokens and one chunk. */
 static size_t cjk_len(const char *t, size_t i, size_t b) {
-    const unsigned char *u = (const unsigned char *)t + i;
-    uint32_t cp;
-    size_t n;
-    if (u[0] >= 0xE0 && u[0] < 0xF0 && i + 2 < b && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80) {
-        cp = ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (uint32_t)(u[2] & 0x3F);
-        n = 3;
-    } else if (u[0] >= 0xF0 && u[0] < 0xF5 && i + 3 < b && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80 &&
-               (u[3] & 0xC0) == 0x80) {
-        cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) | ((uint32_t)(u[2] & 0x3F) << 6) |
-             (uint32_t)(u[3] & 0x3F);
-        n = 4;
-    } else {
-        return 0;
-    }
+    const uint8_t *u = (const uint8_t *)t + i;
+    if (u[0] < 0xE0) return 0; /* every such character takes 3 or 4 bytes */
+    const int n = pb_utf8_char_len(u, b - i);
+    if (n < 3) return 0;
+    const uint32_t cp = n == 3 ? ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3Fu)
+                               : ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
+                                     ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3Fu);
     const bool cjk = (cp >= 0x2E80 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF) ||
                      (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
                      (cp >= 0x20000 && cp <= 0x3FFFF);
-    return cjk ? n : 0;
+    return cjk ? (size_t)n : 0;
+}
+
+/* The start of the character that ends at t[i - 1] (its lead byte), not before a. */
+static size_t char_start(const char *t, size_t a, size_t i) {
+    size_t l = i - 1;
+    while (l > a && ((unsigned char)t[l] & 0xC0) == 0x80) l--;
+    return l;
 }
 
 /* The end of the word that starts at t[i] (not whitespace), at most b: one CJK character, or a run of other
@@ -365,18 +366,12 @@ static size_t overlap_start(const packer *pk, size_t a, size_t b) {
         while (i > a && is_ws(t[i - 1])) i--;
         if (i == a) break;
         /* the word that ends at i: one CJK character, or other characters back to whitespace or a CJK one */
-        size_t l = i - 1;
-        while (l > a && ((unsigned char)t[l] & 0xC0) == 0x80) l--; /* the lead byte of the character before i */
+        size_t l = char_start(t, a, i);
         if (cjk_len(t, l, i)) {
             i = l, cjk++;
             continue;
         }
-        while (i > a && !is_ws(t[i - 1])) {
-            l = i - 1;
-            while (l > a && ((unsigned char)t[l] & 0xC0) == 0x80) l--;
-            if (cjk_len(t, l, i)) break;
-            i = l;
-        }
+        while (i > a && !is_ws(t[i - 1]) && !cjk_len(t, l = char_start(t, a, i), i)) i = l;
         words++;
     }
     return i;

@@ -29,7 +29,7 @@ typedef struct {
     size_t size;
     int64_t mtime;
     bool named;      /* given on the command line: tried even with an unknown extension */
-    int dir_errno;   /* not a file: a folder that could not be listed, or an entry that could not be examined
+    int bad_errno;   /* not a file: a folder that could not be listed, or an entry that could not be examined
                       * (errno): reported, and neither it nor what is under it is pruned */
     bool bad_folder; /* ... the first of the two */
 } file_ent;
@@ -38,7 +38,7 @@ typedef struct {
     file_ent *f;
     size_t n, cap;
     size_t total;
-    size_t n_bad_dirs;
+    size_t n_unreadable;
     bool oom;
 } file_list;
 
@@ -65,14 +65,14 @@ static void list_add(file_list *l, const char *path, const struct stat *sb, bool
 
 /* A folder that opendir() refused, or an entry lstat() refused: listed so that the ingest says so (and --prune keeps
  * it and what is under it). */
-static void list_add_bad_dir(file_list *l, const char *path, int err, bool folder) {
+static void list_add_unreadable(file_list *l, const char *path, int err, bool folder) {
     struct stat none = {0};
     size_t n = l->n;
     list_add(l, path, &none, false);
     if (l->n == n) return;
     l->f[n].bad_folder = folder;
-    l->f[n].dir_errno = err ? err : EIO;
-    l->n_bad_dirs++;
+    l->f[n].bad_errno = err ? err : EIO;
+    l->n_unreadable++;
 }
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -82,7 +82,7 @@ static void walk(file_list *l, const char *dir, int depth) {
     if (depth > 64) return;
     DIR *d = opendir(dir);
     if (!d) {
-        list_add_bad_dir(l, dir, errno, true);
+        list_add_unreadable(l, dir, errno, true);
         return;
     }
     char **names = NULL;
@@ -111,9 +111,10 @@ static void walk(file_list *l, const char *dir, int depth) {
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path) {
             struct stat sb, lsb;
-            if (lstat(path, &lsb) != 0 && errno != ENOENT) { /* a folder listed but not searchable (r without x) */
-                list_add_bad_dir(l, path, errno, false);
-            } else if (lstat(path, &lsb) == 0 && stat(path, &sb) == 0) {
+            const int lr = lstat(path, &lsb);
+            if (lr != 0 && errno != ENOENT) { /* a folder listed but not searchable (r without x) */
+                list_add_unreadable(l, path, errno, false);
+            } else if (lr == 0 && stat(path, &sb) == 0) {
                 if (S_ISDIR(sb.st_mode)) {
                     if (!S_ISLNK(lsb.st_mode)) walk(l, path, depth + 1);
                 } else if (S_ISREG(sb.st_mode)) {
@@ -206,10 +207,10 @@ static pb_status gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_
 static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_params *p, pb_ingest_stats *stats,
                              bool *changed) {
     *changed = false;
-    if (f->dir_errno) {
+    if (f->bad_errno) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s: %s%s", f->bad_folder ? "cannot read folder" : "cannot examine it",
-                 strerror(f->dir_errno),
+                 strerror(f->bad_errno),
                  !p->prune       ? ""
                  : f->bad_folder ? " (documents under it are kept)"
                                  : " (kept in the knowledge base)");
@@ -352,7 +353,7 @@ pb_status pb_store_ingest(pb_store *st, const char *const *paths, int n_paths, c
         }
     }
     if (!s && l.oom) s = pb_error(PB_ERR_NOMEM, "ingest: out of memory listing files");
-    stats->n_files = (int64_t)(l.n - l.n_bad_dirs);
+    stats->n_files = (int64_t)(l.n - l.n_unreadable);
     if (!s && p->prune) s = pb_store_seen_reset(st);
     size_t done = 0, batch_bytes = 0;
     int batch_files = 0;

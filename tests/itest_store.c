@@ -346,6 +346,10 @@ static void test_query_safety(pb_store *st) {
     CHECK(strcmp(q, "\"near\" OR \"x\" OR \"col\" OR \"val\"") == 0 && nt == 4, "fts: query '%s'", q);
     pb_store_fts_query("the of and", q, sizeof q, &nt);
     CHECK(nt == 3, "fts: only stop words -> they are kept (%d terms)", nt);
+    /* CJK runs become overlapping pairs (the index has a token per character); punctuation separates them */
+    pb_store_fts_query("学习中文。カナ、日 Café汉字test", q, sizeof q, &nt);
+    const char *want = "\"学习\" OR \"习中\" OR \"中文\" OR \"カナ\" OR \"日\" OR \"café\" OR \"汉字\" OR \"test\"";
+    CHECK(strcmp(q, want) == 0 && nt == 8, "fts: CJK query '%s'", q);
 }
 
 /* ---- ingest: edit, delete, malformed, PDF --------------------------------------------------------- */
@@ -630,6 +634,163 @@ static void test_faq(pb_store *st, const char *label) {
     pb_store_faq_hit_free(&m);
 }
 
+/* ---- CJK search ------------------------------------------------------------------------------------ */
+
+/* Text without spaces between words: FTS5's unicode61 tokenizer alone kept a run of CJK characters as one token,
+ * so a word inside the run (中文 in 我们今天在图书馆学习中文语法) was never found. */
+#define ZH_TEXT "我们今天在图书馆学习中文语法，然后喝茶。\n"
+#define JA_TEXT "私は東京で日本語を勉強しています。カタカナとひらがなも毎日練習します。\n"
+#define KO_TEXT "저는 서울에서 한국어를 공부합니다.\n"
+#define EN_TEXT "The old runner runs along the river every morning; Café汉字test mixes scripts.\n"
+
+static void write_cjk_docs(const char *sub) {
+    char dir[512], rel[600];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+    mkdir(dir, 0755);
+    snprintf(rel, sizeof rel, "%s/zh.txt", sub);
+    write_str(rel, ZH_TEXT);
+    snprintf(rel, sizeof rel, "%s/ja.txt", sub);
+    write_str(rel, JA_TEXT);
+    snprintf(rel, sizeof rel, "%s/ko.txt", sub);
+    write_str(rel, KO_TEXT);
+    snprintf(rel, sizeof rel, "%s/en.txt", sub);
+    write_str(rel, EN_TEXT);
+}
+
+static pb_status ingest_dir(pb_store *st, const char *sub) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+    const char *paths[] = {dir};
+    pb_ingest_params p = pb_ingest_default_params();
+    pb_ingest_stats s;
+    return pb_store_ingest(st, paths, 1, &p, &s);
+}
+
+/* The CJK searches every store must answer; 'how' says which scorer ran (FTS5 below 50 chunks, C above). */
+static void check_cjk_hits(pb_store *st, const char *label, const char *how) {
+    static const struct {
+        const char *q, *doc;
+    } want[] = {
+        {"中文", "zh.txt"},           /* 2 Han characters inside a 13-character run */
+        {"图书馆", "zh.txt"},         /* 3 inside the same run */
+        {"日本語", "ja.txt"},         /* kanji between kana: で日本語を */
+        {"ひらがな", "ja.txt"},       /* hiragana */
+        {"カタカナ", "ja.txt"},       /* katakana */
+        {"한국어", "ko.txt"},         /* Hangul syllables with a particle attached: 한국어를 */
+        {"running", "en.txt"},        /* porter still stems English: runs, runner -> run */
+        {"cafe", "en.txt"},           /* diacritics still removed next to CJK: Café汉字test */
+        {"test", "en.txt"},           /* Latin after CJK in one unicode61 token */
+        {"我想学习中文。", "zh.txt"}, /* a question without spaces: its pairs 我想 想学 学习 习中 中文, OR-ranked */
+    };
+    char top[256];
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int n = search_n(st, want[i].q, top, sizeof top);
+        CHECK(n == 1 && strcmp(top, want[i].doc) == 0, "%s cjk (%s): '%s' finds %s only (%d hits, top '%s')", label,
+              how, want[i].q, want[i].doc, n, n > 0 ? top : "");
+    }
+    /* adjacent characters are a phrase: 中 and 国 both occur, never as 中国 */
+    CHECK(search_n(st, "中国", NULL, 0) == 0, "%s cjk (%s): '中国' (not in the text) finds nothing", label, how);
+}
+
+static void test_cjk_search(const char *dbpath, const char *label) {
+    pb_store *st;
+    CHECK(pb_store_open(dbpath, &st) == PB_OK, "%s cjk: open (%s)", label, pb_last_error());
+    if (!st) return;
+    char sub[64];
+    snprintf(sub, sizeof sub, "cjk_%s", label);
+    write_cjk_docs(sub);
+    CHECK(ingest_dir(st, sub) == PB_OK, "%s cjk: ingest zh/ja/ko/en (%s)", label, pb_last_error());
+    check_cjk_hits(st, label, "FTS5 ranks");
+    /* the characters' byte offsets point at them in the text: FTS5's highlight() reads them */
+    CHECK(count_q(st, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH '\"学习中文\"' AND"
+                      " instr(highlight(chunks_fts, 1, '[', ']'), '在图书馆[学习中文]语法') > 0") == 1,
+          "%s cjk: highlight() brackets exactly 学习中文 (offsets right)", label);
+    CHECK(count_q(st, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'test' AND"
+                      " instr(highlight(chunks_fts, 1, '[', ']'), 'Café汉字[test] mixes') > 0") == 1,
+          "%s cjk: highlight() brackets exactly the Latin run after CJK", label);
+    /* 60 more chunks: searches now go through the C scorer and its query stemming table (pb_stem) */
+    char rel[600];
+    snprintf(rel, sizeof rel, "%s/filler", sub);
+    mkdir(path_of(rel), 0755);
+    for (int i = 0; i < 60; i++) {
+        char body[128];
+        snprintf(rel, sizeof rel, "%s/filler/f%02d.txt", sub, i);
+        snprintf(body, sizeof body, "Filler note %d about item%d and the weather.\n", i, i);
+        write_str(rel, body);
+    }
+    CHECK(ingest_dir(st, sub) == PB_OK, "%s cjk: ingest filler (%s)", label, pb_last_error());
+    CHECK(count_q(st, "SELECT count(*) FROM chunks") >= 50, "%s cjk: 50+ chunks", label);
+    check_cjk_hits(st, label, "C scorer");
+    int64_t id = 0;
+    pb_store_faq_hit m;
+    CHECK(pb_store_faq_add(st, "如何重置我的密码？", "打开设置，然后选择账户。", &id) == PB_OK, "%s cjk: faq add",
+          label);
+    CHECK(pb_store_faq_match(st, "重置密码", &m) == PB_OK && strstr(m.answer, "账户") != NULL,
+          "%s cjk: the FAQ finds 重置密码 inside 如何重置我的密码", label);
+    if (m.answer) pb_store_faq_hit_free(&m);
+    CHECK(pb_store_exec(st, "INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check');"
+                            "INSERT INTO faq_fts(faq_fts) VALUES ('integrity-check')") == PB_OK,
+          "%s cjk: FTS indexes consistent (%s)", label, pb_last_error());
+    pb_store_close(st);
+    if (strcmp(dbpath, ":memory:") == 0) return;
+    /* a reader opens its own connection: the tokenizer is registered there too */
+    CHECK(pb_store_open_readonly(dbpath, &st) == PB_OK, "%s cjk: open read-only (%s)", label, pb_last_error());
+    if (!st) return;
+    char top[256];
+    CHECK(search_n(st, "中文", top, sizeof top) == 1 && strcmp(top, "zh.txt") == 0,
+          "%s cjk: read-only connection finds '中文' in zh.txt", label);
+    pb_store_close(st);
+}
+
+/* A knowledge base written at schema version 3 (unicode61 alone) is upgraded on open: the FTS indexes are
+ * rebuilt with the CJK tokenizer, nothing is lost, and the CJK words in it are found. */
+static void test_cjk_upgrade(void) {
+    const char *db = path_of("cjk_v3.sqlite");
+    pb_store *st;
+    CHECK(pb_store_open_at_version(db, 3, &st) == PB_OK, "cjk upgrade: create schema v3 (%s)", pb_last_error());
+    if (!st) return;
+    write_cjk_docs("cjk_v3");
+    CHECK(ingest_dir(st, "cjk_v3") == PB_OK, "cjk upgrade: v3 ingest (%s)", pb_last_error());
+    CHECK(pb_store_faq_add(st, "如何重置我的密码？", "打开设置，然后选择账户。", NULL) == PB_OK,
+          "cjk upgrade: v3 faq add");
+    int64_t n_chunks = count_q(st, "SELECT count(*) FROM chunks");
+    pb_store_close(st);
+    CHECK(pb_store_open(db, &st) == PB_OK, "cjk upgrade: reopen migrates (%s)", pb_last_error());
+    if (!st) return;
+    CHECK(PB_STORE_SCHEMA_VERSION >= 4 && pb_store_schema_version(st) == PB_STORE_SCHEMA_VERSION,
+          "cjk upgrade: now at version %d (this build: %d, CJK search needs 4)", pb_store_schema_version(st),
+          PB_STORE_SCHEMA_VERSION);
+    CHECK(count_q(st, "SELECT count(*) FROM chunks") == n_chunks && n_chunks >= 4 &&
+              count_q(st, "SELECT count(*) FROM documents WHERE hash <> ''") == 4 &&
+              count_q(st, "SELECT count(*) FROM faq") == 1,
+          "cjk upgrade: documents, chunks (%lld) and the FAQ kept, nothing marked for re-chunking",
+          (long long)n_chunks);
+    CHECK(count_q(st, "SELECT count(*) FROM sqlite_master WHERE name IN ('chunks_fts', 'faq_fts') AND sql LIKE"
+                      " '%tokenize=''pb_cjk porter unicode61 remove_diacritics 2''%'") == 2,
+          "cjk upgrade: chunks_fts and faq_fts use the pb_cjk tokenizer");
+    char top[256];
+    CHECK(search_n(st, "中文", top, sizeof top) == 1 && strcmp(top, "zh.txt") == 0,
+          "cjk upgrade: '中文' found in zh.txt after the upgrade");
+    CHECK(search_n(st, "한국어", top, sizeof top) == 1 && strcmp(top, "ko.txt") == 0,
+          "cjk upgrade: '한국어' found in ko.txt after the upgrade");
+    CHECK(search_n(st, "running", top, sizeof top) == 1 && strcmp(top, "en.txt") == 0,
+          "cjk upgrade: 'running' still stemmed after the upgrade");
+    pb_store_faq_hit m;
+    CHECK(pb_store_faq_match(st, "重置密码", &m) == PB_OK, "cjk upgrade: the FAQ index was rebuilt too");
+    if (m.answer) pb_store_faq_hit_free(&m);
+    /* the triggers were recreated with the tables: a new document and a deletion reach the index */
+    write_str("cjk_v3/new.txt", "新しい文書です。\n");
+    CHECK(ingest_dir(st, "cjk_v3") == PB_OK && search_n(st, "文書", NULL, 0) == 1,
+          "cjk upgrade: a document ingested after the upgrade is found");
+    bool ok;
+    char msg[256];
+    CHECK(pb_store_integrity(st, &ok, msg, sizeof msg) == PB_OK && ok &&
+              pb_store_exec(st, "INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check');"
+                                "INSERT INTO faq_fts(faq_fts) VALUES ('integrity-check')") == PB_OK,
+          "cjk upgrade: integrity after migration");
+    pb_store_close(st);
+}
+
 static void run_on(const char *dbpath, const char *label) {
     pb_store *st;
     CHECK(pb_store_open(dbpath, &st) == PB_OK, "%s: open (%s)", label, pb_last_error());
@@ -725,6 +886,9 @@ int main(void) {
     test_open_errors();
     run_on(":memory:", "memory");
     run_on(path_of("kb.sqlite"), "disk");
+    test_cjk_search(":memory:", "memory");
+    test_cjk_search(path_of("cjk.sqlite"), "disk");
+    test_cjk_upgrade();
     test_crash();
     test_shrinking_file();
     char cmd[600];

@@ -19,8 +19,9 @@
 #include <stdint.h>
 
 /* Schema versions (PRAGMA user_version). 1: documents + chunks + plain FTS5; 2: titles, line numbers,
- * heading paths, token counts, stemmed FTS5; 3: meta, embeddings, FAQ. Older files are migrated on open. */
-#define PB_STORE_SCHEMA_VERSION 3
+ * heading paths, token counts, stemmed FTS5; 3: meta, embeddings, FAQ; 4: FTS5 indexes with the pb_cjk
+ * tokenizer (a CJK character is a token). Older files are migrated on open. */
+#define PB_STORE_SCHEMA_VERSION 4
 #define PB_STORE_APP_ID         0x50424b42 /* 'PBKB' in PRAGMA application_id */
 
 typedef struct pb_store pb_store;
@@ -32,6 +33,12 @@ typedef int64_t (*pb_store_count_fn)(void *user, const char *text, size_t len);
  * non-space bytes. Gemma's SentencePiece vocabulary gives about 1.2-1.4 tokens per English word. */
 int64_t pb_store_estimate_tokens(const char *text, size_t len);
 int64_t pb_store_estimate_count_fn(void *user, const char *text, size_t len); /* adapter, user unused */
+
+/* Bytes (3 or 4) of the CJK character that starts t[0..n), or 0 when none does: ideographs (U+2E80-U+9FFF with
+ * kana, Bopomofo and CJK punctuation, U+F900-U+FAFF, U+20000-U+3FFFF), Hangul syllables (U+AC00-U+D7AF) and
+ * fullwidth / halfwidth forms (U+FF00-U+FFEF). Such text puts no spaces between words, so chunking counts each
+ * such character as a word and the full-text index makes it a token of its own (store_fts.c). */
+size_t pb_store_cjk_len(const char *t, size_t n);
 
 /* A pb_store_count_fn backed by a model's tokenizer (store_tok.c). The counter keeps one id buffer that
  * grows as needed; not thread-safe. With vocab NULL it falls back to the estimate. */

@@ -9,22 +9,24 @@
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-/* Bytes of the CJK character (ideographs, kana, hangul, CJK punctuation, fullwidth forms) that starts at t[i] (before
- * b), or 0. Such text puts no spaces between words, so each of these characters is a word of its own here (a token or
- * more for any tokenizer): counted by whitespace, a page of Chinese was one "word" of 2 tokens and one chunk. */
-static size_t cjk_len(const char *t, size_t i, size_t b) {
-    const uint8_t *u = (const uint8_t *)t + i;
-    if (u[0] < 0xE0) return 0; /* every such character takes 3 or 4 bytes */
-    const int n = pb_utf8_char_len(u, b - i);
-    if (n < 3) return 0;
-    const uint32_t cp = n == 3 ? ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3Fu)
-                               : ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
-                                     ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3Fu);
+size_t pb_store_cjk_len(const char *t, size_t n) {
+    const uint8_t *u = (const uint8_t *)t;
+    if (n < 3 || u[0] < 0xE0) return 0; /* every such character takes 3 or 4 bytes */
+    const int len = pb_utf8_char_len(u, n);
+    if (len < 3) return 0;
+    const uint32_t cp = len == 3 ? ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3Fu)
+                                 : ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
+                                       ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3Fu);
     const bool cjk = (cp >= 0x2E80 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF) ||
                      (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
                      (cp >= 0x20000 && cp <= 0x3FFFF);
-    return cjk ? (size_t)n : 0;
+    return cjk ? (size_t)len : 0;
 }
+
+/* Bytes of the CJK character that starts at t[i] (before b), or 0. Each such character is a word of its own here
+ * (a token or more for any tokenizer): counted by whitespace, a page of Chinese was one "word" of 2 tokens and one
+ * chunk. */
+static size_t cjk_len(const char *t, size_t i, size_t b) { return pb_store_cjk_len(t + i, b - i); }
 
 /* The start of the character that ends at t[i - 1] (its lead byte), not before a. */
 static size_t char_start(const char *t, size_t a, size_t i) {

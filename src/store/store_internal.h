@@ -7,6 +7,11 @@
 
 #include <sqlite3.h>
 
+/* The tokenizer chain of the FTS5 indexes since schema 4 (migrate_v4 in store_db.c spells it out: a migration never
+ * changes) and of the query-word table in store_search.c, which must split query words exactly as the index split
+ * the text: pb_cjk cuts out CJK characters, porter stems English, unicode61 folds case and diacritics. */
+#define PB_STORE_FTS_TOKENIZE "pb_cjk porter unicode61 remove_diacritics 2"
+
 struct pb_store {
     sqlite3 *db;
     char *path;
@@ -39,6 +44,11 @@ pb_status pb_store_prepare(pb_store *st, const char *sql, sqlite3_stmt **out);
 char *pb_store_col_dup(sqlite3_stmt *q, int col);
 /* The same, made valid UTF-8 (pb_store_utf8_dup): for paths, titles and headings that reach output. */
 char *pb_store_col_dup_utf8(sqlite3_stmt *q, int col);
+
+/* Registers the pb_cjk FTS5 tokenizer (store_fts.c) on the store's connection; needed before any statement
+ * touches chunks_fts or faq_fts (schema >= 4), so every open does it. An error (no FTS5, an FTS5 API too old)
+ * is returned, never a crash. */
+pb_status pb_store_fts_register(pb_store *st);
 
 uint16_t pb_store_f32_to_f16(float f);
 float pb_store_f16_to_f32(uint16_t h);

@@ -40,19 +40,57 @@ typedef struct {
     int n;
 } terms;
 
-/* Words of the user's text: lowercased, deduplicated, stop words dropped unless nothing else is left. */
+/* Bytes of the CJK character at s (NUL-terminated), 0 when none starts there or it is CJK punctuation. */
+static size_t cjk_char(const unsigned char *s) {
+    return pb_store_cjk_len((const char *)s, strnlen((const char *)s, 4));
+}
+
+/* CJK punctuation separates words, as it does for FTS5's unicode61: U+3000-U+303F but the letters 々 〆 〇, and the
+ * fullwidth forms of ASCII punctuation. Bytes of the punctuation character at s, or 0. */
+static size_t cjk_punct(const unsigned char *s) {
+    if (cjk_char(s) != 3) return 0;
+    uint32_t cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3Fu);
+    bool p = (cp >= 0x3000 && cp <= 0x303F && (cp < 0x3005 || cp > 0x3007)) || (cp >= 0xFF01 && cp <= 0xFF0F) ||
+             (cp >= 0xFF1A && cp <= 0xFF20) || (cp >= 0xFF3B && cp <= 0xFF40) || (cp >= 0xFF5B && cp <= 0xFF65);
+    return p ? 3 : 0;
+}
+
+/* Words of the user's text: lowercased, deduplicated, stop words dropped unless nothing else is left.
+ * Chinese and Japanese put no spaces between words and the index holds one token per CJK character (store_fts.c),
+ * so a run of CJK characters becomes its overlapping pairs ("学习中文" -> 学习 习中 中文; a lone character stays
+ * one): each pair is a two-character phrase, and OR-ranking them finds the words of a question written without
+ * spaces wherever they stand, as for English words. */
 static void extract_terms(const char *text, terms *t) {
     char words[MAX_TERMS * 2][MAX_WORD];
     bool stop[MAX_TERMS * 2];
     int n = 0, n_content = 0;
     const unsigned char *s = (const unsigned char *)(text ? text : "");
     while (*s && n < MAX_TERMS * 2) {
-        while (*s && !word_byte(*s)) s++;
-        size_t len = 0;
+        for (size_t p;;) {
+            if (*s && !word_byte(*s))
+                s++;
+            else if (*s && (p = cjk_punct(s)) > 0)
+                s += p;
+            else
+                break;
+        }
+        size_t len = 0, k;
         char w[MAX_WORD];
-        while (*s && word_byte(*s)) {
-            if (len < MAX_WORD - 1) w[len++] = (char)(*s >= 'A' && *s <= 'Z' ? *s + 32 : *s);
-            s++;
+        if ((k = cjk_char(s)) > 0) {
+            memcpy(w, s, k);
+            len = k;
+            s += k;
+            size_t k2 = cjk_punct(s) ? 0 : cjk_char(s);
+            if (k2) { /* a pair; the next pair starts at its second character unless that one ends the run */
+                memcpy(w + k, s, k2);
+                len += k2;
+                if (!cjk_char(s + k2) || cjk_punct(s + k2)) s += k2;
+            }
+        } else {
+            while (*s && word_byte(*s) && !cjk_char(s)) {
+                if (len < MAX_WORD - 1) w[len++] = (char)(*s >= 'A' && *s <= 'Z' ? *s + 32 : *s);
+                s++;
+            }
         }
         if (!len) break;
         /* a word cut at MAX_WORD must not end inside a UTF-8 sequence */
@@ -125,7 +163,7 @@ static pb_status get_term_stats(pb_store *st, const terms *t, term_stats *ts) {
                                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.pb_chunks_inst USING"
                                    " fts5vocab(main, chunks_fts, 'instance');"
                                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.pb_stem USING"
-                                   " fts5(w, tokenize='porter unicode61 remove_diacritics 2');"
+                                   " fts5(w, tokenize='" PB_STORE_FTS_TOKENIZE "');"
                                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.pb_stem_v USING"
                                    " fts5vocab(temp, pb_stem, 'instance');")))
             return s;

@@ -791,6 +791,44 @@ static void test_cjk_upgrade(void) {
     pb_store_close(st);
 }
 
+/* A knowledge base from the previous build (schema 3) opened read-only, as search, ask and serve open it: upgraded
+ * where the file is writable (before 2026-12-06 refused until an ingest ran), read as it is where another writer
+ * holds the lock (English search works, the version says 3). */
+static void test_readonly_upgrade(void) {
+    const char *db = path_of("ro_v3.sqlite");
+    pb_store *st = NULL, *lock = NULL;
+    CHECK(pb_store_open_at_version(db, 3, &st) == PB_OK, "read-only upgrade: create schema v3 (%s)", pb_last_error());
+    if (!st) return;
+    write_cjk_docs("ro_v3");
+    CHECK(ingest_dir(st, "ro_v3") == PB_OK, "read-only upgrade: v3 ingest (%s)", pb_last_error());
+    pb_store_close(st);
+    char top[256];
+    /* another writer holds the write lock: the upgrade waits its busy timeout, then the file is read at v3 */
+    CHECK(pb_store_open_at_version(db, 3, &lock) == PB_OK && pb_store_begin(lock) == PB_OK,
+          "read-only upgrade: a writer holds the lock (%s)", pb_last_error());
+    st = NULL;
+    CHECK(pb_store_open_readonly(db, &st) == PB_OK, "read-only upgrade: locked: opened as it is (%s)", pb_last_error());
+    if (st) {
+        CHECK(pb_store_schema_version(st) == 3, "read-only upgrade: locked: still version %d (3)",
+              pb_store_schema_version(st));
+        CHECK(search_n(st, "running", top, sizeof top) == 1 && strcmp(top, "en.txt") == 0,
+              "read-only upgrade: locked: 'running' found at v3");
+        pb_store_close(st);
+    }
+    if (lock) {
+        pb_store_rollback(lock);
+        pb_store_close(lock);
+    }
+    st = NULL;
+    CHECK(pb_store_open_readonly(db, &st) == PB_OK, "read-only upgrade: opened (%s)", pb_last_error());
+    if (!st) return;
+    CHECK(pb_store_schema_version(st) == PB_STORE_SCHEMA_VERSION, "read-only upgrade: now at version %d (%d)",
+          pb_store_schema_version(st), PB_STORE_SCHEMA_VERSION);
+    CHECK(search_n(st, "中文", top, sizeof top) == 1 && strcmp(top, "zh.txt") == 0,
+          "read-only upgrade: '中文' found in zh.txt");
+    pb_store_close(st);
+}
+
 static void run_on(const char *dbpath, const char *label) {
     pb_store *st;
     CHECK(pb_store_open(dbpath, &st) == PB_OK, "%s: open (%s)", label, pb_last_error());
@@ -889,6 +927,7 @@ int main(void) {
     test_cjk_search(":memory:", "memory");
     test_cjk_search(path_of("cjk.sqlite"), "disk");
     test_cjk_upgrade();
+    test_readonly_upgrade();
     test_crash();
     test_shrinking_file();
     char cmd[600];

@@ -22,7 +22,10 @@
  * heading paths, token counts, stemmed FTS5; 3: meta, embeddings, FAQ; 4: FTS5 indexes with the pb_cjk
  * tokenizer (a CJK character is a token). Older files are migrated on open. */
 #define PB_STORE_SCHEMA_VERSION 4
-#define PB_STORE_APP_ID         0x50424b42 /* 'PBKB' in PRAGMA application_id */
+/* The oldest schema pb_store_open_readonly reads without upgrading it (where it cannot write the file): 3, whose
+ * search and FAQ work as in 4 but for CJK words inside runs without spaces. */
+#define PB_STORE_MIN_READ_VERSION 3
+#define PB_STORE_APP_ID           0x50424b42 /* 'PBKB' in PRAGMA application_id */
 
 typedef struct pb_store pb_store;
 
@@ -57,10 +60,12 @@ int64_t pb_store_counter_fn(void *user /* pb_store_counter* */, const char *text
  * on, synchronous=NORMAL. An older schema is migrated in place (one transaction per step); a newer one
  * or a file that is not a pocketbrain database gives PB_ERR_UNSUPPORTED / PB_ERR_FORMAT. */
 pb_status pb_store_open(const char *path, pb_store **out);
-/* Opens an existing knowledge base for reading only (search, ask, serve): never creates, migrates or
- * writes it, so it works in a read-only folder or file system (a WAL file whose folder allows no -shm
- * index is read as immutable). PB_ERR_UNSUPPORTED when its schema is older than this build's (an upgrade
- * needs write access) or it is empty; open errors are SQLite's own message (permission, I/O, corrupt). */
+/* Opens an existing knowledge base for reading (search, ask, serve): never creates it, and the handle never
+ * writes, so it works in a read-only folder or file system (a WAL file whose folder allows no -shm index is
+ * read as immutable). The one write: a file at an older schema is first upgraded as pb_store_open would, where
+ * it is writable; where not, schema PB_STORE_MIN_READ_VERSION and later are read as they are (pb_store_schema_version
+ * tells), older ones give PB_ERR_UNSUPPORTED (an upgrade needs write access), as an empty database does; open errors
+ * are SQLite's own message (permission, I/O, corrupt). */
 pb_status pb_store_open_readonly(const char *path, pb_store **out);
 /* Test hook: creates (or opens without migrating) a database at an older schema version 1..current. */
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out);

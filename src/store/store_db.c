@@ -241,7 +241,7 @@ static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     st->version = (int)ver;
     st->n_chunks_cached = -1;
     if (readonly) {
-        if (ver < PB_STORE_SCHEMA_VERSION) {
+        if (ver < PB_STORE_MIN_READ_VERSION) {
             pb_store_close(st);
             return pb_error(PB_ERR_UNSUPPORTED,
                             ver == 0 ? "store '%s': an empty database, not a knowledge base yet (fill it with ingest)"
@@ -310,7 +310,19 @@ pb_status pb_store_open(const char *path, pb_store **out) {
     return s;
 }
 
-pb_status pb_store_open_readonly(const char *path, pb_store **out) { return open_db(path, true, out); }
+pb_status pb_store_open_readonly(const char *path, pb_store **out) {
+    pb_status s = open_db(path, true, out);
+    if (s || (*out)->version >= PB_STORE_SCHEMA_VERSION) return s;
+    /* A knowledge base from an earlier build (schema 3): upgraded here where it is writable, as the next ingest would
+     * (each step one transaction), so search and ask work the same after an update; where it cannot be (read-only
+     * media, another writer holding the lock) it is read as it is: everything works but what the newer schema adds
+     * (4: CJK words inside runs without spaces). pb_store_schema_version says which. */
+    pb_store_close(*out);
+    *out = NULL;
+    pb_store *w = NULL;
+    if (pb_store_open(path, &w) == PB_OK) pb_store_close(w);
+    return open_db(path, true, out);
+}
 
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out) {
     if (version < 1 || version > PB_STORE_SCHEMA_VERSION)

@@ -63,27 +63,16 @@ static const char migrate_v3[] =
 
 /* 3 -> 4: both FTS5 indexes get the pb_cjk tokenizer (store_fts.c: each CJK character a token, so a Chinese or
  * Japanese word inside a run without spaces is found; other text is tokenized as before). An external-content
- * index is rebuilt from its table, so nothing is re-chunked; the triggers go with the dropped tables and are
- * made again. */
+ * index is rebuilt from its table, so nothing is re-chunked; the triggers belong to chunks and faq, survive the
+ * drop and write to the new tables by name. */
 static const char migrate_v4[] =
-    "DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TABLE chunks_fts;"
+    "DROP TABLE chunks_fts;"
     "CREATE VIRTUAL TABLE chunks_fts USING fts5(heading, text, content='chunks', content_rowid='id',"
     " tokenize='pb_cjk porter unicode61 remove_diacritics 2');"
-    "CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN"
-    " INSERT INTO chunks_fts(rowid, heading, text) VALUES (new.id, new.heading, new.text); END;"
-    "CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN"
-    " INSERT INTO chunks_fts(chunks_fts, rowid, heading, text) VALUES ('delete', old.id, old.heading, old.text); END;"
     "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');"
-    "DROP TRIGGER faq_ai; DROP TRIGGER faq_ad; DROP TRIGGER faq_au; DROP TABLE faq_fts;"
+    "DROP TABLE faq_fts;"
     "CREATE VIRTUAL TABLE faq_fts USING fts5(question, answer, content='faq', content_rowid='id',"
     " tokenize='pb_cjk porter unicode61 remove_diacritics 2');"
-    "CREATE TRIGGER faq_ai AFTER INSERT ON faq BEGIN"
-    " INSERT INTO faq_fts(rowid, question, answer) VALUES (new.id, new.question, new.answer); END;"
-    "CREATE TRIGGER faq_ad AFTER DELETE ON faq BEGIN"
-    " INSERT INTO faq_fts(faq_fts, rowid, question, answer) VALUES ('delete', old.id, old.question, old.answer); END;"
-    "CREATE TRIGGER faq_au AFTER UPDATE ON faq BEGIN"
-    " INSERT INTO faq_fts(faq_fts, rowid, question, answer) VALUES ('delete', old.id, old.question, old.answer);"
-    " INSERT INTO faq_fts(rowid, question, answer) VALUES (new.id, new.question, new.answer); END;"
     "INSERT INTO faq_fts(faq_fts) VALUES ('rebuild');";
 
 static const char *const steps[PB_STORE_SCHEMA_VERSION] = {schema_v1, migrate_v2, migrate_v3, migrate_v4};

@@ -55,6 +55,38 @@ for qd in 中文:zh.txt 日本語:ja.txt 한국어:ko.txt running:en.txt; do
   n=$(grep -o '"rank":' "$T/out" | wc -l)
   check "$([ $rc = 0 ] && [ "$n" = 1 ] && grep -q "\"path\":\"[^\"]*/$d\"" "$T/out" && echo 0)" "search '$q' finds $d only ($n hits)"
 done
+# a knowledge base from before schema 4: ingest, then taken back to schema 3 with python3's sqlite3 (the 3 -> 4
+# migration only recreated both FTS5 indexes with pb_cjk: the same tables without it, rebuilt). Opened through a
+# symlink, which the writer refuses, it cannot be upgraded and is read as it is: the command works, and says once on
+# stderr what is missing and how to upgrade (it said nothing); a writable file is upgraded silently.
+to_v3() { python3 - "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.executescript("PRAGMA writable_schema=ON; UPDATE sqlite_master SET sql = replace(sql, 'pb_cjk ', '')"
+                 " WHERE name IN ('chunks_fts', 'faq_fts'); PRAGMA writable_schema=OFF; PRAGMA user_version=3;")
+db.close()
+db = sqlite3.connect(sys.argv[1], isolation_level=None)  # a fresh connection reads the edited schema
+db.executescript("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild'); INSERT INTO faq_fts(faq_fts) VALUES ('rebuild');")
+sys.exit(0 if db.execute("PRAGMA integrity_check").fetchone()[0] == "ok" else 1)
+PY
+}
+schema_of() { python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$1"; }
+"$BIN" ingest --db "$T/v3.sqlite" "$T/cjk" >/dev/null 2>&1 && to_v3 "$T/v3.sqlite"; rc=$?
+check "$([ $rc = 0 ] && [ "$(schema_of "$T/v3.sqlite")" = 3 ] && echo 0)" "a schema-3 knowledge base made (rc $rc)"
+ln -s v3.sqlite "$T/v3-link.sqlite"
+note="pocketbrain search: note: '$T/v3-link.sqlite' is at knowledge-base schema 3 (this build: 4) and could not be upgraded here"
+"$BIN" search --db "$T/v3-link.sqlite" running --json >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && python3 -c 'import json,sys; h=json.load(open(sys.argv[1]))["hits"]; sys.exit(0 if len(h) == 1 and h[0]["path"].endswith("/en.txt") else 1)' "$T/out" && echo 0)" \
+  "schema 3 through a symlink: search exits 0, its JSON on stdout as ever (rc $rc $(head -c 150 "$T/out"))"
+check "$([ "$(grep -c . "$T/err")" = 1 ] && grep -qF "$note" "$T/err" && grep -q 'Chinese, Japanese or Korean text without spaces are not found' "$T/err" && grep -q '`pocketbrain ingest --db FILE PATH...` on the file itself, where it is writable, upgrades it' "$T/err" && echo 0)" \
+  "schema 3 through a symlink: one note on stderr naming the file, schema 3, what is missing and ingest --db ($(cat "$T/err"))"
+check "$([ "$(schema_of "$T/v3.sqlite")" = 3 ] && echo 0)" "schema 3 through a symlink: the file is left at schema 3"
+"$BIN" ask --db "$T/v3-link.sqlite" --dry-run "running" >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && grep -q en.txt "$T/out" && [ "$(grep -c "note: '$T/v3-link.sqlite' is at knowledge-base schema 3" "$T/err")" = 1 ] && echo 0)" \
+  "schema 3 through a symlink: ask --dry-run exits 0 with the one note too (rc $rc $(head -c 300 "$T/err"))"
+"$BIN" search --db "$T/v3.sqlite" 中文 --json >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && [ ! -s "$T/err" ] && [ "$(schema_of "$T/v3.sqlite")" = 4 ] && grep -q '"path":"[^"]*/zh.txt"' "$T/out" && echo 0)" \
+  "schema 3, writable: search upgrades it to 4 without a note and finds '中文' (rc $rc, stderr: $(head -c 300 "$T/err"))"
 "$BIN" search --db "$T/kb.sqlite" >/dev/null 2>&1; check "$([ $? = 2 ] && echo 0)" "search without a query: usage error 2"
 # `--` ends the options: a query, question, path or FAQ text that starts with '-' (it was "unknown option")
 "$BIN" search --db "$T/kb.sqlite" -- "-steep green tea" >"$T/out" 2>"$T/err"; rc=$?

@@ -7,7 +7,9 @@
 /* Opens an existing knowledge base (or FAQ) database read-only (pb_store_open_readonly: works in a read-only
  * place; search, ask and serve never write it). A missing file is an error naming the path and how to create
  * it, never a silently created empty database; any other failure (permission, I/O, a corrupt or foreign
- * file) is reported as what it is. Prints the message; returns NULL on failure. */
+ * file) is reported as what it is. Prints the message; returns NULL on failure. A file that had to be read at an
+ * older schema (it could not be upgraded: a symlink, read-only, locked) opens, with one note on stderr naming it,
+ * what that schema lacks and the command that upgrades it (create_hint, run where the file is writable). */
 pb_store *cli_store_open_existing(const char *cmd, const char *path, const char *create_hint);
 /* Prints a store failure for the database at path once: the store's messages already name the file, so the path
  * is put in front only when the message lacks it. Returns 1. */

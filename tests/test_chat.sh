@@ -2,7 +2,7 @@
 # test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
 # (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit; Ctrl-C
 # at the prompt (feedback, the next Ctrl-D still leaves), a full context said once with fitting advice; a long piped
-# line is one turn, a line with a NUL byte is refused.
+# line is one turn, a line with a NUL byte is refused; SIGHUP, SIGTERM and SIGPIPE save --session first.
 BIN=${PB_BIN:-build/pocketbrain}
 # the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -142,6 +142,15 @@ for sig in HUP TERM; do
     ok "SIG$sig after a turn: --session saved (1 turn resumed), status $rc"
   else nok "SIG$sig: status $rc, out: $(cat "$T/out") err: $(cat "$T/err") resume: $(cat "$T/res")"; fi
 done
+# stdout a pipe whose reader left (SIGPIPE: `chat | head`, a `tee` that ended) during an answer: --session is saved the
+# same way, then the process ends by the signal (was: killed by the first write after, the conversation lost)
+rm -f "$T/pipe.pbs"
+{ (cd "$T" && (printf 'Tell me a long story.\n'; sleep 3) | "$ABS_BIN" chat -m "$ABS_M" -t 1 -n 200 --session pipe.pbs \
+  2>"$T/err"); echo $? >"$T/rc"; } | head -c 1 >/dev/null
+(cd "$T" && printf '/stats\n' | "$ABS_BIN" chat -m "$ABS_M" -t 1 --session pipe.pbs >"$T/res" 2>&1)
+if [ "$(cat "$T/rc")" = 141 ] && grep -q "resumed pipe.pbs: [0-9]* tokens, 1 turns" "$T/res"; then
+  ok "SIGPIPE during an answer: --session saved (1 turn resumed), status 141"
+else nok "SIGPIPE: status $(cat "$T/rc"), err: $(cat "$T/err") resume: $(cat "$T/res")"; fi
 # piped mode (no tty): answers and commands work without a terminal
 printf 'Hi\n/stats\n/quit\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/pipe" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "answer 4 tok" "$T/pipe" && grep -q "1 turns" "$T/pipe"; then ok "chat works from a pipe"; else nok "pipe: $(cat "$T/pipe")"; fi

@@ -3,7 +3,7 @@
 # negatives, overflow and garbage (exit 2 naming the flag); prompts that are not UTF-8 (-p, -f, stdin,
 # --system, --stop) are refused naming the byte; `info --mem -c N` and `run -c N` accept the same N; a value flag
 # without its value and empty values that change meaning are refused; stdout that cannot be written (full disk,
-# closed) ends in exit 1 naming it.
+# closed) ends in exit 1 naming it; a closed stdout or stderr is not reused for a file.
 BIN=${PB_BIN:-build/pocketbrain}
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
 [ -f "$M" ] || M=models/default.gguf
@@ -58,7 +58,7 @@ for v in -1 99999999999999999999 abc 3.5 " 4" "" nan; do
   try_bad $BIN serve -m "$M" --port "$v"
   try_bad $BIN search --db "$T/kb.db" -k "$v" word
 done
-for v in nan inf -inf abc " 0.5" "" 1e999 0.5x; do
+for v in nan inf -inf abc " 0.5" "" 1e999 0.5x 0x10 0x1p-1; do # hexadecimal: strtod read 0x10 as 16
   try_bad $R -p hi --temp "$v"
   try_bad $R -p hi --top-p "$v"
   try_bad $R -p hi --mem-limit "$v"
@@ -147,6 +147,16 @@ $R -p hi -n 2 >&- 2>"$T/e"; rc=$?
 if [ $rc = 1 ] && grep -q "cannot write the output to stdout: Bad file descriptor" "$T/e"; then
   ok "run with stdout closed exits 1 naming it"
 else nok "run with stdout closed: rc $rc $(cat "$T/e")"; fi
+# a closed stdout / stderr is not handed to the next file opened: `run -v 2>&-` wrote its stats line, `run >&-` its
+# answer, into the packed-weights cache being written, which was committed damaged (the next run rebuilt it)
+XDG_CACHE_HOME="$T/pc0" $R -v -p hi -n 4 >/dev/null 2>&1
+XDG_CACHE_HOME="$T/pc1" $R -v -p hi -n 4 >/dev/null 2>&-
+XDG_CACHE_HOME="$T/pc2" $R -v -p hi -n 4 >&- 2>/dev/null
+pc0=$(ls "$T"/pc0/pocketbrain/*.pbpack 2>/dev/null)
+if [ -z "$pc0" ]; then ok "skipped: no packed-weights cache written for this model"
+elif cmp -s "$pc0" "$T/pc1/pocketbrain/$(basename "$pc0")" && cmp -s "$pc0" "$T/pc2/pocketbrain/$(basename "$pc0")"; then
+  ok "run with stderr or stdout closed: nothing written into the packed-weights cache"
+else nok "run with stderr / stdout closed: the packed-weights cache differs ($(ls -l "$T"/pc?/pocketbrain/ | tr '\n' ' '))"; fi
 
 # ---- text that is not UTF-8 ----
 printf 'caf\351 au lait' >"$T/latin1.txt"

@@ -73,6 +73,20 @@ grep -q 'NUL byte' "$OUT/body" && echo "ok - the error names the NUL byte" \
 printf '{"content":"hi\000 and the rest"}' >"$OUT/nul"
 req 400 "/tokenize: a raw NUL byte in content" -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/nul" "$URL/tokenize"
 req 400 "/tokenize: text after the JSON value" -X POST -H "$AUTH" -H "$J" -d '{"content":"hi"} x' "$URL/tokenize"
+# a \u escape without 4 hex digits is not JSON (cJSON read it as a NUL: "hi \uZZZZ and the rest" was "hi", 200)
+req 400 "a \\u escape without hex digits in a message" -X POST -H "$AUTH" -H "$J" \
+  -d '{"messages":[{"role":"user","content":"hi \uZZZZ and the rest"}],"max_tokens":1}' "$URL/v1/chat/completions"
+grep -q 'must be followed by 4 hex digits (at byte 42)' "$OUT/body" && echo "ok - the error names the bad escape and where" \
+  || echo "not ok - bad escape message: $(cat "$OUT/body")"
+req 400 "/tokenize: a \\u escape without hex digits" -X POST -H "$AUTH" -H "$J" -d '{"content":"hi \u12 rest"}' \
+  "$URL/tokenize"
+req 200 "an escaped backslash before uZZZZ is text" -X POST -H "$AUTH" -H "$J" \
+  -d '{"messages":[{"role":"user","content":"C:\\uZZZZ"}],"max_tokens":1}' "$URL/v1/chat/completions"
+# half a surrogate pair: JSON's grammar allows it, Unicode has no such character; said so (it was "not valid JSON")
+req 400 "half a surrogate pair" -X POST -H "$AUTH" -H "$J" \
+  -d '{"messages":[{"role":"user","content":"cut \ud83d"}],"max_tokens":1}' "$URL/v1/chat/completions"
+grep -q 'half a UTF-16 surrogate pair (\\\\ud83d at byte 43)' "$OUT/body" && echo "ok - the error names the lone surrogate" \
+  || echo "not ok - lone surrogate message: $(cat "$OUT/body")"
 # valid JSON nested past cJSON's 1000 levels: the error says so (it said "not valid JSON")
 DEEP=$(printf '%1000s' | tr ' ' '[')$(printf '%1000s' | tr ' ' ']')
 req 400 "JSON nested 1001 levels deep" -X POST -H "$AUTH" -H "$J" -d "$HI"',"x":'"$DEEP}" "$URL/v1/chat/completions"
@@ -100,6 +114,10 @@ wrong_type v1/completions echo 'a string' '{"prompt":"hi","echo":"yes"}'
 wrong_type v1/completions best_of 'a string' '{"prompt":"hi","best_of":"3"}'
 wrong_type v1/completions suffix 'a number' '{"prompt":"hi","suffix":5}'
 wrong_type v1/chat/completions logit_bias 'a key with a space' "$HI"',"logit_bias":{" 5":1}}'
+# chat_template_kwargs that is not an object was ignored (a client asking for thinking got none, 200)
+wrong_type v1/chat/completions chat_template_kwargs 'a string' "$HI"',"chat_template_kwargs":"enable_thinking=true"}'
+req 200 "chat_template_kwargs an object without enable_thinking" -X POST -H "$AUTH" -H "$J" \
+  -d "$HI"',"chat_template_kwargs":{"enable_thinking":false,"other":1}}' "$URL/v1/chat/completions"
 req 200 "the refused fields with their 'off' values" -X POST -H "$AUTH" -H "$J" \
   -d '{"prompt":"hi","max_tokens":1,"logprobs":0,"top_logprobs":0,"echo":false,"best_of":1,"suffix":""}' \
   "$URL/v1/completions"
@@ -108,6 +126,8 @@ req 200 "the refused fields with their 'off' values" -X POST -H "$AUTH" -H "$J" 
 { printf '{"x":['; yes '0,' | head -n 300000 | tr -d '\n'; printf '0],%s}' "${HI#?}"; } >"$OUT/array"
 req 200 "a 300000-element array answers within 10 s" -m 10 -X POST -H "$AUTH" -H "$J" --data-binary @"$OUT/array" \
   "$URL/v1/chat/completions"
+# a method is the client's text: one with a terminal escape sequence and a BEL is answered, and logged printable
+req 405 "a method with an escape sequence" -X "$(printf 'G\033[31mE\007T')" "$URL/health"
 req 404 "POST to an unknown route" -X POST -H "$AUTH" "$URL/nope"
 req 404 "DELETE of an unknown route" -X DELETE "$URL/no/such/page.html"
 req 405 "POST to the UI page" -X POST "$URL/"
@@ -141,10 +161,40 @@ for i in $(seq 1 100); do # up to 10 s for the abandoned stream's log line
   [ "$(grep -c 'POST /v1/chat/completions' "$OUT/stderr")" -gt "$n_before" ] && break
   sleep 0.1
 done
+# a client that closes its sending side after the request (read as gone, its job cancelled) got a 200 with the answer
+# cut short, called whole ("finish_reason":"stop"); now a 499 naming it (a 200 only for a job that ended first)
+python3 - "$PORT" "$HI"'999,"logit_bias":{"1":-100,"107":-100}}' >"$OUT/halfclose" 2>&1 <<'PY'
+import socket, sys
+body = sys.argv[2].encode()
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer k1\r\n"
+          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+s.shutdown(socket.SHUT_WR)
+out = b""
+while True:
+    try:
+        d = s.recv(65536)
+    except OSError:
+        break
+    if not d:
+        break
+    out += d
+sys.stdout.write(out.decode("utf-8", "replace"))
+PY
+if grep -q '"finish_reason":"stop"' "$OUT/halfclose" || ! grep -q 'HTTP/1.1 [24]' "$OUT/halfclose"; then
+  echo "not ok - a half-closed client's cancelled answer: $(tail -c 200 "$OUT/halfclose")"
+elif grep -q '^HTTP/1.1 499' "$OUT/halfclose" && grep -q '"code":"client_closed_request"' "$OUT/halfclose"; then
+  echo "ok - a half-closed client's cancelled request -> 499 client_closed_request, not a cut 200"
+else
+  echo "ok - a half-closed client's request ended before the cancel: $(grep -o '"finish_reason":"[a-z]*"' "$OUT/halfclose")"
+fi
 req 200 "GET /health after the client left" "$URL/health"
 kill -TERM $PID
 wait $PID; rc=$?
 bare=$(grep -v '^pocketbrain serve: ' "$OUT/stderr")
 [ -z "$bare" ] && echo "ok - every stderr line is the server's own" \
   || echo "not ok - bare stderr lines: $(echo "$bare" | head -3)"
+ctl=$(tr -d '\040-\176\200-\377\n' <"$OUT/stderr" | wc -c)
+[ "$ctl" = 0 ] && echo "ok - the request log carries no control bytes (the client's method made printable)" \
+  || echo "not ok - $ctl control bytes in the request log: $(grep -a 'ET /health' "$OUT/stderr" | od -c | head -3)"
 [ $rc = 0 ] && echo "ok - clean exit on SIGTERM" || echo "not ok - exit status $rc on SIGTERM: $(tail -5 "$OUT/stderr")"

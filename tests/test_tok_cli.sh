@@ -110,6 +110,10 @@ check "--jsonl line with a \\u0000 escape: exit 1 naming line 2 ($(cat "$T/err")
 out=$(printf '"a\\\\u0000b"\n' | "$BIN" tokenize --jsonl --vocab "$G2" -); rc=$?
 want=$("$BIN" tokenize --ids --vocab "$G2" 'a\u0000b')
 check "--jsonl: an escaped backslash before u0000 is text, tokenized ($out)" [ $rc = 0 -a -n "$out" -a "$out" = "$want" ]
+# a raw NUL byte inside a line's string is refused too (was: tokenized up to the NUL, the rest dropped, exit 0)
+printf '"fine"\n"a\000b"\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
+check "--jsonl line with a raw NUL byte: exit 1 naming line 2 ($(cat "$T/err"))" \
+  [ $rc = 1 -a -n "$(grep 'line 2 contains a NUL byte (at column 3)' "$T/err")" -a "$(wc -l <"$T/out")" = 1 ]
 # a tokenizer.json with text after its JSON object is refused, not read up to the object's end
 { cat "$G2"; printf ' junk\n'; } >"$T/tail.json"
 "$BIN" tokenize --vocab "$T/tail.json" hi >/dev/null 2>"$T/err"; rc=$?
@@ -126,3 +130,12 @@ check "detokenize - from an unreadable stdin: exit 1 naming why ($(cat "$T/err")
 "$BIN" tokenize --vocab "$G2" - <"$T" >"$T/out" 2>"$T/err"; rc=$?
 check "tokenize - from an unreadable stdin: exit 1 naming why ($(cat "$T/err"))" \
   [ $rc = 1 -a -n "$(grep 'stdin: Is a directory' "$T/err")" ]
+# ids on stdin with a NUL byte are refused (the ids after it were dropped without a word, exit 0); "-" among id
+# arguments reads stdin in its place (its ids came after every argument's: "4521 -" with 2134 on stdin gave
+# " worldHello")
+printf '4521\000 2134' | "$BIN" detokenize --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
+check "detokenize - with a NUL byte on stdin: exit 1 naming it ($(cat "$T/err"))" \
+  [ $rc = 1 -a -n "$(grep 'NUL byte at byte 4' "$T/err")" -a ! -s "$T/out" ]
+out=$(printf '2134' | "$BIN" detokenize --vocab "$G2" 4521 -); rc=$?
+out2=$(printf '4521' | "$BIN" detokenize --vocab "$G2" - 2134)
+check "detokenize: stdin's ids go where - stands ($out / $out2)" [ $rc = 0 -a "$out" = "Hello world" -a "$out2" = "Hello world" ]

@@ -45,18 +45,19 @@ static void on_sigint(int sig) {
         g_interrupted = 1;
 }
 
-/* SIGHUP (the terminal or ssh session closed) and SIGTERM: stop the answer, leave the loop, save --session, then
- * end by the signal. They used to end the process at once: the conversation since the last save was lost. */
+/* SIGHUP (the terminal or ssh session closed), SIGTERM and SIGPIPE (stdout a pipe whose reader left: `chat | tee`,
+ * `| head`): stop the answer, leave the loop, save --session, then end by the signal. They used to end the process
+ * at once: the conversation since the last save was lost. */
 static void on_hangup(int sig) {
     g_hangup = sig;
     if (g_generating && g_session) pb_session_cancel(g_session);
 }
 
 static void set_hangup(void) {
-    static const int sigs[] = {SIGHUP, SIGTERM};
+    static const int sigs[] = {SIGHUP, SIGTERM, SIGPIPE};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction sa, old;
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue; /* nohup */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue; /* nohup; EPIPE then */
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_hangup; /* no SA_RESTART: a read waiting for the next line returns */
         sigemptyset(&sa.sa_mask);

@@ -59,9 +59,45 @@ static bool parse_ids(const char *s, idbuf *b) {
     return true;
 }
 
+/* Reads stdin whole and parses its ids into b: 0, or 1 after saying what is wrong. */
+static int read_stdin_ids(idbuf *b) {
+    size_t cap = 1 << 16, n = 0;
+    errno = 0;
+    char *in = malloc(cap + 1);
+    while (in) {
+        n += fread(in + n, 1, cap - n, stdin);
+        if (n < cap) break;
+        char *p = realloc(in, (cap *= 2) + 1);
+        if (!p) free(in);
+        in = p;
+    }
+    if (in && ferror(stdin)) { /* a directory (EISDIR), an I/O error: not "no ids" */
+        int e = errno;
+        free(in);
+        cli_err("detokenize", "cannot read the ids on stdin: %s", strerror(e ? e : EIO));
+        return 1;
+    }
+    if (!in) {
+        cli_err("detokenize", "cannot read stdin: out of memory");
+        return 1;
+    }
+    in[n] = 0;
+    /* parse_ids stops at a NUL: the ids after one were dropped without a word */
+    const char *nul = memchr(in, 0, n);
+    if (nul) {
+        cli_err("detokenize", "the ids on stdin contain a NUL byte at byte %zu: they are not text", (size_t)(nul - in));
+        free(in);
+        return 1;
+    }
+    bool ok = parse_ids(in, b);
+    free(in);
+    return ok ? 0 : 1;
+}
+
 PB_CMD(detokenize) {
     const char *vocab_path = NULL;
-    bool special = false, from_stdin = false;
+    bool special = false;
+    int64_t stdin_at = -1; /* where stdin's ids go among the arguments' ("-" read after the flags are checked) */
     idbuf b = {0};
     int rc = 0;
     for (int i = 1; i < argc; i++) {
@@ -77,9 +113,10 @@ PB_CMD(detokenize) {
                 rc = cli_usage_error("detokenize", usage, "%s needs a file", a);
             else if (!(vocab_path = cli_model_arg("detokenize", argv[i])))
                 return 1;
-        } else if (!strcmp(a, "-"))
-            from_stdin = true;
-        else if (a[0] == '-' && !isdigit((unsigned char)a[1]))
+        } else if (!strcmp(a, "-")) {
+            if (stdin_at >= 0) rc = cli_usage_error("detokenize", usage, "- (stdin) given twice");
+            stdin_at = b.n;
+        } else if (a[0] == '-' && !isdigit((unsigned char)a[1]))
             rc = cli_usage_error("detokenize", usage, "unknown option '%s'", a);
         else if (!parse_ids(a, &b))
             rc = 2;
@@ -88,35 +125,22 @@ PB_CMD(detokenize) {
             return rc;
         }
     }
-    if (from_stdin) {
-        size_t cap = 1 << 16, n = 0;
-        errno = 0;
-        char *in = malloc(cap + 1);
-        while (in) {
-            n += fread(in + n, 1, cap - n, stdin);
-            if (n < cap) break;
-            char *p = realloc(in, (cap *= 2) + 1);
-            if (!p) free(in);
-            in = p;
+    if (stdin_at >= 0) { /* in its place: `detokenize 2 -` puts 2 first (stdin's ids used to follow every argument's) */
+        idbuf in = {0}, all = {0};
+        int r = read_stdin_ids(&in);
+        for (int64_t k = 0; r == 0 && k < b.n + in.n; k++) {
+            int32_t id = k < stdin_at ? b.ids[k] : k < stdin_at + in.n ? in.ids[k - stdin_at] : b.ids[k - in.n];
+            if (!push(&all, id)) {
+                cli_err("detokenize", "out of memory");
+                r = 1;
+            }
         }
-        if (in && ferror(stdin)) { /* a directory (EISDIR), an I/O error: not "no ids" */
-            int e = errno;
-            free(in);
+        free(in.ids);
+        free(b.ids);
+        b = all;
+        if (r) {
             free(b.ids);
-            cli_err("detokenize", "cannot read the ids on stdin: %s", strerror(e ? e : EIO));
-            return 1;
-        }
-        if (!in) {
-            cli_err("detokenize", "cannot read stdin: out of memory");
-            free(b.ids);
-            return 1;
-        }
-        in[n] = 0;
-        bool ok = parse_ids(in, &b);
-        free(in);
-        if (!ok) {
-            free(b.ids);
-            return 1;
+            return r;
         }
     } else if (b.n == 0) {
         free(b.ids);

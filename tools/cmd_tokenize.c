@@ -91,6 +91,14 @@ static int run_jsonl(const pb_vocab *v, const char *input, size_t len, int flags
         pos += ll + 1;
         line_no++;
         if (ll == 0 || (ll == 1 && line[0] == '\r')) continue;
+        /* a raw NUL inside the string: cJSON keeps it, its C string ends there, the rest was dropped without a word */
+        const char *nul = memchr(line, 0, ll);
+        if (nul) {
+            cli_err("tokenize", "--jsonl line %ld contains a NUL byte (at column %zu): it is not text", line_no,
+                    (size_t)(nul - line) + 1);
+            rc = 1;
+            break;
+        }
         size_t at;
         bool trailing;
         cJSON *j = pb_json_parse_one(line, ll, &at, &trailing);

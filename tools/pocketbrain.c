@@ -3,6 +3,7 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -88,9 +89,23 @@ static int finish_stdout(const char *cmd, int rc) {
     return 1;
 }
 
+/* A standard descriptor the caller closed (`2>&-`, `>&-`, `<&-`) is the lowest free number: the next file opened
+ * took it, so stderr lines, the answer, or stdin's reads went to whatever file that was (`run -v 2>&-` wrote its stats
+ * line into the packed-weights cache being written, committed damaged). /dev/null holds such a number, opened the
+ * other way round, so that its reads and writes still fail with EBADF as on the closed descriptor. */
+static void hold_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        /* the lowest free number: fd itself, the ones below it are open by now */
+        int n = open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+        if (n > fd) close(n);
+    }
+}
+
 static int run_main(int argc, char **argv);
 
 int main(int argc, char **argv) {
+    hold_std_fds();
     int rc = run_main(argc, argv);
     return finish_stdout(argc >= 2 && argv[1][0] != '-' ? argv[1] : NULL, rc);
 }
@@ -182,9 +197,10 @@ int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
 }
 
 /* strtol / strtoull / strtod accept leading blanks and a sign where a flag's value must be plain: the value
- * has to start with a digit (or '-' then a digit where negatives are allowed, or '.' for a number). */
+ * has to start with a digit (or '-' then a digit where negatives are allowed, or '.' for a number). strtod reads
+ * hexadecimal too: `--temp 0x10` was 16, `--top-p 0x1p-1` 0.5, while the integer flags refuse 0x10. */
 static bool plain_number(const char *s, bool neg_ok) {
-    if (!s || !*s) return false;
+    if (!s || !*s || strpbrk(s, "xX")) return false;
     if (*s == '-' && neg_ok) s++;
     return (*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9');
 }

@@ -237,6 +237,13 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
     return pb_server_route_static(srv, c, url);
 }
 
+/* Copies s into out (cap bytes) with control bytes (below 0x20, DEL) as '?'. */
+static void printable(const char *s, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *s && k + 1 < cap; s++) out[k++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    out[k] = 0;
+}
+
 /* "127.0.0.1 POST /v1/chat/completions 200 12+16 tokens 0.532 s" */
 static void log_request(pb_server *srv, struct MHD_Connection *c, request *rq) {
     char addr[64] = "?";
@@ -257,14 +264,13 @@ static void log_request(pb_server *srv, struct MHD_Connection *c, request *rq) {
                  (long long)rq->job->stats.n_generated);
         pthread_mutex_unlock(&rq->job->mu);
     }
-    /* the path as sent, made printable: a log line never carries control bytes */
-    char path[sizeof rq->path];
-    size_t k = 0;
-    for (const char *p = rq->path; *p && k + 1 < sizeof path; p++)
-        path[k++] = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
-    path[k] = 0;
+    /* the method and path as sent, made printable: a log line never carries control bytes (a method is any token
+     * libmicrohttpd reads up to the space, escape sequences included) */
+    char method[sizeof rq->method], path[sizeof rq->path];
+    printable(rq->method, method, sizeof method);
+    printable(rq->path, path, sizeof path);
     char line[512];
-    snprintf(line, sizeof line, "%s %s %s %u%s %.3f s", addr, rq->method, path, status, tokens,
+    snprintf(line, sizeof line, "%s %s %s %u%s %.3f s", addr, method, path, status, tokens,
              (pb_time_ms() - rq->t_start) / 1000.0);
     srv->p.log(srv->p.log_user, line);
 }

@@ -65,9 +65,17 @@ enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c
     if (!buf) return MHD_NO;
     size_t n = 0, cap = 16384;
 #define P(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
+    /* the slots' thermal states are read under srv->mu, as /stats does: a model switch swaps the sessions under it
+     * and frees the old ones after it (read after the unlock, a session could be freed mid-read) */
+    pb_thermal_state *th = calloc((size_t)srv->n_slots, sizeof *th);
+    if (!th) {
+        free(buf);
+        return MHD_NO;
+    }
     pthread_mutex_lock(&srv->mu);
     int queued = srv->n_queued, busy = 0;
     for (int i = 0; i < srv->n_slots; i++) busy += srv->slots[i].busy;
+    for (int i = 0; i < srv->n_slots; i++) pb_session_thermal(srv->slots[i].session, &th[i]);
     pb_batch_stats bs;
     pb_server_batch_stats(srv, &bs);
     bool batching = srv->batch != NULL;
@@ -146,12 +154,11 @@ enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c
       "# TYPE pocketbrain_thermal_level gauge\n# TYPE pocketbrain_thermal_celsius gauge\n"
       "# TYPE pocketbrain_threads gauge\n");
     for (int i = 0; i < srv->n_slots; i++) {
-        pb_thermal_state th;
-        pb_session_thermal(srv->slots[i].session, &th);
-        P("pocketbrain_thermal_level{slot=\"%d\"} %d\n", i, th.enabled ? th.level : 0);
-        P("pocketbrain_thermal_celsius{slot=\"%d\"} %.1f\n", i, (double)th.temp_c);
-        P("pocketbrain_threads{slot=\"%d\"} %d\n", i, th.n_threads);
+        P("pocketbrain_thermal_level{slot=\"%d\"} %d\n", i, th[i].enabled ? th[i].level : 0);
+        P("pocketbrain_thermal_celsius{slot=\"%d\"} %.1f\n", i, (double)th[i].temp_c);
+        P("pocketbrain_threads{slot=\"%d\"} %d\n", i, th[i].n_threads);
     }
+    free(th);
 #undef P
     if (n >= cap) n = cap - 1;
     enum MHD_Result r = pb_server_send_text(srv, c, 200, "text/plain; version=0.0.4", buf, n, true);

@@ -90,6 +90,13 @@ static cJSON *parse_body(const request *rq, char *why, size_t cap) {
     } else if (!root && pb_json_too_deep(body, rq->len, at)) { /* valid JSON, it may be: said as such */
         snprintf(why, cap, "request body nests arrays or objects more than %d levels deep (at byte %zu)",
                  CJSON_NESTING_LIMIT, at);
+    } else if (!root && pb_json_bad_u_escape_at(body, rq->len, at)) {
+        snprintf(why, cap, "request body is not valid JSON: \\u must be followed by 4 hex digits (at byte %zu)", at);
+    } else if (!root && pb_json_lone_surrogate(body, rq->len, at)) { /* valid JSON grammar, but no text */
+        snprintf(why, cap,
+                 "request body holds half a UTF-16 surrogate pair (\\%.5s at byte %zu) without its other half: not "
+                 "Unicode text",
+                 body + at + 1, at);
     } else if (!root) {
         snprintf(why, cap, "request body is not valid JSON");
     }
@@ -361,6 +368,8 @@ static bool parse_chat(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     /* Gemma 4 thinking: "think": true, or chat_template_kwargs {"enable_thinking": true} as llama.cpp's server */
     cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
     cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    /* refused when not an object, as a wrong type of any field the server reads (it was ignored: no thinking) */
+    if (!typed(root, "chat_template_kwargs", cJSON_IsObject, "an object", e)) return false;
     if (!think && cJSON_IsObject(kw)) think = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
     if (think && !cJSON_IsNull(think)) {
         if (!cJSON_IsBool(think)) return perr(e, "think", "'think' (enable_thinking) must be a boolean");
@@ -452,6 +461,18 @@ static enum MHD_Result respond_whole(pb_server *srv, struct MHD_Connection *c, j
         pthread_mutex_unlock(&j->mu);
         pb_server_job_release(j);
         return pb_server_send_error(srv, c, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    }
+    /* Cancelled because the client left (or closed its sending side, which reads the same): what the job holds is
+     * cut short, so no 200 calls it a whole answer ("finish_reason": "stop"). 499 as nginx logs it ("client closed
+     * request"): the request log says what happened, and a client still reading learns it. A job that ended on its
+     * own before the cancel reached it is answered as usual. */
+    if (gone && !j->fell_back &&
+        (j->status == PB_ERR_CANCELLED || j->stats.stop_reason == PB_STOP_CALLBACK ||
+         j->stats.stop_reason == PB_STOP_CANCELLED)) {
+        pthread_mutex_unlock(&j->mu);
+        pb_server_job_release(j);
+        return pb_server_send_error(srv, c, 499, "invalid_request_error", NULL, "client_closed_request",
+                                    "the request was cancelled: the client closed its side of the connection");
     }
     bool bad_request = j->status == PB_ERR_INVALID_ARG; /* never answered from the FAQ */
     if (!j->fell_back && !bad_request && j->status != PB_OK && j->status != PB_ERR_CANCELLED) {

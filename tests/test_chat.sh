@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
 # (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit; Ctrl-C
-# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once with fitting advice; a long piped
-# line is one turn, a line with a NUL byte is refused; SIGHUP, SIGTERM and SIGPIPE save --session first.
+# at the prompt (feedback, the next Ctrl-D still leaves), a full context said once with fitting advice; a failed piped
+# /save or /load exits 1; a long piped line is one turn, a line with a NUL byte is refused; SIGHUP, SIGTERM and SIGPIPE
+# save --session first.
 BIN=${PB_BIN:-build/pocketbrain}
 # the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -154,6 +155,14 @@ else nok "SIGPIPE: status $(cat "$T/rc"), err: $(cat "$T/err") resume: $(cat "$T
 # piped mode (no tty): answers and commands work without a terminal
 printf 'Hi\n/stats\n/quit\n' | "$BIN" chat -m "$M" -t 1 -n 4 >"$T/pipe" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "answer 4 tok" "$T/pipe" && grep -q "1 turns" "$T/pipe"; then ok "chat works from a pipe"; else nok "pipe: $(cat "$T/pipe")"; fi
+# a piped /save or /load that fails makes the exit status 1 (it said so on stdout and exited 0: a script's save lost)
+printf 'Hi\n/save %s/no/such/dir/s.pbs\n/quit\n' "$T" | "$BIN" chat -m "$M" -t 1 -n 2 >"$T/ps" 2>"$T/pse"; rc=$?
+printf '/load %s/missing.pbs\n' "$T" | "$BIN" chat -m "$M" -t 1 -n 2 >"$T/pl" 2>"$T/ple"; rc2=$?
+printf 'Hi\n/save %s/good.pbs\n' "$T" | "$BIN" chat -m "$M" -t 1 -n 2 >"$T/pg" 2>&1; rc3=$?
+if [ $rc = 1 ] && grep -q '\[save failed' "$T/ps" && grep -q '1 /save or /load command failed' "$T/pse" &&
+  [ $rc2 = 1 ] && grep -q '\[load failed' "$T/pl" && [ $rc3 = 0 ] && [ -s "$T/good.pbs" ]; then
+  ok "piped chat: a failed /save or /load exits 1, naming it on stderr; a good /save exits 0"
+else nok "piped /save, /load failures: rc $rc / $rc2 / $rc3: $(cat "$T/pse" "$T/ple")"; fi
 # a piped line of 64 KiB or more is one turn (a fixed 64 KiB buffer cut it into two turns, each answered)
 awk 'BEGIN { for (i = 0; i < 14000; i++) printf "word "; print "" }' >"$T/long.txt"
 "$BIN" chat -m "$M" -t 1 -n 1 <"$T/long.txt" >"$T/long.out" 2>&1; rc=$?

@@ -68,6 +68,10 @@ try_bad $R -p hi --top-p
 try_bad $R -p hi --thermal ""
 try_bad $BIN info "$M" --mem -c 5
 try_bad $BIN info "$M" --mem --mem-limit 0 # was: 0 taken as "detect", the explicit limit ignored (run refuses it)
+for f in "-c 64" "--ctx=64" "--kv-type q8_0" "--mem-limit 1G" "--think"; do # without --mem: ignored, exit 0
+  # shellcheck disable=SC2086
+  try_bad $BIN info "$M" $f
+done
 if [ $bad_count = 0 ]; then ok "bad numeric values of every numeric flag exit 2"; else
   nok "numeric flags accepted bad values ($bad_count):$bad_list"; fi
 if [ $said_twice = 0 ]; then ok "each bad value is said once (one message line, one usage line)"; else

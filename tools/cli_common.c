@@ -341,10 +341,12 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
     }
     if (strcmp(a, "--think") == 0) {
         o->think = true;
+        if (!o->given) o->given = a;
         return 1;
     }
     if ((r = flag(argc, argv, i, "--ctx", "-c", &v)) != 0) {
         if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
+        if (!o->given) o->given = a;
         if (!cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l)) return cli_usage_line(usage);
         o->n_ctx = (int)l;
         return 1;
@@ -352,6 +354,7 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
     if ((r = flag(argc, argv, i, "--kv-type", NULL, &v)) != 0) {
         if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
         if (!parse_kv(cmd, v, &o->kv_type)) return cli_usage_line(usage);
+        if (!o->given) o->given = a;
         return 1;
     }
     if ((r = flag(argc, argv, i, "--mem-limit", NULL, &v)) != 0) {
@@ -359,6 +362,7 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
         if (!cli_parse_size(cmd, a, v, &o->mem_limit)) return cli_usage_line(usage);
         /* as run's: 0 was taken as "detect" here, an explicit limit silently ignored */
         if (o->mem_limit == 0) return cli_usage_error(cmd, usage, "--mem-limit must be above 0");
+        if (!o->given) o->given = a;
         return 1;
     }
     return 0;

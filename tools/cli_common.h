@@ -85,7 +85,8 @@ typedef struct cli_mem_opts {
     int n_ctx;
     pb_kv_type kv_type;
     size_t mem_limit;
-    bool think; /* --think: a session that drops its Gemma 4 thoughts (its rings hold more rows) */
+    bool think;        /* --think: a session that drops its Gemma 4 thoughts (its rings hold more rows) */
+    const char *given; /* the first of -c, --kv-type, --mem-limit, --think seen (they only mean something with --mem) */
 } cli_mem_opts;
 /* Parses --mem, -c/--ctx N, --kv-type T, --mem-limit S, --think for info. Same return values as cli_opts_parse. */
 int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i);

@@ -75,6 +75,7 @@ typedef struct chat {
     const char *session_file;
     char *last_text; /* the last question typed in this run (/retry), NULL before one or after /undo, /reset, /load */
     bool last_in;    /* its turn is in the conversation (not when its prompt could not be fed: context full, Ctrl-C) */
+    int n_failed;    /* /save and /load commands that failed: a piped chat then exits 1 (a script's save was lost) */
 } chat;
 
 static bool on_piece(const char *p, size_t n, void *user) {
@@ -246,16 +247,18 @@ static bool command(chat *c, char *line) {
     } else if (strcmp(line, "/save") == 0) {
         if (!arg || !*arg)
             printf("[usage: /save FILE]\n");
-        else if (pb_session_save(c->s, arg) != PB_OK)
+        else if (pb_session_save(c->s, arg) != PB_OK) {
             printf("[save failed: %s]\n", pb_last_error());
-        else
+            c->n_failed++;
+        } else
             printf("[saved %lld tokens to %s]\n", (long long)pb_session_n_past(c->s), arg);
     } else if (strcmp(line, "/load") == 0) {
         if (!arg || !*arg)
             printf("[usage: /load FILE]\n");
-        else if (pb_session_load(c->s, arg) != PB_OK)
+        else if (pb_session_load(c->s, arg) != PB_OK) {
             printf("[load failed: %s]\n", pb_last_error());
-        else {
+            c->n_failed++;
+        } else {
             forget_last(c);
             printf("[loaded %lld tokens, %d turns from %s]\n", (long long)pb_session_n_past(c->s),
                    pb_session_n_turns(c->s), arg);
@@ -386,6 +389,10 @@ PB_CMD(chat) {
     }
     if (c.tty) printf("\n");
     rc = 0;
+    if (!c.tty && c.n_failed) { /* said at the command on stdout; a script reads the status (it exited 0) */
+        cli_err("chat", "%d /save or /load command%s failed (see the output)", c.n_failed, c.n_failed == 1 ? "" : "s");
+        rc = 1;
+    }
     if (c.session_file) {
         if (pb_session_save(c.s, c.session_file) != PB_OK) {
             cli_err("chat", "cannot save the session: %s", pb_last_error());

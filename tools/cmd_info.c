@@ -481,6 +481,9 @@ PB_CMD(info) {
         }
     }
     if (!path) return cli_usage_error("info", usage, "missing MODEL.gguf");
+    /* without --mem they changed nothing, and `info M -c 64` exited 0 as if it had */
+    if (mem_opts.given && !mem_opts.on)
+        return cli_usage_error("info", usage, "%s only applies to the memory estimate: add --mem", mem_opts.given);
     if (!(path = cli_model_arg("info", path))) return 1;
 
     pb_gguf *g;

@@ -83,13 +83,7 @@ static int read_stdin_ids(idbuf *b) {
     }
     in[n] = 0;
     /* parse_ids stops at a NUL: the ids after one were dropped without a word */
-    const char *nul = memchr(in, 0, n);
-    if (nul) {
-        cli_err("detokenize", "the ids on stdin contain a NUL byte at byte %zu: they are not text", (size_t)(nul - in));
-        free(in);
-        return 1;
-    }
-    bool ok = parse_ids(in, b);
+    bool ok = cli_check_text("detokenize", "stdin", in, n) && parse_ids(in, b);
     free(in);
     return ok ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 /* cmd_detokenize.c -- `pocketbrain detokenize`: token ids (arguments or stdin) back to text, byte-exact. */
 #include "cli.h"
+#include "cli_common.h"
 #include "library.h"
 #include "hf_vocab.h"
 

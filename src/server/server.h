@@ -69,7 +69,8 @@ typedef struct pb_server_params {
     int max_conn_per_client; /* open connections per client address (default 64) */
     double header_timeout;   /* seconds a connection may take to send a request's line and headers, counted from
                                 its connect or the previous response (default 10) */
-    double idle_timeout;     /* seconds without a byte before a connection is closed (default 120) */
+    double idle_timeout;     /* seconds without a byte before a connection is closed (default 120); also the
+                                longest a request waits for the model it names (then 503 model_busy; 0: 120 s) */
     /* One line per request (method, path, status, tokens, time), e.g. to stderr; NULL = no log. */
     void (*log)(void *user, const char *line);
     void *log_user;

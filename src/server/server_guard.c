@@ -204,13 +204,13 @@ void pb_server_on_connection(void *cls, struct MHD_Connection *c, void **socket_
     }
 }
 
-static conn *conn_of(struct MHD_Connection *c) {
+conn *pb_server_conn_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? (conn *)ci->socket_context : NULL;
 }
 
 static void set_deadline(pb_server *srv, struct MHD_Connection *c, double deadline) {
-    conn *cn = conn_of(c);
+    conn *cn = pb_server_conn_of(c);
     if (!cn) return;
     pthread_mutex_lock(&srv->conn_mu);
     cn->deadline = deadline;

@@ -1,15 +1,24 @@
-/* server_http.c -- the HTTP transport: libmicrohttpd's request callbacks, routing, the API key check and the
- * response helpers every route uses. Routes themselves live in server_openai.c, server_metrics.c, server_ui.c. */
+/* server_http.c -- the HTTP transport: libmicrohttpd's request callbacks, the request framing checks (what MHD takes
+ * but leaves ambiguous), routing, the API key check and the response helpers every route uses. Routes themselves live
+ * in server_openai.c, server_metrics.c, server_ui.c. */
 #include "base/base.h"
 #include "server/server_internal.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* Copies s into out (cap bytes) with control bytes (below 0x20, DEL) as '?'. */
+static void printable(const char *s, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *s && k + 1 < cap; s++) out[k++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    out[k] = 0;
+}
 
 void pb_server_count_response(pb_server *srv, unsigned code) {
     pthread_mutex_lock(&srv->m.mu);
@@ -132,6 +141,146 @@ static enum MHD_Result send_preflight(pb_server *srv, struct MHD_Connection *c, 
     return ret;
 }
 
+/* ---- request framing ---------------------------------------------------------------------------------- */
+
+static int hexval(char ch) {
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+size_t pb_server_unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hexval(r[1]) : -1, lo = hi >= 0 ? hexval(r[2]) : -1;
+        if (lo < 0) { /* not an escape: kept as it is, as MHD_http_unescape keeps it */
+            *w++ = *r++;
+        } else if (hi == 0 && lo == 0) {
+            conn *cn = pb_server_conn_of(c);
+            if (cn) cn->nul_in_target = true;
+            memmove(w, r, 3), w += 3, r += 3;
+        } else {
+            *w++ = (char)(hi * 16 + lo), r += 3;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
+/* Header fields that may appear once: a second one makes the request mean two things (which Host the Host check
+ * read, which Content-Length framed the body), and a proxy in front may read the other one (request smuggling). */
+static const char *const single_fields[] = {"Host",   "Content-Length", "Transfer-Encoding", "Authorization",
+                                            "Origin", "Content-Type",   "Sec-Fetch-Site"};
+#define N_SINGLE (sizeof single_fields / sizeof *single_fields)
+
+typedef struct field_scan {
+    int count[N_SINGLE];
+    char bad_name[64]; /* a field name that is not an HTTP token ("Host " before its colon) */
+} field_scan;
+
+/* RFC 9110 5.1: a field name is a token (tchar: letters, digits, !#$%&'*+-.^_`|~). */
+static bool is_token(const char *k) {
+    if (!*k) return false;
+    for (; *k; k++)
+        if (!(isalnum((unsigned char)*k) || strchr("!#$%&'*+-.^_`|~", *k))) return false;
+    return true;
+}
+
+static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind, (void)value;
+    field_scan *fs = cls;
+    if (!is_token(key) && !fs->bad_name[0]) printable(key, fs->bad_name, sizeof fs->bad_name);
+    for (size_t i = 0; i < N_SINGLE; i++)
+        if (strcasecmp(key, single_fields[i]) == 0) fs->count[i]++;
+    return MHD_YES;
+}
+
+/* The request line and headers checked for what libmicrohttpd accepts but leaves ambiguous (RFC 9112): 0 when fine,
+ * else the status (400; 501 for a transfer coding it does not do) with why and code filled. */
+static unsigned framing_check(struct MHD_Connection *c, const char *version, char *why, size_t cap, const char **code) {
+    field_scan fs;
+    memset(&fs, 0, sizeof fs);
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_field, &fs);
+    *code = "bad_request";
+    conn *cn = pb_server_conn_of(c);
+    bool nul = cn && cn->nul_in_target;
+    if (cn) cn->nul_in_target = false; /* the next request on the connection starts clean */
+    if (nul) {
+        snprintf(why, cap, "the request target holds %%00 (a NUL byte), which no path or query may contain");
+        return 400;
+    }
+    if (fs.bad_name[0]) {
+        snprintf(why, cap, "header field name '%s' is not a token (whitespace before the colon?)", fs.bad_name);
+        return 400;
+    }
+    for (size_t i = 0; i < N_SINGLE; i++)
+        if (fs.count[i] > 1) {
+            snprintf(why, cap, "the request has %d %s headers; it may have one (which one counts is ambiguous)",
+                     fs.count[i], single_fields[i]);
+            return 400;
+        }
+    /* HTTP/1.1 (and 1.x later, which MHD reads as 1.1) needs a Host; HTTP/1.0 may go without */
+    if (fs.count[0] == 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
+        snprintf(why, cap, "an %.16s request needs a Host header", version);
+        return 400;
+    }
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    if (te && fs.count[1]) {
+        snprintf(why, cap,
+                 "the request has both Content-Length and Transfer-Encoding; send one (which frames the "
+                 "body is ambiguous)");
+        return 400;
+    }
+    if (te) { /* the body's length is known only when chunked is the last coding (RFC 9112 6.3) */
+        size_t n = strlen(te);
+        while (n && (te[n - 1] == ' ' || te[n - 1] == '\t')) n--;
+        size_t b = n;
+        while (b && te[b - 1] != ',' && te[b - 1] != ' ' && te[b - 1] != '\t') b--;
+        char shown[64];
+        printable(te, shown, sizeof shown);
+        if (n - b != 7 || strncasecmp(te + b, "chunked", 7) != 0) {
+            snprintf(why, cap, "Transfer-Encoding '%s' does not end in chunked: the body's length is unknown", shown);
+            return 400;
+        }
+        const char *p = te;
+        while (*p == ' ' || *p == '\t') p++;
+        if (p != te + b) {
+            snprintf(why, cap, "Transfer-Encoding '%s' is not supported (only chunked)", shown);
+            *code = "not_implemented";
+            return 501;
+        }
+    }
+    return 0;
+}
+
+/* A refusal of the request as sent, before its body is read: the JSON error, and the connection closed after it
+ * (whatever follows on it cannot be framed with confidence). */
+static enum MHD_Result send_refusal(pb_server *srv, struct MHD_Connection *c, unsigned code, const char *errcode,
+                                    const char *msg) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", code >= 500 ? "server_error" : "invalid_request_error");
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddStringToObject(e, "code", errcode);
+    pb_server_json_repair(o);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!txt) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_COPY);
+    free(txt);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Connection", "close");
+    pb_server_guard_headers(srv, c, r);
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    pb_server_count_response(srv, code);
+    return ret;
+}
+
 /* GET /health: {"status"}; with the model name and whether a knowledge base is there for a caller the API key
  * admits (the web UI shows both). */
 static enum MHD_Result route_health(pb_server *srv, struct MHD_Connection *c, bool authed) {
@@ -149,9 +298,66 @@ static enum MHD_Result route_health(pb_server *srv, struct MHD_Connection *c, bo
     return pb_server_send_json(srv, c, stopping ? 503 : 200, o);
 }
 
+/* What is decided from the request line and headers alone, before the body is read (an unauthorized or misrouted
+ * request never makes the server buffer up to max_body): the Host / Origin guard (403), the routes (404, 405), OPTIONS
+ * (answered here), the API key (401). True with *ret set when the request was answered; false when it goes on to its
+ * route once its body is in. */
+static bool answer_before_body(pb_server *srv, struct MHD_Connection *c, const char *url, const char *method,
+                               enum MHD_Result *ret) {
+    char why[400];
+    unsigned refused = pb_server_guard_check(srv, c, why, sizeof why);
+    if (refused) {
+        *ret = pb_server_send_error(srv, c, refused, "invalid_request_error", NULL, "forbidden", "%s", why);
+        return true;
+    }
+    /* HEAD is GET without the body (MHD drops it) */
+    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, is_post = strcmp(method, "POST") == 0;
+    bool is_options = strcmp(method, "OPTIONS") == 0;
+    bool post_route = strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
+                      strcmp(url, "/tokenize") == 0;
+    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
+    bool get_route = strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 ||
+                     strcmp(url, "/metrics") == 0 || strcmp(url, "/stats") == 0 ||
+                     (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
+    /* 405 only where GET answers: another method (OPTIONS too) on a path that does not exist is a 404, as GET of it
+     * is */
+    if (!post_route && !get_route) {
+        *ret = pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
+                                    "no route for %.10s %.200s", method, url);
+        return true;
+    }
+    bool authed = auth_ok(srv, c);
+    if (is_options) {
+        /* /v1/models/ID of a model not in the library: 404, as its GET. Said only to a caller the key admits (or with
+         * no key): a preflight carries no credentials, and a 204 / 404 there would list the library to anyone. */
+        if (model_route && (authed || !srv->api_key) && !pb_server_model_listed(srv, url + 11))
+            *ret = pb_server_send_model_404(srv, c, url + 11);
+        else
+            *ret = send_preflight(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+        return true;
+    }
+    /* /metrics and /stats tell what is asked and how busy the server is: behind the key like the API */
+    bool keyed = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/tokenize") == 0 || strcmp(url, "/metrics") == 0 ||
+                 strcmp(url, "/stats") == 0;
+    if (keyed && !authed) {
+        *ret = pb_server_send_error(srv, c, 401, "invalid_request_error", NULL, "invalid_api_key",
+                                    "missing or wrong API key (send 'Authorization: Bearer KEY')");
+        return true;
+    }
+    if (post_route ? is_post : is_get) return false;
+    *ret = send_405(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS", method, url);
+    return true;
+}
+
+/* A body follows the headers: a Content-Length other than 0, or a Transfer-Encoding (framing_check let only
+ * chunked through). */
+static bool body_coming(struct MHD_Connection *c) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    return (cl && strcmp(cl, "0") != 0) || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+}
+
 enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                      const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     pb_server *srv = cls;
     request *rq = *con_cls;
     if (!rq) { /* the headers are complete */
@@ -163,6 +369,24 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
         snprintf(rq->path, sizeof rq->path, "%s", url);
         atomic_fetch_add(&srv->n_in_flight, 1);
         pb_server_conn_busy(srv, c);
+        /* the request as libmicrohttpd framed it, refused before its body is read when that framing is ambiguous */
+        char why[300];
+        const char *code;
+        unsigned bad = framing_check(c, version, why, sizeof why, &code);
+        enum MHD_Result ret = MHD_YES;
+        if (bad) {
+            ret = send_refusal(srv, c, bad, code, why);
+            rq->responded = true;
+        } else if (body_coming(c)) {
+            /* answered now, the body is not read: libmicrohttpd then closes the connection, so a request without one
+             * is answered at the usual time (its connection stays open) */
+            rq->responded = answer_before_body(srv, c, url, method, &ret);
+            rq->checked = !rq->responded;
+        }
+        return ret;
+    }
+    if (rq->responded) { /* answered early: what follows is not read as a body */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size > 0) { /* body chunk */
@@ -189,59 +413,21 @@ enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const 
         *upload_size = 0;
         return MHD_YES;
     }
-    char why[400];
-    unsigned refused = pb_server_guard_check(srv, c, why, sizeof why);
-    if (refused) return pb_server_send_error(srv, c, refused, "invalid_request_error", NULL, "forbidden", "%s", why);
-    /* HEAD is GET without the body (MHD drops it) */
-    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, is_post = strcmp(method, "POST") == 0;
-    bool is_options = strcmp(method, "OPTIONS") == 0;
+    enum MHD_Result ret;
+    if (!rq->checked && answer_before_body(srv, c, url, method, &ret)) return ret;
     if (rq->too_large)
         return pb_server_send_error(srv, c, 413, "invalid_request_error", NULL, "request_too_large",
                                     "request body is larger than %zu bytes", srv->p.max_body);
-    bool post_route = strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
-                      strcmp(url, "/tokenize") == 0;
-    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
-    bool get_route = strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 ||
-                     strcmp(url, "/metrics") == 0 || strcmp(url, "/stats") == 0 ||
-                     (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
-    /* a preflight only where a route answers: OPTIONS of a path that does not exist is a 404, as GET of it is */
-    if (is_options && !post_route && !get_route)
-        return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
-                                    "no route for %.10s %.200s", method, url);
-    if (is_options) return send_preflight(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     bool authed = auth_ok(srv, c);
-    /* /metrics and /stats tell what is asked and how busy the server is: behind the key like the API */
-    bool keyed = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/tokenize") == 0 || strcmp(url, "/metrics") == 0 ||
-                 strcmp(url, "/stats") == 0;
-    if (keyed && !authed)
-        return pb_server_send_error(srv, c, 401, "invalid_request_error", NULL, "invalid_api_key",
-                                    "missing or wrong API key (send 'Authorization: Bearer KEY')");
-    if (post_route) {
-        if (!is_post) return send_405(srv, c, "POST, OPTIONS", method, url);
-        if (strcmp(url, "/tokenize") == 0) return pb_server_route_tokenize(srv, c, rq);
-        return pb_server_route_generate(srv, c, rq,
-                                        strcmp(url, "/v1/chat/completions") == 0 ? JOB_CHAT : JOB_COMPLETION);
-    }
-    if (!is_get) {
-        /* 405 only where GET answers: another method on a path that does not exist is a 404, as GET of it is */
-        if (!get_route)
-            return pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
-                                        "no route for %.10s %.200s", method, url);
-        return send_405(srv, c, "GET, HEAD, OPTIONS", method, url);
-    }
+    if (strcmp(url, "/tokenize") == 0) return pb_server_route_tokenize(srv, c, rq);
+    if (strcmp(url, "/v1/chat/completions") == 0) return pb_server_route_generate(srv, c, rq, JOB_CHAT);
+    if (strcmp(url, "/v1/completions") == 0) return pb_server_route_generate(srv, c, rq, JOB_COMPLETION);
     if (strcmp(url, "/v1/models") == 0) return pb_server_route_models(srv, c);
-    if (model_route) return pb_server_route_model(srv, c, url + 11);
+    if (strncmp(url, "/v1/models/", 11) == 0) return pb_server_route_model(srv, c, url + 11);
     if (strcmp(url, "/health") == 0) return route_health(srv, c, authed);
     if (strcmp(url, "/metrics") == 0) return pb_server_route_metrics(srv, c);
     if (strcmp(url, "/stats") == 0) return pb_server_route_stats(srv, c);
     return pb_server_route_static(srv, c, url);
-}
-
-/* Copies s into out (cap bytes) with control bytes (below 0x20, DEL) as '?'. */
-static void printable(const char *s, char *out, size_t cap) {
-    size_t k = 0;
-    for (; *s && k + 1 < cap; s++) out[k++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
-    out[k] = 0;
 }
 
 /* "127.0.0.1 POST /v1/chat/completions 200 12+16 tokens 0.532 s" */

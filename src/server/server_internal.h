@@ -1,7 +1,8 @@
 /* server_internal.h -- the server room's shared types (jobs, slots, the server) and the functions its files call
  * across each other. Not installed; nothing outside src/server includes it. One job per file:
  *   server.c          lifecycle: start (slots, daemon), stop, defaults
- *   server_http.c     transport: the MHD callbacks, routing, auth, response helpers, the request log
+ *   server_http.c     transport: the MHD callbacks, request framing checks, routing, auth, response helpers, the
+ *                     request log
  *   server_guard.c    who may talk to us: Host / Origin checks (DNS rebinding, CORS), connection limits and the
  *                     header deadline, noticing a client that went away
  *   server_slots.c    jobs, the bounded queue, slot workers, cancellation, the FAQ fallback
@@ -106,7 +107,8 @@ struct slot {
 /* One TCP connection (MHD's socket context): its fd and when its request headers must be complete. */
 typedef struct conn {
     int fd;
-    double deadline; /* ms (pb_time_ms); 0 = none (a request is being served) */
+    double deadline;    /* ms (pb_time_ms); 0 = none (a request is being served) */
+    bool nul_in_target; /* the request line's target held %00 (pb_server_unescape); read by its request */
     struct conn *prev, *next;
 } conn;
 
@@ -166,7 +168,8 @@ typedef struct request {
     char *body;
     size_t len, cap;
     bool too_large;
-    bool responded;
+    bool responded;  /* answered at the first call, before the body: nothing more is read or routed */
+    bool checked;    /* route, method, Host / Origin and API key checked at the first call (a body follows) */
     double t_start;  /* ms, for the request log */
     char method[12]; /* for the request log */
     char path[160];
@@ -240,9 +243,13 @@ pb_status pb_server_models_init(pb_server *srv, pb_model *m);
 pb_session_params pb_server_slot_params(const pb_server_params *p, const pb_model *m, int n_ctx, pb_batch *batch);
 /* PB_SERVER_RING_EXTRA: server/server.h (info --mem counts it too) */
 /* Makes the model called name (NULL or "" = the loaded one) the loaded one and counts the caller as its
- * user; waits for the running jobs of another model first. Returns 0, or the HTTP status to refuse with
- * (404 unknown name, 503 stopping, 500 the model failed to load; err says why). */
-unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, size_t cap);
+ * user; waits for the running jobs of another model first, at most params.idle_timeout (120 s when 0), and only while
+ * the client of c is there (c NULL: not watched). Returns 0, or the HTTP status to refuse with, err saying why and
+ * *code the error code: 404 unknown name (model_not_found), 503 stopping (shutting_down), 503 not loaded or free in
+ * time (model_busy), 499 the client left (client_closed_request), 500 the model failed to load (model_load_failed).
+ * Callers check the request first: a switch is work a refused request must not cause. */
+unsigned pb_server_model_acquire(pb_server *srv, const char *name, struct MHD_Connection *c, char *err, size_t cap,
+                                 const char **code);
 /* Ends one use counted by pb_server_model_acquire. */
 void pb_server_model_release(pb_server *srv);
 /* Waits for a switch in progress and refuses new ones (pb_server_stop, before the sessions go). */
@@ -251,8 +258,12 @@ void pb_server_models_close(pb_server *srv);
 void pb_server_models_free(pb_server *srv);
 /* GET /v1/models: every model requests may name, with the loaded one marked. */
 enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c);
+/* True when id is the exact name of a library entry, as GET /v1/models/ID matches it (the list rescanned first). */
+bool pb_server_model_listed(pb_server *srv, const char *id);
 /* GET /v1/models/ID: the model object of library entry ID, or 404 model_not_found. */
 enum MHD_Result pb_server_route_model(pb_server *srv, struct MHD_Connection *c, const char *id);
+/* That 404 (the id shown only when it is printable UTF-8). */
+enum MHD_Result pb_server_send_model_404(pb_server *srv, struct MHD_Connection *c, const char *id);
 
 /* ---- server_metrics.c --------------------------------------------------------------------------- */
 
@@ -294,6 +305,8 @@ pb_status pb_server_watchdog_start(pb_server *srv);
 void pb_server_watchdog_stop(pb_server *srv);
 /* True when the client closed its side of the connection (checked without reading its bytes). */
 bool pb_server_client_gone(struct MHD_Connection *c);
+/* The connection's state (pb_server_on_connection's), or NULL when it has none. */
+conn *pb_server_conn_of(struct MHD_Connection *c);
 
 /* ---- server_http.c ------------------------------------------------------------------------------ */
 
@@ -312,5 +325,9 @@ void pb_server_count_response(pb_server *srv, unsigned code);
 enum MHD_Result pb_server_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                      const char *version, const char *upload, size_t *upload_size, void **con_cls);
 void pb_server_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+/* MHD's unescaper of the request target (MHD_OPTION_UNESCAPE_CALLBACK): %HH decoded as MHD does, except %00, which is
+ * left as it is and marks the connection (conn.nul_in_target) so the request is refused: decoded, the NUL would cut
+ * the path ("/health%00.js" read as "/health"). */
+size_t pb_server_unescape(void *cls, struct MHD_Connection *c, char *s);
 
 #endif

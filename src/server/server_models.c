@@ -417,13 +417,51 @@ static void nap(pb_server *srv) {
     pthread_cond_timedwait(&srv->model_cv, &srv->model_mu, &ts);
 }
 
-unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, size_t cap) {
+/* Seconds a request waits for its model (the running jobs of another one, a switch by another request): the idle
+ * timeout, as long as a client is left without a byte otherwise; 120 s when that is off. */
+static double wait_limit_s(const pb_server *srv) { return srv->p.idle_timeout > 0 ? srv->p.idle_timeout : 120; }
+
+/* Before each wait of pb_server_model_acquire (model_mu held): 0 to wait on; 499 when the client left (nobody is
+ * there to answer, and a waiting request holds back every new request of the loaded model: model_waiting), 503 past
+ * the deadline, with err and code filled. want: the model the request waits for. */
+static unsigned give_up(pb_server *srv, struct MHD_Connection *c, double deadline, const char *want, char *err,
+                        size_t cap, const char **code) {
+    if (c && pb_server_client_gone(c)) {
+        snprintf(err, cap, "the request was cancelled: the client closed its side of the connection");
+        *code = "client_closed_request";
+        return 499;
+    }
+    if (pb_time_ms() < deadline) return 0;
+    const char *loaded = srv->cur >= 0 ? srv->lib[srv->cur].name : "";
+    if (srv->switching)
+        snprintf(err, cap,
+                 "model '%.200s' was not ready within %.0f s: the server is still switching models; try again later",
+                 want, wait_limit_s(srv));
+    else if (strcmp(want, loaded) != 0)
+        snprintf(err, cap,
+                 "model '%.200s' could not be loaded within %.0f s: requests for the loaded model '%.200s' are still "
+                 "running (one model is loaded at a time); try again later",
+                 want, wait_limit_s(srv), loaded);
+    else
+        snprintf(err, cap,
+                 "model '%.200s' was not free within %.0f s: a request for another model is waiting to replace it; try "
+                 "again later",
+                 want, wait_limit_s(srv));
+    *code = "model_busy";
+    return 503;
+}
+
+unsigned pb_server_model_acquire(pb_server *srv, const char *name, struct MHD_Connection *c, char *err, size_t cap,
+                                 const char **code) {
     bool rescanned = false;
+    const double deadline = pb_time_ms() + wait_limit_s(srv) * 1000.0;
+    *code = NULL;
     pthread_mutex_lock(&srv->model_mu);
     for (;;) {
         if (srv->models_closed) {
             pthread_mutex_unlock(&srv->model_mu);
             snprintf(err, cap, "the server is shutting down");
+            *code = "shutting_down";
             return 503;
         }
         /* by name on every pass: a rescan by another request may have moved the entries */
@@ -431,9 +469,15 @@ unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, si
         if (name && *name && (want = find_model(srv, name, err, cap)) < 0) {
             if (!srv->p.list_models || rescanned) {
                 pthread_mutex_unlock(&srv->model_mu);
+                *code = "model_not_found";
                 return 404;
             }
             if (srv->switching) { /* lib[] is in use: rescan after the switch */
+                unsigned stop = give_up(srv, c, deadline, name, err, cap, code);
+                if (stop) {
+                    pthread_mutex_unlock(&srv->model_mu);
+                    return stop;
+                }
                 nap(srv);
                 continue;
             }
@@ -461,11 +505,17 @@ unsigned pb_server_model_acquire(pb_server *srv, const char *name, char *err, si
             pthread_cond_broadcast(&srv->model_cv);
             if (s != PB_OK) {
                 pthread_mutex_unlock(&srv->model_mu);
+                *code = "model_load_failed";
                 return 500;
             }
             continue;
         }
         /* wait for the running jobs of the loaded model (or a switch) to finish */
+        unsigned stop = give_up(srv, c, deadline, srv->lib[target].name, err, cap, code);
+        if (stop) {
+            pthread_mutex_unlock(&srv->model_mu);
+            return stop;
+        }
         bool other = target != srv->cur;
         if (other) srv->model_waiting++;
         nap(srv);
@@ -523,6 +573,15 @@ enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c)
     return pb_server_send_json(srv, c, 200, o);
 }
 
+bool pb_server_model_listed(pb_server *srv, const char *id) {
+    bool found = false;
+    pthread_mutex_lock(&srv->model_mu);
+    refresh(srv);
+    for (int i = 0; i < srv->n_lib && !found; i++) found = strcmp(srv->lib[i].name, id) == 0;
+    pthread_mutex_unlock(&srv->model_mu);
+    return found;
+}
+
 enum MHD_Result pb_server_route_model(pb_server *srv, struct MHD_Connection *c, const char *id) {
     pthread_mutex_lock(&srv->model_mu);
     refresh(srv);
@@ -531,6 +590,10 @@ enum MHD_Result pb_server_route_model(pb_server *srv, struct MHD_Connection *c, 
         if (strcmp(srv->lib[i].name, id) == 0) mo = model_object(srv, i);
     pthread_mutex_unlock(&srv->model_mu);
     if (mo) return pb_server_send_json(srv, c, 200, mo);
+    return pb_server_send_model_404(srv, c, id);
+}
+
+enum MHD_Result pb_server_send_model_404(pb_server *srv, struct MHD_Connection *c, const char *id) {
     /* the id comes from the path: named only when it is printable UTF-8 of a sane length */
     bool show = strlen(id) <= 200 && pb_utf8_valid((const uint8_t *)id, strlen(id));
     for (const char *p = id; show && *p; p++)

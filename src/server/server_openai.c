@@ -163,7 +163,18 @@ static char *content_text(cJSON *content) {
     return s;
 }
 
-/* Fills the sampling/stop parameters shared by both routes. */
+/* pb_gen_params_check against n_vocab (0: every rule but the token ids' range), its message with the field named. */
+static bool gen_check(const pb_gen_params *gen, int32_t n_vocab, parse_err *e) {
+    if (pb_gen_params_check(gen, n_vocab) == PB_OK) return true;
+    static const char *const fields[] = {
+        "top_p", "min_p", "top_k", "temperature", "presence_penalty", "frequency_penalty", "stop", "logit bias"};
+    const char *msg = pb_last_error(), *param = NULL;
+    for (size_t k = 0; k < sizeof fields / sizeof *fields && !param; k++)
+        if (strstr(msg, fields[k])) param = k == 7 ? "logit_bias" : fields[k];
+    return perr(e, param, "%s", msg);
+}
+
+/* Fills the sampling/stop parameters shared by both routes (no check here needs the model: see check_with_model). */
 static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     j->gen = pb_gen_default_params();
     cJSON *preset = cJSON_GetObjectItemCaseSensitive(root, "preset");
@@ -288,19 +299,18 @@ static bool parse_gen(pb_server *srv, cJSON *root, job *j, parse_err *e) {
                         "'response_format' other than {\"type\": \"text\"} is not supported by "
                         "this server");
     }
-    /* the engine's own rules, so a value it would refuse is a 400 now, not a failure after queueing */
-    /* the vocabulary size under the lock: a model switch clears srv->vocab before it closes the model */
-    pthread_mutex_lock(&srv->mu);
-    int32_t n_vocab = pb_vocab_size(srv->vocab);
-    pthread_mutex_unlock(&srv->mu);
-    if (pb_gen_params_check(&j->gen, n_vocab) != PB_OK) {
-        static const char *const fields[] = {
-            "top_p", "min_p", "top_k", "temperature", "presence_penalty", "frequency_penalty", "stop", "logit bias"};
-        const char *msg = pb_last_error(), *param = NULL;
-        for (size_t k = 0; k < sizeof fields / sizeof *fields && !param; k++)
-            if (strstr(msg, fields[k])) param = k == 7 ? "logit_bias" : fields[k];
-        return perr(e, param, "%s", msg);
-    }
+    /* the engine's own rules, so a value it would refuse is a 400 now, not a failure after queueing; here without
+     * the vocabulary (n_vocab 0: the request names a model that may not be loaded yet), check_with_model adds it */
+    return gen_check(&j->gen, 0, e);
+}
+
+/* The checks that need the loaded model, run once the request holds it (pb_server_model_acquire): logit_bias token
+ * ids against its vocabulary, thinking asked of a model without a thinking mode. Everything else was checked before,
+ * so a bad request never makes the server load the model it names. */
+static bool check_with_model(pb_server *srv, job *j, parse_err *e) {
+    if (!gen_check(&j->gen, pb_vocab_size(srv->vocab), e)) return false;
+    if (j->think && pb_vocab_find(srv->vocab, "<|think|>", 9) < 0)
+        return perr(e, "think", "this model has no thinking mode (no <|think|> token: not a Gemma 4 model)");
     return true;
 }
 
@@ -373,9 +383,7 @@ static bool parse_chat(pb_server *srv, cJSON *root, job *j, parse_err *e) {
     if (!think && cJSON_IsObject(kw)) think = cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking");
     if (think && !cJSON_IsNull(think)) {
         if (!cJSON_IsBool(think)) return perr(e, "think", "'think' (enable_thinking) must be a boolean");
-        j->think = cJSON_IsTrue(think);
-        if (j->think && pb_vocab_find(srv->vocab, "<|think|>", 9) < 0)
-            return perr(e, "think", "this model has no thinking mode (no <|think|> token: not a Gemma 4 model)");
+        j->think = cJSON_IsTrue(think); /* whether the model can think: check_with_model, once it is loaded */
     }
     /* "use my documents": ground the last user message in the knowledge base (when the prompt is built). */
     cJSON *use_docs = cJSON_GetObjectItemCaseSensitive(root, "use_documents");
@@ -521,6 +529,14 @@ static enum MHD_Result respond_whole(pb_server *srv, struct MHD_Connection *c, j
     return ret;
 }
 
+/* The refusal of pb_server_model_acquire as an OpenAI error. */
+static enum MHD_Result send_acquire_error(pb_server *srv, struct MHD_Connection *c, unsigned status, const char *code,
+                                          const char *msg) {
+    bool client = status == 404 || status == 499; /* the request's doing, not the server's */
+    return pb_server_send_error(srv, c, status, client ? "invalid_request_error" : "server_error",
+                                status == 404 ? "model" : NULL, code, "%s", msg);
+}
+
 enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *c, request *rq, job_kind kind) {
     pthread_mutex_lock(&srv->m.mu);
     if (kind == JOB_CHAT)
@@ -546,37 +562,41 @@ enum MHD_Result pb_server_route_generate(pb_server *srv, struct MHD_Connection *
         return pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "invalid_text",
                                     "the request's text contains a NUL character (\\u0000)");
     }
-    /* the model named in the request is loaded (or this waits for it) before its prompt is tokenized */
     cJSON *mf = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (mf && !cJSON_IsNull(mf) && !cJSON_IsString(mf)) {
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", "model", NULL, "'model' must be a string");
     }
-    char merr[512];
-    unsigned refused_model =
-        pb_server_model_acquire(srv, cJSON_IsString(mf) ? mf->valuestring : NULL, merr, sizeof merr);
-    if (refused_model) {
-        cJSON_Delete(root);
-        return pb_server_send_error(srv, c, refused_model,
-                                    refused_model == 404 ? "invalid_request_error" : "server_error",
-                                    refused_model == 404 ? "model" : NULL,
-                                    refused_model == 404   ? "model_not_found"
-                                    : refused_model == 503 ? "shutting_down"
-                                                           : "model_load_failed",
-                                    "%s", merr);
-    }
     job *j = pb_server_job_new(srv, kind);
-    if (!j) {
-        pb_server_model_release(srv);
+    char *model_name = cJSON_IsString(mf) ? pb_strdup(mf->valuestring) : NULL;
+    if (!j || (cJSON_IsString(mf) && !model_name)) {
+        if (j) pb_server_job_release(j);
+        free(model_name);
         cJSON_Delete(root);
         return pb_server_send_error(srv, c, 500, "server_error", NULL, NULL, "out of memory");
     }
-    j->holds_model = true;
+    /* Every field is checked before the model the request names is loaded: a request that is refused anyway must not
+     * cost a model switch (closing the loaded model, waiting for its running jobs, opening the other one). */
     parse_err e;
     memset(&e, 0, sizeof e);
     bool ok = kind == JOB_CHAT ? parse_chat(srv, root, j, &e) : parse_completion(srv, root, j, &e);
     cJSON_Delete(root);
     if (!ok) {
+        free(model_name);
+        pb_server_job_release(j);
+        return pb_server_send_error(srv, c, 400, "invalid_request_error", e.param, e.code, "%s", e.msg);
+    }
+    /* the model named in the request is loaded (or this waits for it) before its prompt is tokenized */
+    char merr[512];
+    const char *mcode;
+    unsigned refused_model = pb_server_model_acquire(srv, model_name, c, merr, sizeof merr, &mcode);
+    free(model_name);
+    if (refused_model) {
+        pb_server_job_release(j);
+        return send_acquire_error(srv, c, refused_model, mcode, merr);
+    }
+    j->holds_model = true;
+    if (!check_with_model(srv, j, &e)) {
         pb_server_job_release(j);
         return pb_server_send_error(srv, c, 400, "invalid_request_error", e.param, e.code, "%s", e.msg);
     }
@@ -643,10 +663,11 @@ enum MHD_Result pb_server_route_tokenize(pb_server *srv, struct MHD_Connection *
                                     "'content' is not valid UTF-8 text");
     }
     char merr[512];
-    unsigned refused = pb_server_model_acquire(srv, NULL, merr, sizeof merr);
+    const char *mcode;
+    unsigned refused = pb_server_model_acquire(srv, NULL, c, merr, sizeof merr, &mcode);
     if (refused) {
         cJSON_Delete(root);
-        return pb_server_send_error(srv, c, refused, "server_error", NULL, NULL, "%s", merr);
+        return send_acquire_error(srv, c, refused, mcode, merr);
     }
     /* one count at a time: tokenizing a large text takes memory, and this route has no queue place to bound how many
      * run at once (generation prompts are tokenized only after admission) */

@@ -24,6 +24,36 @@ try {
   let d = await listed();
   check(d.map((m) => m.id).join(',') === 'alpha,beta,broken' && d[0].loaded && !d[1].loaded, `/v1/models lists the library, alpha loaded (${JSON.stringify(d.map((m) => [m.id, m.loaded]))})`);
 
+  // a request naming another model is checked before the switch: one refused anyway never makes the server close
+  // alpha and open beta (each of these switched models before the 400)
+  {
+    const hi = [{ role: 'user', content: 'hi' }];
+    const bad = [
+      ['messages not an array', '/v1/chat/completions', { model: 'beta', messages: 'garbage' }],
+      ['no messages', '/v1/chat/completions', { model: 'beta' }],
+      ['temperature a string', '/v1/chat/completions', { model: 'beta', messages: hi, temperature: 'hot' }],
+      ['top_p 0 (the engine refuses it)', '/v1/chat/completions', { model: 'beta', messages: hi, top_p: 0 }],
+      ['a logit_bias key that is no token id', '/v1/chat/completions', { model: 'beta', messages: hi, logit_bias: { x: 1 } }],
+      ['stream not a boolean', '/v1/chat/completions', { model: 'beta', messages: hi, stream: 'yes' }],
+      ['logprobs (not supported)', '/v1/chat/completions', { model: 'beta', messages: hi, logprobs: true }],
+      ['a completion without a prompt', '/v1/completions', { model: 'beta', max_tokens: 2 }],
+    ];
+    const codes = [];
+    for (const [, route, body] of bad) {
+      const r = await fetch(srv.url + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      codes.push(r.status);
+      await r.text();
+    }
+    check(codes.every((c) => c === 400), `${bad.length} invalid requests naming beta -> 400 (${codes.join(',')})`);
+    const d0 = await listed();
+    check(d0[0].loaded && !d0[1].loaded,
+      `... and alpha is still the loaded model: none of them switched (${JSON.stringify(d0.map((m) => [m.id, m.loaded]))})`);
+    // a preflight of /v1/models/ID answers as its GET: 404 for a model the library does not have (it was 204)
+    const opt = async (id) => (await fetch(srv.url + '/v1/models/' + id, { method: 'OPTIONS' })).status;
+    const [o1, o2, o3] = [await opt('gpt-4'), await opt('beta'), await opt('%FF%0A')];
+    check(o1 === 404 && o2 === 204 && o3 === 404, `OPTIONS /v1/models/gpt-4 -> 404, /v1/models/beta -> 204, an unprintable id -> 404 (${o1} ${o2} ${o3})`);
+  }
+
   let r = await ask('alpha');
   let j = await r.json();
   check(r.status === 200 && j.model === 'alpha', `model alpha -> 200 from alpha (${r.status} ${j.model})`);
@@ -150,6 +180,60 @@ try {
   } finally {
     await stopServer(s5);
     fs.rmSync(lib3, { recursive: true, force: true });
+  }
+}
+// Waiting for a model is bounded: a request for alpha while beta answers long waits at most --idle-timeout (then 503
+// model_busy), and one whose client leaves stops waiting at once. Before, both waited for beta's running requests
+// whatever their length, and held back every new request for beta meanwhile; a waiter that had left still had alpha
+// loaded when beta's requests ended. A hot thermal zone (a pause of 100 ms a token) makes beta's answer long.
+{
+  const lib4 = fs.mkdtempSync(path.join(os.tmpdir(), 'pb-serve-lib4-'));
+  fs.symlinkSync(path.resolve(pickModel()), path.join(lib4, 'alpha.gguf'));
+  fs.symlinkSync(path.resolve(peerModel()), path.join(lib4, 'beta.gguf'));
+  fs.writeFileSync(path.join(lib4, 'temp'), '91000\n');
+  const s6 = await startServer(['-np', '2', '--idle-timeout', '2', '--thermal', path.join(lib4, 'temp')], { PB_MODELS: lib4 }, 'beta');
+  const chat = (model, n, signal) => fetch(s6.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, signal,
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Say something.' }], max_tokens: n, temperature: 0, logit_bias: { 1: -100, 107: -100 } }) });
+  const loaded = async () => (await (await fetch(s6.url + '/v1/models')).json()).data.filter((m) => m.loaded).map((m) => m.id).join(',');
+  const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+  try {
+    const t0 = Date.now();
+    const long = chat('beta', 120); // about 12 s at 100 ms a token
+    await sleep(500);
+    // a client that gives up on alpha after 1 s: the server stops waiting for it
+    const ac = new AbortController();
+    const left = chat('alpha', 2, ac.signal).catch(() => 'aborted');
+    await sleep(1000);
+    ac.abort();
+    await left;
+    await sleep(600); // the server notices within a 200 ms nap
+    // beta serves a new request in its second slot at once: no waiter for alpha holds it back any more
+    const t1 = Date.now();
+    const rb = await chat('beta', 2);
+    const jb = await rb.json();
+    const tb = Date.now() - t1;
+    check(rb.status === 200 && jb.model === 'beta' && tb < 4000, `beta answers beside the long request once alpha's waiter left (${rb.status} in ${tb} ms)`);
+    check(/POST \/v1\/chat\/completions 499/.test(s6.stderr()), 'the waiter whose client left is logged as 499');
+    // a waiter that stays: 503 model_busy after --idle-timeout (2 s), naming both models
+    const t2 = Date.now();
+    const ra = await chat('alpha', 2);
+    const ja = await ra.json();
+    const ta = Date.now() - t2;
+    check(ra.status === 503 && ja.error.code === 'model_busy' && /'alpha' could not be loaded within 2 s/.test(ja.error.message) && /'beta'/.test(ja.error.message) && ta < 6000,
+      `a request for alpha while beta is busy -> 503 model_busy after ${ta} ms: ${ja.error && ja.error.message}`);
+    const rl = await long;
+    const jl = await rl.json();
+    check(rl.status === 200 && jl.model === 'beta' && Date.now() - t0 > 6000, `the long beta request completes (${rl.status}, ${jl.usage && jl.usage.completion_tokens} tokens, ${Date.now() - t0} ms)`);
+    await sleep(500);
+    const now = await loaded();
+    check(now === 'beta', `no switch to alpha for the requests that gave up (loaded: ${now})`);
+    const r2 = await chat('alpha', 2);
+    check(r2.status === 200 && (await r2.json()).model === 'alpha', `alpha loads once beta is free (${r2.status})`);
+  } catch (e) {
+    check(false, 'exception: ' + (e.stack || e));
+  } finally {
+    await stopServer(s6);
+    fs.rmSync(lib4, { recursive: true, force: true });
   }
 }
 note('library: alpha = ' + pickModel() + ', beta = ' + peerModel());

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static char tmpdir[256];
 
@@ -811,6 +812,10 @@ static void test_readonly_upgrade(void) {
     if (st) {
         CHECK(pb_store_schema_version(st) == 3, "read-only upgrade: locked: still version %d (3)",
               pb_store_schema_version(st));
+        /* why it was not upgraded is kept (it was dropped: the CLI could only guess) */
+        const char *why = pb_store_upgrade_error(st);
+        CHECK(why && strstr(why, "schema upgrade 3 -> 4") && strstr(why, "locked"),
+              "read-only upgrade: locked: the upgrade's error is kept (%s)", why ? why : "NULL");
         CHECK(search_n(st, "running", top, sizeof top) == 1 && strcmp(top, "en.txt") == 0,
               "read-only upgrade: locked: 'running' found at v3");
         pb_store_close(st);
@@ -826,6 +831,42 @@ static void test_readonly_upgrade(void) {
           pb_store_schema_version(st), PB_STORE_SCHEMA_VERSION);
     CHECK(search_n(st, "中文", top, sizeof top) == 1 && strcmp(top, "zh.txt") == 0,
           "read-only upgrade: '中文' found in zh.txt");
+    CHECK(pb_store_upgrade_error(st) == NULL, "read-only upgrade: upgraded: no upgrade error");
+    pb_store_close(st);
+}
+
+/* Every failed upgrade of a read-only open says why: schema 3 through a symlink (the writer refuses it) is read as
+ * it is with the reason kept; schema 2 is upgraded where writable (it was refused as "needs write access" without a
+ * try) and, through a symlink, refused naming the reason (it was a generic "needs write access"). */
+static void test_readonly_upgrade_errors(void) {
+    pb_store *st = NULL;
+    const char *v3 = path_of("rou_v3.sqlite"), *v3l = path_of("rou_v3_link.sqlite");
+    CHECK(pb_store_open_at_version(v3, 3, &st) == PB_OK, "upgrade errors: create schema v3 (%s)", pb_last_error());
+    pb_store_close(st);
+    CHECK(symlink("rou_v3.sqlite", v3l) == 0, "upgrade errors: symlink to v3");
+    st = NULL;
+    CHECK(pb_store_open_readonly(v3l, &st) == PB_OK, "upgrade errors: v3 through a symlink opens (%s)",
+          pb_last_error());
+    if (st) {
+        const char *why = pb_store_upgrade_error(st);
+        CHECK(pb_store_schema_version(st) == 3 && why && strstr(why, "symbolic link"),
+              "upgrade errors: v3 through a symlink: read at v%d, why kept (%s)", pb_store_schema_version(st),
+              why ? why : "NULL");
+        pb_store_close(st);
+    }
+    const char *v2 = path_of("rou_v2.sqlite"), *v2l = path_of("rou_v2_link.sqlite");
+    st = NULL;
+    CHECK(pb_store_open_at_version(v2, 2, &st) == PB_OK, "upgrade errors: create schema v2 (%s)", pb_last_error());
+    pb_store_close(st);
+    CHECK(symlink("rou_v2.sqlite", v2l) == 0, "upgrade errors: symlink to v2");
+    st = NULL;
+    pb_status s = pb_store_open_readonly(v2l, &st);
+    CHECK(s == PB_ERR_UNSUPPORTED && !st && strstr(pb_last_error(), "schema version 2") &&
+              strstr(pb_last_error(), "symbolic link"),
+          "upgrade errors: v2 through a symlink: refused naming the schema and why (%d: %s)", s, pb_last_error());
+    st = NULL;
+    CHECK(pb_store_open_readonly(v2, &st) == PB_OK && st && pb_store_schema_version(st) == PB_STORE_SCHEMA_VERSION,
+          "upgrade errors: v2, writable: upgraded by the read-only open (%s)", pb_last_error());
     pb_store_close(st);
 }
 
@@ -928,6 +969,7 @@ int main(void) {
     test_cjk_search(path_of("cjk.sqlite"), "disk");
     test_cjk_upgrade();
     test_readonly_upgrade();
+    test_readonly_upgrade_errors();
     test_crash();
     test_shrinking_file();
     char cmd[600];

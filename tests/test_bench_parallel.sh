@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_bench_parallel.sh -- `pocketbrain bench --parallel N,...` on the tiny peer model: the table and the JSON name
 # each stream count with batched and alone rows (aggregate tok/s, per-stream p50 >= p99 > 0, the mean batch size:
-# above 1 when 3 streams decode at once), and bad counts exit 2.
+# above 1 when 3 streams decode at once), and bad counts exit 2; flags --cold or --parallel do not use are refused.
 BIN=${PB_BIN:-build/pocketbrain}
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
 [ -f "$M" ] || M=models/default.gguf
@@ -39,6 +39,17 @@ check "bench --parallel 2 --sample precise: sampled streams, the preset named in
   '[ $rc = 0 ] && grep -q "\"sample\":[[:space:]]*\"precise\"" "$T/sj" && grep -q "\"streams\":[[:space:]]*2" "$T/sj"'
 $BIN bench -m "$M" -t 1 --cold --sample balanced >"$T/out" 2>"$T/err"; rc=$?
 check "bench --cold --sample: exit 2, refused by name (rc $rc)" '[ $rc = 2 ] && grep -q -- "--sample is not taken with --cold" "$T/err"'
+# what --cold or --parallel does not use is refused by name (-p, -n, -d, --kv-type, --gpu with --cold, -d and
+# --ttft-prompt with --parallel ran the benchmark without them, not a word said)
+n_ign=0; ign=""
+for args in "--cold -p 64" "--cold -n 4" "--cold -d 8" "--cold --ttft-prompt 8" "--cold --kv-type q8_0" "--cold --no-gpu" \
+  "--cold --parallel 2" "--parallel 2 -d 8" "--parallel 2 --ttft-prompt 8"; do
+  # shellcheck disable=SC2086
+  timeout 20 $BIN bench -m "$M" -t 1 -r 1 $args >"$T/out" 2>"$T/err"; rc=$?
+  f=$(echo "$args" | awk '{print ($1 == "--cold") ? $2 : $3}'); mode=$(echo "$args" | awk '{print $1}')
+  if [ $rc != 2 ] || ! grep -q -- "$f is not taken with $mode" "$T/err"; then n_ign=$((n_ign + 1)); ign="$ign [$args: rc $rc]"; fi
+done
+check "bench: a flag --cold or --parallel does not use is refused by name ($n_ign not:$ign)" '[ $n_ign = 0 ]'
 $BIN bench -m "$M" -t 1 --parallel 65 >"$T/out" 2>"$T/err"; rc=$?
 check "bench --parallel 65: exit 2 naming the limit" '[ $rc = 2 ] && grep -q "64" "$T/err"'
 $BIN bench -m "$M" -t 1 --parallel 0 >"$T/out" 2>"$T/err"; rc=$?

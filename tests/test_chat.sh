@@ -2,8 +2,8 @@
 # test_chat.sh -- `pocketbrain chat` driven through tmux like a person: two turns, /stats, /save, quit
 # (session saved), resume with --session (no re-prefill), Ctrl-C during an answer, /reset, /quit; Ctrl-C
 # at the prompt (feedback, the next Ctrl-D still leaves), a full context said once with fitting advice; a failed piped
-# /save or /load exits 1; a long piped line is one turn, a line with a NUL byte is refused; SIGHUP, SIGTERM and SIGPIPE
-# save --session first.
+# /save or /load exits 1, its message starting "session load" / "session save" naming the file; a long piped line is
+# one turn, a line with a NUL byte is refused; SIGHUP, SIGTERM and SIGPIPE save --session first.
 BIN=${PB_BIN:-build/pocketbrain}
 # the tiny peer model (n_ctx_train 8192, vocab 4096); models/default.gguf only when the fixture is absent
 M=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -163,6 +163,22 @@ if [ $rc = 1 ] && grep -q '\[save failed' "$T/ps" && grep -q '1 /save or /load c
   [ $rc2 = 1 ] && grep -q '\[load failed' "$T/pl" && [ $rc3 = 0 ] && [ -s "$T/good.pbs" ]; then
   ok "piped chat: a failed /save or /load exits 1, naming it on stderr; a good /save exits 0"
 else nok "piped /save, /load failures: rc $rc / $rc2 / $rc3: $(cat "$T/pse" "$T/ple")"; fi
+# every failed /load and /save starts "session load" / "session save" and names the file once, as --session's
+# messages do (a /load of a file that could not be opened said only "cannot open '...'", a directory "'...' is not a
+# regular file")
+mkdir -p "$T/ldir"
+printf '/load %s/missing.pbs\n/load %s/ldir\n/load %s/bad.orig\n/save %s/no/dir/s.pbs\n' "$T" "$T" "$T" "$T" |
+  "$BIN" chat -m "$M" -t 1 -n 2 >"$T/pm" 2>&1; rc=$?
+n_named=0
+for f in missing.pbs ldir bad.orig; do
+  l=$(grep "^\[load failed: " "$T/pm" | grep -F "$T/$f'")
+  if echo "$l" | grep -q "^\[load failed: session load[ :]" && [ "$(echo "$l" | grep -o -F "$T/$f'" | wc -l)" = 1 ]; then
+    n_named=$((n_named + 1))
+  fi
+done
+if [ $rc = 1 ] && [ $n_named = 3 ] && grep -q "^\[save failed: session save '$T/no/dir/s.pbs': " "$T/pm"; then
+  ok "chat: a failed /load (missing, a directory, not a session) says 'session load' and the file once, as /save"
+else nok "chat /load messages: rc $rc, $n_named of 3: $(grep 'failed' "$T/pm" | tr '\n' ' ')"; fi
 # a piped line of 64 KiB or more is one turn (a fixed 64 KiB buffer cut it into two turns, each answered)
 awk 'BEGIN { for (i = 0; i < 14000; i++) printf "word "; print "" }' >"$T/long.txt"
 "$BIN" chat -m "$M" -t 1 -n 1 <"$T/long.txt" >"$T/long.out" 2>&1; rc=$?

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_cli_flags.sh -- CLI input rules: `pocketbrain help CMD`; --seed and every other numeric flag refuse
-# negatives, overflow and garbage (exit 2 naming the flag); prompts that are not UTF-8 (-p, -f, stdin,
+# negatives, overflow and garbage (exit 2 naming the flag); every long flag takes --flag=V as --flag V, a switch
+# refuses =V; lists (bench -t, --parallel) are plain digits without empty items; prompts that are not UTF-8 (-p, -f, stdin,
 # --system, --stop) are refused naming the byte; `info --mem -c N` and `run -c N` accept the same N; a value flag
 # without its value and empty values that change meaning are refused; stdout that cannot be written (full disk,
 # closed) ends in exit 1 naming it; a closed stdout or stderr is not reused for a file.
@@ -111,6 +112,50 @@ pull --name --sha256 --token --retries --timeout
 EOF
 if [ $silent = 0 ]; then ok "every value flag without its value exits 2 naming the flag"; else
   nok "flags without a value not named ($silent):$silent_list"; fi
+
+# ---- --flag=VALUE and --flag VALUE alike, for every long flag in every command's help; a switch refuses a value ----
+# `--file=X`, `--session=X`, `--sha256=X`, `--vocab=X` and 165 more were "unknown" while run's common flags took
+# both forms. A trailing unknown flag stops each command once its flags are read, before any work.
+same=0; switch=0; uneven=0; uneven_list=""; notflag=""
+for c in $("$BIN" --help | sed -n 's/^  \([a-z]*\) .*/\1/p'); do
+  for f in $("$BIN" help "$c" 2>&1 | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
+    timeout 20 "$BIN" "$c" "$f" zz --no-such-flag </dev/null >"$T/o1" 2>"$T/e1"; r1=$?
+    timeout 20 "$BIN" "$c" "$f=zz" --no-such-flag </dev/null >"$T/o2" 2>"$T/e2"; r2=$?
+    if grep -q "unknown [a-z]* '$f'" "$T/e1"; then notflag="$notflag $c:$f"; continue; fi # named, not taken
+    if [ $r1 = $r2 ] && cmp -s "$T/o1" "$T/o2" && cmp -s "$T/e1" "$T/e2"; then same=$((same + 1)); continue; fi
+    if [ $r2 = 2 ] && grep -q -- "$f takes no value (got '$f=zz')" "$T/e2" && [ "$(grep -c '^pocketbrain ' "$T/e2")" = 1 ]; then
+      switch=$((switch + 1)); continue
+    fi
+    uneven=$((uneven + 1)); [ $uneven -le 5 ] && uneven_list="$uneven_list [$c $f=zz -> rc $r2: $(head -1 "$T/e2")]"
+  done
+done
+if [ $uneven = 0 ] && [ $same -ge 100 ] && [ $switch -ge 40 ] && [ "$notflag" = " detokenize:--ids" ]; then
+  ok "every long flag: --flag=V same as --flag V ($same value flags), a switch refuses =V ($switch switches)"
+else nok "flag forms: $uneven uneven:$uneven_list; $same value, $switch switches; named but not taken:$notflag"; fi
+
+# ---- lists and ids: plain decimal digits, no sign, blank, empty item (strtol took "+1", " 1", "1," and "1,,2") ----
+list_bad=0; list_list=""
+for v in +1 " 1" "1 " 1, ,1 1,,2 "1, 2" 0x2 -1 0 99999999999999999999 ""; do
+  for f in -t --parallel; do
+    timeout 20 "$BIN" bench -m "$M" $f "$v" --no-such-flag </dev/null >"$T/o" 2>"$T/e"; rc=$?
+    if [ $rc != 2 ] || ! grep -q -- "$f expects a list" "$T/e"; then list_bad=$((list_bad + 1)); list_list="$list_list [$f '$v' -> rc $rc]"; fi
+  done
+done
+if [ $list_bad = 0 ]; then ok "bench -t / --parallel lists: a sign, blank, empty item or overflow exits 2 naming the flag"; else
+  nok "bench lists accepted ($list_bad):$list_list"; fi
+# the same flag, the same values in every command: --kv-type q8 (run's alias) and a 64-bit --seed in ask
+timeout 20 "$BIN" bench -m "$M" --kv-type q8 --no-such-flag </dev/null >"$T/o" 2>"$T/e"; r1=$?
+timeout 20 "$BIN" perplexity -m "$M" -f /dev/null --kv-type q8 --no-such-flag </dev/null >"$T/o" 2>"$T/e2"; r2=$?
+timeout 20 "$BIN" ask --db "$T/none.sqlite" --seed 18446744073709551615 what </dev/null >"$T/o" 2>"$T/e3"; r3=$?
+if [ $r1 = 2 ] && grep -q -- "--no-such-flag" "$T/e" && [ $r2 = 2 ] && grep -q -- "--no-such-flag" "$T/e2" &&
+  [ $r3 = 1 ] && grep -q "no knowledge base" "$T/e3"; then
+  ok "--kv-type q8 in bench and perplexity as in run; ask --seed takes 0..2^64-1 as run's"
+else nok "per-command values: bench rc $r1 $(head -1 "$T/e"); perplexity rc $r2 $(head -1 "$T/e2"); ask rc $r3 $(head -1 "$T/e3")"; fi
+
+$R -p hi -n 2 --keep-thinking >"$T/o" 2>"$T/e"; rc=$?
+if [ $rc = 2 ] && grep -q -- "--keep-thinking is chat's" "$T/e" && [ ! -s "$T/o" ]; then
+  ok "run --keep-thinking (chat's flag) is refused, not ignored"
+else nok "run --keep-thinking: rc $rc $(head -c 200 "$T/e")"; fi
 
 # ---- empty values that would change meaning silently ----
 timeout 20 "$BIN" serve -m "$M" --port 0 --api-key "" </dev/null >"$T/o" 2>"$T/e"; rc=$?

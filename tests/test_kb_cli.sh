@@ -81,12 +81,21 @@ check "$([ $rc = 0 ] && python3 -c 'import json,sys; h=json.load(open(sys.argv[1
 check "$([ "$(grep -c . "$T/err")" = 1 ] && grep -qF "$note" "$T/err" && grep -q 'Chinese, Japanese or Korean text without spaces are not found' "$T/err" && grep -q '`pocketbrain ingest --db FILE PATH...` on the file itself, where it is writable, upgrades it' "$T/err" && echo 0)" \
   "schema 3 through a symlink: one note on stderr naming the file, schema 3, what is missing and ingest --db ($(cat "$T/err"))"
 check "$([ "$(schema_of "$T/v3.sqlite")" = 3 ] && echo 0)" "schema 3 through a symlink: the file is left at schema 3"
+# the note says why the upgrade failed (the store dropped the upgrade's error; the note guessed "a symlink,
+# read-only, or locked by a writer")
+check "$(grep -qF "$note (output '$T/v3-link.sqlite' is a symbolic link" "$T/err" && echo 0)" \
+  "schema 3 through a symlink: the note gives the upgrade's own error ($(cat "$T/err"))"
 "$BIN" ask --db "$T/v3-link.sqlite" --dry-run "running" >"$T/out" 2>"$T/err"; rc=$?
 check "$([ $rc = 0 ] && grep -q en.txt "$T/out" && [ "$(grep -c "note: '$T/v3-link.sqlite' is at knowledge-base schema 3" "$T/err")" = 1 ] && echo 0)" \
   "schema 3 through a symlink: ask --dry-run exits 0 with the one note too (rc $rc $(head -c 300 "$T/err"))"
 "$BIN" search --db "$T/v3.sqlite" 中文 --json >"$T/out" 2>"$T/err"; rc=$?
 check "$([ $rc = 0 ] && [ ! -s "$T/err" ] && [ "$(schema_of "$T/v3.sqlite")" = 4 ] && grep -q '"path":"[^"]*/zh.txt"' "$T/out" && echo 0)" \
   "schema 3, writable: search upgrades it to 4 without a note and finds '中文' (rc $rc, stderr: $(head -c 300 "$T/err"))"
+# a knowledge base from a newer build: refused naming both schemas, never written
+cp "$T/v3.sqlite" "$T/v9.sqlite" && python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("PRAGMA user_version=9"); c.commit()' "$T/v9.sqlite"
+"$BIN" search --db "$T/v9.sqlite" running >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 1 ] && grep -q "schema version 9 is newer than this build's 4" "$T/err" && [ "$(schema_of "$T/v9.sqlite")" = 9 ] && echo 0)" \
+  "schema 9 (a newer build's): search exits 1 naming both schemas (rc $rc $(head -c 200 "$T/err"))"
 "$BIN" search --db "$T/kb.sqlite" >/dev/null 2>&1; check "$([ $? = 2 ] && echo 0)" "search without a query: usage error 2"
 # `--` ends the options: a query, question, path or FAQ text that starts with '-' (it was "unknown option")
 "$BIN" search --db "$T/kb.sqlite" -- "-steep green tea" >"$T/out" 2>"$T/err"; rc=$?

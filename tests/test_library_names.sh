@@ -133,3 +133,17 @@ check "pull --list with \$PB_CATALOG: exit 0 (rc=$rc)" [ "$rc" = 0 -a -s "$T/out
 PB_CATALOG="$T/catalog.json" "$PB" pull --list >"$T/out" 2>"$T/err"; rc=$?
 check "pull --list with text after the catalog's JSON: exit 1 naming it (rc=$rc: $(cat "$T/err"))" \
   [ "$rc" = 1 -a -n "$(grep "catalog $T/catalog.json is not valid JSON: more text after the JSON value" "$T/err")" ]
+
+# rm reads all its options before it removes anything: `rm NAME --help` printed the help after removing NAME, and a
+# mistyped flag was taken for a model's name
+cp "$T/lib/tiny.gguf" "$T/lib/victim.gguf"
+run "$PB" rm victim --help
+check "rm NAME --help: exit 0, prints the usage, removes nothing (rc=$rc)" \
+  [ "$rc" = 0 -a -f "$T/lib/victim.gguf" -a -n "$(grep 'usage: pocketbrain rm' "$T/out")" ]
+run "$PB" rm victim --frce
+check "rm NAME --frce: exit 2 naming the flag, removes nothing (rc=$rc)" \
+  [ "$rc" = 2 -a -f "$T/lib/victim.gguf" -a -n "$(grep "unknown flag '--frce' (nothing was removed)" "$T/err")" ]
+run "$PB" rm --
+check "rm -- without a name: exit 2 (rc=$rc)" [ "$rc" = 2 -a -f "$T/lib/victim.gguf" ]
+run "$PB" rm -- victim
+check "rm -- NAME removes it (rc=$rc)" [ "$rc" = 0 -a ! -e "$T/lib/victim.gguf" ]

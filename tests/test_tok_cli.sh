@@ -92,6 +92,20 @@ check "default model missing: exit 1 naming it" [ $rc = 1 -a -n "$(grep none.ggu
 check "detokenize id outside the vocabulary: exit 1 ($(cat "$T/err"))" [ $rc = 1 -a -n "$(grep 999999 "$T/err")" ]
 "$BIN" detokenize --vocab "$G2" 12x >/dev/null 2>&1; rc=$?
 check "detokenize bad id text: exit 2" [ $rc = 2 ]
+# an id is plain decimal digits and a list has no empty item: strtol took "+4521" and "-0" as ids, 4294971817 wrapped
+# to 4521 (int32), and "4521,,2134" lost the id between the commas without a word
+n_lax=0; lax=""
+for v in +4521 -0 -4521 4294971817 99999999999999999999 0x11A9 4521,,2134 ,4521 "4521,]" 4521, "[4521,,2134]"; do
+  "$BIN" detokenize --vocab "$G2" "$v" >"$T/out" 2>"$T/err"; rc=$?
+  printf '%s' "$v" | "$BIN" detokenize --vocab "$G2" - >"$T/out2" 2>"$T/err2"; rc2=$?
+  if [ $rc != 2 ] || [ -s "$T/out" ] || [ "$(grep -c '^pocketbrain detokenize: ' "$T/err")" != 1 ] || [ $rc2 != 1 ] || [ -s "$T/out2" ]; then
+    n_lax=$((n_lax + 1)); lax="$lax [$v: rc $rc/$rc2 $(cat "$T/out")]"
+  fi
+done
+check "detokenize refuses ids that are not plain digits and empty list items, as arguments (2) and on stdin (1):$lax" [ $n_lax = 0 ]
+out=$("$BIN" detokenize --vocab="$G2" "[4521," " 2134 ]"); rc=$?
+out2=$(printf '[4521,\n 2134]\n' | "$BIN" detokenize --vocab="$G2" -)
+check "detokenize: a JSON array over arguments or lines, --vocab=FILE ($out / $out2)" [ $rc = 0 -a "$out" = "Hello world" -a "$out2" = "Hello world" ]
 printf '"fine"\n{"no": 1}\n' | "$BIN" tokenize --jsonl --vocab "$G2" - >"$T/out" 2>"$T/err"; rc=$?
 check "--jsonl line that is not a string: exit 1 naming line 2" [ $rc = 1 -a -n "$(grep 'line 2' "$T/err")" ]
 # text after a line's JSON string is refused, naming the line and where (cJSON alone read '"hello" junk' as "hello");

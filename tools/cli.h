@@ -39,6 +39,12 @@ int cli_fail(const char *cmd, pb_status s, const char *what);
 /* "<prefix>: <pb_last_error()>", or the error alone when it already starts with "<prefix>:" (no "session:
  * session:"). The text lives until the next call. */
 const char *cli_last_error_as(const char *prefix);
+/* The flag matcher of every command: argv[*i] against a flag's name ("--long" or "-s") and alias (another name, or
+ * NULL). A flag that takes a value (val not NULL) takes it as "--long=VALUE" or as the next argument ("--long VALUE",
+ * "-s VALUE"; *i then moves past it); a switch (val NULL) refuses "--long=VALUE". Returns 1 when argv[*i] is this
+ * flag, 0 when not, -1 after a usage error naming it (the value missing, or a value given to a switch): return 2. */
+int cli_flag(const char *cmd, const char *usage, int argc, char **argv, int *i, const char *name, const char *alias,
+             const char **val);
 /* Usage error naming the flag: prints the message and the command's usage line, returns 2. */
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prints only the "usage: ..." line (after a value parser already said what is wrong); returns 2. */
@@ -48,13 +54,20 @@ int cli_usage_line(const char *usage);
  * cause is kept: main() ends a command that returned 0 with exit status 1 and a message naming it. */
 bool cli_flush_stdout(void);
 
-/* Strict number parsing: false (and a message) when s is not entirely a number in [lo, hi]. */
+/* Strict number parsing: false (and a message) when s is not entirely a number in [lo, hi]. flag names the value in
+ * the message ("--ctx", or "--ctx=abc" as given: named up to its '='). */
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 /* Unsigned 64-bit (seeds): digits only, 0..2^64-1; negative, overflow and garbage are refused. */
 bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
 bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 /* Parses sizes like "512M", "2G", "1000000" (bytes). */
 bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out);
+/* A comma-separated list of integers in [lo, hi] ("1,8,32"): each item plain decimal digits; no sign, blank, empty
+ * item ("1,,2", "1,") or more than max items. False after a message naming the flag. */
+bool cli_parse_int_list(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out, int max, int *n);
+/* A token id: plain decimal digits ("+5", "-0", " 5", "0x5" are not ids) up to INT32_MAX; false otherwise. *end (may
+ * be NULL) gets the first byte after the digits. */
+bool cli_parse_id(const char *s, int32_t *out, const char **end);
 
 /* In an argv loop of a command that takes operands (a query, a question, a text): an argument that starts with '-'
  * (not "-" alone, stdin, nor "--") is an option (cli_is_option). cli_operand tells, at the loop's top, what arg is:

@@ -55,8 +55,8 @@ const char *const cli_opts_help =
     "  --think                Gemma 4: turn thinking on (<|think|> in the system turn); the model's reasoning\n"
     "                         (its thought channel) is not printed, only the answer\n"
     "  --show-thinking        print the thought channel to stderr as it streams\n"
-    "  --keep-thinking        chat: keep each turn's thought in the context for the next turns (by default it\n"
-    "                         leaves when the next turn starts, as Google's Gemma 4 guide asks)";
+    "  --keep-thinking        chat only: keep each turn's thought in the context for the next turns (by default\n"
+    "                         it leaves when the next turn starts, as Google's Gemma 4 guide asks)";
 
 const char *cli_pack_cache_dir(void) {
     static char dir[4096];
@@ -82,7 +82,7 @@ void cli_opts_init(cli_opts *o) {
 
 const char *cli_kv_name(pb_kv_type t) { return t == PB_KV_Q8_0 ? "q8_0" : t == PB_KV_F32 ? "f32" : "f16"; }
 
-static bool parse_kv(const char *cmd, const char *s, pb_kv_type *out) {
+bool cli_parse_kv(const char *cmd, const char *s, pb_kv_type *out) {
     if (strcmp(s, "f16") == 0)
         *out = PB_KV_F16;
     else if (strcmp(s, "q8_0") == 0 || strcmp(s, "q8") == 0)
@@ -96,115 +96,108 @@ static bool parse_kv(const char *cmd, const char *s, pb_kv_type *out) {
     return true;
 }
 
-/* Matches argv[*i] against the long (and short) name; sets *val for "--x=v" or "--x v". 1 match, 0 no,
- * -1 missing value. */
-static int flag(int argc, char **argv, int *i, const char *lng, const char *shrt, const char **val) {
-    const char *a = argv[*i];
-    size_t n = strlen(lng);
-    if (strncmp(a, lng, n) == 0 && a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0)) return 0;
-    if (!val) return 1;
-    if (*i + 1 >= argc) return -1;
-    *val = argv[++*i];
-    return 1;
-}
-
 int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, char **argv, int *i) {
     const char *v = NULL, *a = argv[*i];
     long l;
     int r;
-#define VALUE(lng, shrt)                                                                                               \
-    ((r = flag(argc, argv, i, lng, shrt, &v)) < 0 ? (cli_usage_error(cmd, usage, "%s needs a value", a), -1) : r)
-/* the value's parser (or VALUE) already said what is wrong: only the usage line is left to print */
+#define VALUE(lng, shrt) (r = cli_flag(cmd, usage, argc, argv, i, lng, shrt, &v))
+#define SWITCH(lng, alt) (r = cli_flag(cmd, usage, argc, argv, i, lng, alt, NULL))
+/* the value's parser (or cli_flag) already said what is wrong: only the usage line is left to print */
 #define BAD() return (r < 0 ? 2 : cli_usage_line(usage))
-    if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
+    if (SWITCH("--gpu", "--no-gpu") != 0) {
+        if (r < 0) return 2;
         o->gpu = a[2] == 'g';
-    } else if (strcmp(a, "--no-pack-cache") == 0) {
+    } else if (SWITCH("--no-pack-cache", NULL) != 0) {
+        if (r < 0) return 2;
         o->no_pack_cache = true;
-    } else if ((r = VALUE("--model", "-m")) != 0) {
+    } else if (VALUE("--model", "-m") != 0) {
         if (r < 0) return 2;
         o->model = v;
-    } else if ((r = VALUE("--threads", "-t")) != 0) {
+    } else if (VALUE("--threads", "-t") != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 1, 256, &l)) BAD();
         o->n_threads = (int)l;
-    } else if ((r = VALUE("--ctx", "-c")) != 0) {
+    } else if (VALUE("--ctx", "-c") != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l)) BAD();
         o->n_ctx = (int)l;
-    } else if ((r = VALUE("--batch", "-b")) != 0) {
+    } else if (VALUE("--batch", "-b") != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 1, 65536, &l)) BAD();
         o->n_batch = (int)l;
-    } else if ((r = VALUE("--preset", NULL)) != 0) {
+    } else if (VALUE("--preset", NULL) != 0) {
         if (r < 0) return 2;
         if (pb_preset_from_name(v, &o->preset) != PB_OK)
             return cli_usage_error(cmd, usage, "--preset: %s", pb_last_error());
-    } else if ((r = VALUE("--temp", NULL)) != 0) {
+    } else if (VALUE("--temp", NULL) != 0) {
         if (r < 0 || !cli_parse_float(cmd, a, v, 0, 100, &o->temp)) BAD();
         o->has_temp = true;
-    } else if ((r = VALUE("--top-k", NULL)) != 0) {
+    } else if (VALUE("--top-k", NULL) != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 30, &o->top_k)) BAD();
         o->has_top_k = true;
-    } else if ((r = VALUE("--top-p", NULL)) != 0) {
+    } else if (VALUE("--top-p", NULL) != 0) {
         if (r < 0 || !cli_parse_float(cmd, a, v, 1e-6, 1, &o->top_p)) BAD();
         o->has_top_p = true;
-    } else if ((r = VALUE("--min-p", NULL)) != 0) {
+    } else if (VALUE("--min-p", NULL) != 0) {
         if (r < 0 || !cli_parse_float(cmd, a, v, 0, 1, &o->min_p)) BAD();
         o->has_min_p = true;
-    } else if ((r = VALUE("--repeat-penalty", NULL)) != 0) {
+    } else if (VALUE("--repeat-penalty", NULL) != 0) {
         if (r < 0 || !cli_parse_float(cmd, a, v, 1e-3, 100, &o->rep)) BAD();
         o->has_rep = true;
-    } else if ((r = VALUE("--presence-penalty", NULL)) != 0) {
+    } else if (VALUE("--presence-penalty", NULL) != 0) {
         if (r < 0 || !cli_parse_float(cmd, a, v, -100, 100, &o->pres)) BAD();
         o->has_pres = true;
-    } else if ((r = VALUE("--frequency-penalty", NULL)) != 0) {
+    } else if (VALUE("--frequency-penalty", NULL) != 0) {
         if (r < 0 || !cli_parse_float(cmd, a, v, -100, 100, &o->freq)) BAD();
         o->has_freq = true;
-    } else if ((r = VALUE("--repeat-last-n", NULL)) != 0) {
+    } else if (VALUE("--repeat-last-n", NULL) != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 20, &o->last_n)) BAD();
         o->has_last_n = true;
-    } else if ((r = VALUE("--seed", "-s")) != 0) {
+    } else if (VALUE("--seed", "-s") != 0) {
         if (r < 0 || !cli_parse_u64(cmd, a, v, &o->seed)) BAD();
         o->has_seed = true;
-    } else if ((r = VALUE("--max-tokens", "-n")) != 0) {
+    } else if (VALUE("--max-tokens", "-n") != 0) {
         if (r < 0 || !cli_parse_int(cmd, a, v, 0, 1 << 24, &l)) BAD();
         o->max_tokens = (int)l;
-    } else if ((r = VALUE("--stop", NULL)) != 0) {
+    } else if (VALUE("--stop", NULL) != 0) {
         if (r < 0) return 2;
         if (o->n_stop >= CLI_MAX_STOP) return cli_usage_error(cmd, usage, "at most %d --stop strings", CLI_MAX_STOP);
         if (!*v || strlen(v) > 256) return cli_usage_error(cmd, usage, "--stop needs 1..256 bytes");
         if (!cli_check_text(cmd, "--stop", v, strlen(v))) return 2;
         o->stop[o->n_stop++] = v;
-    } else if ((r = VALUE("--system", NULL)) != 0) {
+    } else if (VALUE("--system", NULL) != 0) {
         if (r < 0 || !cli_check_text(cmd, "--system", v, strlen(v))) return 2;
         o->system = v;
-    } else if ((r = VALUE("--kv-type", NULL)) != 0) {
-        if (r < 0 || !parse_kv(cmd, v, &o->kv_type)) BAD();
-    } else if ((r = VALUE("--mem-limit", NULL)) != 0) {
+    } else if (VALUE("--kv-type", NULL) != 0) {
+        if (r < 0 || !cli_parse_kv(cmd, v, &o->kv_type)) BAD();
+    } else if (VALUE("--mem-limit", NULL) != 0) {
         if (r < 0 || !cli_parse_size(cmd, a, v, &o->mem_limit)) BAD();
         if (o->mem_limit == 0) return cli_usage_error(cmd, usage, "--mem-limit must be above 0");
-    } else if ((r = VALUE("--thermal", NULL)) != 0) {
+    } else if (VALUE("--thermal", NULL) != 0) {
         if (r < 0) BAD();
         if (!*v) return cli_usage_error(cmd, usage, "--thermal needs auto, off or a file path");
         o->thermal = v;
-    } else if (strcmp(a, "--fit") == 0) {
+    } else if (SWITCH("--fit", NULL) != 0) {
+        if (r < 0) return 2;
         o->fit = true;
-    } else if (strcmp(a, "--context-shift") == 0) {
+    } else if (SWITCH("--context-shift", NULL) != 0) {
+        if (r < 0) return 2;
         o->context_shift = true;
-    } else if (strcmp(a, "--warmup") == 0) {
+    } else if (SWITCH("--warmup", NULL) != 0) {
+        if (r < 0) return 2;
         o->warmup = true;
-    } else if (strcmp(a, "--think") == 0) {
+    } else if (SWITCH("--think", NULL) != 0) {
+        if (r < 0) return 2;
         o->think = true;
-    } else if (strcmp(a, "--show-thinking") == 0) {
+    } else if (SWITCH("--show-thinking", NULL) != 0) {
+        if (r < 0) return 2;
         o->show_thinking = true;
-    } else if (strcmp(a, "--keep-thinking") == 0) {
+    } else if (SWITCH("--keep-thinking", NULL) != 0) {
+        if (r < 0) return 2;
         o->keep_thinking = true;
     } else {
         return 0;
     }
     return 1;
 #undef VALUE
+#undef SWITCH
 #undef BAD
 }
 
@@ -335,30 +328,32 @@ int cli_mem_parse(cli_mem_opts *o, const char *cmd, const char *usage, int argc,
     const char *v, *a = argv[*i];
     long l;
     int r;
-    if (strcmp(a, "--mem") == 0) {
+    if ((r = cli_flag(cmd, usage, argc, argv, i, "--mem", NULL, NULL)) != 0) {
+        if (r < 0) return 2;
         o->on = true;
         return 1;
     }
-    if (strcmp(a, "--think") == 0) {
+    if ((r = cli_flag(cmd, usage, argc, argv, i, "--think", NULL, NULL)) != 0) {
+        if (r < 0) return 2;
         o->think = true;
         if (!o->given) o->given = a;
         return 1;
     }
-    if ((r = flag(argc, argv, i, "--ctx", "-c", &v)) != 0) {
-        if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
+    if ((r = cli_flag(cmd, usage, argc, argv, i, "--ctx", "-c", &v)) != 0) {
+        if (r < 0) return 2;
         if (!o->given) o->given = a;
         if (!cli_parse_int(cmd, a, v, CLI_MIN_CTX, CLI_MAX_CTX, &l)) return cli_usage_line(usage);
         o->n_ctx = (int)l;
         return 1;
     }
-    if ((r = flag(argc, argv, i, "--kv-type", NULL, &v)) != 0) {
-        if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
-        if (!parse_kv(cmd, v, &o->kv_type)) return cli_usage_line(usage);
+    if ((r = cli_flag(cmd, usage, argc, argv, i, "--kv-type", NULL, &v)) != 0) {
+        if (r < 0) return 2;
+        if (!cli_parse_kv(cmd, v, &o->kv_type)) return cli_usage_line(usage);
         if (!o->given) o->given = a;
         return 1;
     }
-    if ((r = flag(argc, argv, i, "--mem-limit", NULL, &v)) != 0) {
-        if (r < 0) return cli_usage_error(cmd, usage, "%s needs a value", a);
+    if ((r = cli_flag(cmd, usage, argc, argv, i, "--mem-limit", NULL, &v)) != 0) {
+        if (r < 0) return 2;
         if (!cli_parse_size(cmd, a, v, &o->mem_limit)) return cli_usage_line(usage);
         /* as run's: 0 was taken as "detect" here, an explicit limit silently ignored */
         if (o->mem_limit == 0) return cli_usage_error(cmd, usage, "--mem-limit must be above 0");

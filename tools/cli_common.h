@@ -102,5 +102,7 @@ bool cli_json_print(void *cjson_object, bool pretty);
 
 /* Names: "f16" / "q8_0" / "f32". */
 const char *cli_kv_name(pb_kv_type t);
+/* --kv-type's value of every command: f16, q8_0 (or q8), f32; false after a message naming the flag. */
+bool cli_parse_kv(const char *cmd, const char *s, pb_kv_type *out);
 
 #endif

@@ -22,15 +22,18 @@ pb_store *cli_store_open_existing(const char *cmd, const char *path, const char 
         return NULL;
     }
     /* pb_store_open_readonly upgrades an older file where it can; where not (opened through a symlink, which the
-     * writer refuses, read-only media, another writer holding the lock) it reads schema 3 as it is, and only the
-     * CLI may say so. The text names what schema 4 adds: revisit it when the schema moves on. */
+     * writer refuses, read-only media, another writer holding the lock, a step that failed) it reads schema 3 as it
+     * is, keeps the upgrade's error, and only the CLI may say so (it used to guess the reason from a list). The text
+     * names what schema 4 adds: revisit it when the schema moves on. */
     _Static_assert(PB_STORE_SCHEMA_VERSION == 4, "the note below names what schema 4 adds");
-    if (pb_store_schema_version(st) < PB_STORE_SCHEMA_VERSION)
+    if (pb_store_schema_version(st) < PB_STORE_SCHEMA_VERSION) {
+        const char *why = pb_store_upgrade_error(st);
         cli_err(cmd,
-                "note: '%s' is at knowledge-base schema %d (this build: %d) and could not be upgraded here (a "
-                "symlink, read-only, or locked by a writer): words inside Chinese, Japanese or Korean text without "
-                "spaces are not found; `%s` on the file itself, where it is writable, upgrades it",
-                path, pb_store_schema_version(st), PB_STORE_SCHEMA_VERSION, create_hint);
+                "note: '%s' is at knowledge-base schema %d (this build: %d) and could not be upgraded here (%s): "
+                "words inside Chinese, Japanese or Korean text without spaces are not found; `%s` on the file "
+                "itself, where it is writable, upgrades it",
+                path, pb_store_schema_version(st), PB_STORE_SCHEMA_VERSION, why ? why : "no reason given", create_hint);
+    }
     return st;
 }
 

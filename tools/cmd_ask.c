@@ -191,47 +191,61 @@ static int fallback(const char *faq_db, pb_store *kb, const char *question, cons
 
 PB_CMD(ask) {
     const char *db = NULL, *model_path = NULL, *question = NULL, *faq_db = NULL, *preset = NULL, *embed = NULL;
-    long k = 6, n_ctx = 4096, max_tokens = 512, seed = -1;
+    long k = 6, n_ctx = 4096, max_tokens = 512;
+    uint64_t seed = 0;
+    bool seed_given = false;
     double fallback_after = 60;
     bool json = false, dry = false, max_tokens_given = false;
     bool ended = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("ask", usage, argc, argv, &i, name, alias, val))
         const int op = cli_operand(a, &ended); /* after "--" every argument, a question starting with '-' too */
         if (op < 0) continue;
         if (op) {
             if (question) return cli_usage_error("ask", usage, "one question only (quote it): unexpected '%s'", a);
             question = a;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        } else if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc)
-            db = argv[++i];
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
-            if (!(model_path = cli_model_arg("ask", argv[++i]))) return 1;
-        } else if (!strcmp(a, "--faq") && i + 1 < argc)
-            faq_db = argv[++i];
-        else if (!strcmp(a, "--preset") && i + 1 < argc)
-            preset = argv[++i];
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
-            if (!(embed = cli_model_arg("ask", argv[++i]))) return 1;
-        } else if (!strcmp(a, "-k") && i + 1 < argc) {
-            if (!cli_parse_int("ask", a, argv[++i], 1, 100, &k)) return 2;
-        } else if (!strcmp(a, "--ctx") && i + 1 < argc) {
-            if (!cli_parse_int("ask", a, argv[++i], 256, 1 << 20, &n_ctx)) return 2;
-        } else if (!strcmp(a, "--max-tokens") && i + 1 < argc) {
-            if (!cli_parse_int("ask", a, argv[++i], 16, 1 << 16, &max_tokens)) return 2;
+        } else if (FLAG("--db", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            db = v;
+        } else if (FLAG("--model", "-m", &v) != 0) {
+            if (r < 0) return 2;
+            if (!(model_path = cli_model_arg("ask", v))) return 1;
+        } else if (FLAG("--faq", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            faq_db = v;
+        } else if (FLAG("--preset", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            preset = v;
+        } else if (FLAG("--embed-model", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            if (!(embed = cli_model_arg("ask", v))) return 1;
+        } else if (FLAG("-k", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("ask", a, v, 1, 100, &k)) return 2;
+        } else if (FLAG("--ctx", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("ask", a, v, 256, 1 << 20, &n_ctx)) return 2;
+        } else if (FLAG("--max-tokens", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("ask", a, v, 16, 1 << 16, &max_tokens)) return 2;
             max_tokens_given = true;
-        } else if (!strcmp(a, "--seed") && i + 1 < argc) {
-            if (!cli_parse_int("ask", a, argv[++i], 0, 0x7fffffffL, &seed)) return 2;
-        } else if (!strcmp(a, "--fallback-after") && i + 1 < argc) {
-            if (!cli_parse_float("ask", a, argv[++i], 0, 86400, &fallback_after)) return 2;
-        } else if (!strcmp(a, "--json"))
+        } else if (FLAG("--seed", NULL, &v) != 0) { /* run's range: 0..2^64-1 (it was 0..2^31-1 here) */
+            if (r < 0 || !cli_parse_u64("ask", a, v, &seed)) return 2;
+            seed_given = true;
+        } else if (FLAG("--fallback-after", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_float("ask", a, v, 0, 86400, &fallback_after)) return 2;
+        } else if (FLAG("--json", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             json = true;
-        else if (!strcmp(a, "--dry-run"))
+        } else if (FLAG("--dry-run", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             dry = true;
-        else
-            return cli_usage_error("ask", usage, "unknown option or missing value: %s", a);
+        } else
+            return cli_usage_error("ask", usage, "unknown option '%s'", a);
+#undef FLAG
     }
     if (!db) return cli_usage_error("ask", usage, "--db KB.sqlite is required");
     if (!question) return cli_usage_error("ask", usage, "no question");
@@ -241,7 +255,7 @@ PB_CMD(ask) {
         if (pb_preset_from_name(preset, &pr)) return cli_usage_error("ask", usage, "unknown preset '%s'", preset);
         sp = pb_sampler_preset(pr);
     }
-    if (seed >= 0) sp.seed = (uint64_t)seed;
+    if (seed_given) sp.seed = seed;
     pb_store *st = cli_store_open_existing("ask", db, "pocketbrain ingest --db FILE PATH...");
     if (!st) return 1;
     pb_status s;

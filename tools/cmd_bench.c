@@ -38,12 +38,14 @@ static const char *const help =
     "                     (tgN, and each stream of --parallel)\n"
     "  --cold             cold start instead: process start -> first token of a 24-token prompt, each\n"
     "                     repetition a fresh process with the model file evicted from the page cache\n"
-    "                     (default context, as run uses)\n"
+    "                     (default context, as run uses; -p, -n, -d, -b, --ttft-prompt, --kv-type, --sample,\n"
+    "                     --gpu and --parallel are refused with it)\n"
     "  --gpu, --no-gpu    run on the GPU (fail when none is usable) / on the CPU; default: the GPU when usable\n"
     "  --parallel L       continuous batching instead: for each count N of the list (1..64), N sessions each\n"
     "                     prefill a -p token prompt, then all decode -n tokens at once on their own threads\n"
     "                     (-t's first value each), once through one batch and once each alone; reports the\n"
     "                     aggregate decode tok/s, per-stream tok/s p50 / p99 and the gain of batching\n"
+    "                     (-d, -b and --ttft-prompt are refused with it)\n"
     "  --no-pack-cache    repack the weights at every open instead of mapping the packed-weights cache\n"
     "                     ($XDG_CACHE_HOME/pocketbrain, else ~/.cache/pocketbrain; written by the first open)\n"
     "  --json             one JSON object instead of Markdown tables\n\n"
@@ -189,22 +191,6 @@ static int bench_one(const char *path, int threads, int gpu, const pb_preset *sa
     return rc;
 }
 
-static bool parse_threads(const char *s, int *t, int *n) {
-    *n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 256 || *n >= MAX_T) return false;
-        t[(*n)++] = (int)v;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return false;
-    }
-    return *n > 0;
-}
-
 PB_CMD(bench) {
     const char *model = NULL;
     int threads[MAX_T], n_threads = 0;
@@ -223,53 +209,61 @@ PB_CMD(bench) {
     pb_preset preset;
     const pb_preset *sample = NULL; /* NULL: greedy */
     pb_kv_type kv = PB_KV_F16;
+    /* the first flag given that --cold / --parallel would not use: refused with them, not ignored without a word */
+    const char *not_cold = NULL, *not_par = NULL;
+#define NOT_COLD(name) (not_cold = not_cold ? not_cold : (name))
+#define NOT_PAR(name)  (not_par = not_par ? not_par : (name))
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("bench", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("%s\n", help);
             return 0;
-        } else if (strcmp(a, "--json") == 0) {
+        } else if (FLAG("--json", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             json = true;
-        } else if (strcmp(a, "--cold") == 0) {
+        } else if (FLAG("--cold", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             cold = true;
-        } else if (strcmp(a, "--no-pack-cache") == 0) {
+        } else if (FLAG("--no-pack-cache", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             pack_cache = false;
-        } else if (strcmp(a, "--gpu") == 0 || strcmp(a, "--no-gpu") == 0) {
+        } else if (FLAG("--gpu", "--no-gpu", NULL) != 0) {
+            if (r < 0) return 2;
             gpu = a[2] == 'g';
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            if (!v) return cli_usage_error("bench", usage, "%s needs a value", a);
-            if (!(model = cli_model_arg("bench", argv[++i]))) return 1;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (!v || !parse_threads(v, threads, &n_threads))
-                return cli_usage_error("bench", usage, "%s expects a list like 1,2,4 (1..256, at most %d)", a, MAX_T);
-            i++;
-        } else if (strcmp(a, "--parallel") == 0) {
-            if (!v || !parse_threads(v, par, &n_par))
-                return cli_usage_error("bench", usage, "--parallel expects a list like 1,8,32 (1..64, at most %d)",
-                                       MAX_T);
-            for (int k = 0; k < n_par; k++)
-                if (par[k] > PB_BATCH_MAX_SESSIONS)
-                    return cli_usage_error("bench", usage, "--parallel: %d streams, the most is %d", par[k],
-                                           PB_BATCH_MAX_SESSIONS);
-            i++;
-        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &n_p)) return cli_usage_line(usage);
-            i++;
-        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &n_g)) return cli_usage_line(usage);
-            i++;
-        } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
-            if (!cli_parse_int("bench", a, v, 0, 65536, &depth)) return cli_usage_line(usage);
-            i++;
-        } else if (strcmp(a, "-b") == 0 || strcmp(a, "--batch") == 0) {
-            if (!cli_parse_int("bench", a, v, 1, 65536, &n_batch)) return cli_usage_line(usage);
-            i++;
-        } else if (strcmp(a, "--ttft-prompt") == 0) {
-            if (!cli_parse_int("bench", a, v, 1, 65536, &n_ttft)) return cli_usage_line(usage);
-            i++;
-        } else if (strcmp(a, "--sample") == 0) {
-            if (!v) return cli_usage_error("bench", usage, "--sample needs a value");
+            NOT_COLD(gpu ? "--gpu" : "--no-gpu");
+        } else if (FLAG("--model", "-m", &v) != 0) {
+            if (r < 0) return 2;
+            if (!(model = cli_model_arg("bench", v))) return 1;
+        } else if (FLAG("--threads", "-t", &v) != 0) {
+            if (r < 0 || !cli_parse_int_list("bench", a, v, 1, 256, threads, MAX_T, &n_threads))
+                return r < 0 ? 2 : cli_usage_line(usage);
+        } else if (FLAG("--parallel", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int_list("bench", a, v, 1, PB_BATCH_MAX_SESSIONS, par, MAX_T, &n_par))
+                return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("--parallel");
+        } else if (FLAG("--n-prompt", "-p", &v) != 0) {
+            if (r < 0 || !cli_parse_int("bench", a, v, 0, 65536, &n_p)) return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("-p");
+        } else if (FLAG("--n-gen", "-n", &v) != 0) {
+            if (r < 0 || !cli_parse_int("bench", a, v, 0, 65536, &n_g)) return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("-n");
+        } else if (FLAG("--depth", "-d", &v) != 0) {
+            if (r < 0 || !cli_parse_int("bench", a, v, 0, 65536, &depth)) return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("-d");
+            NOT_PAR("-d");
+        } else if (FLAG("--batch", "-b", &v) != 0) {
+            if (r < 0 || !cli_parse_int("bench", a, v, 1, 65536, &n_batch)) return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("-b"); /* they size their own sessions */
+            NOT_PAR("-b");
+        } else if (FLAG("--ttft-prompt", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("bench", a, v, 1, 65536, &n_ttft)) return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("--ttft-prompt");
+            NOT_PAR("--ttft-prompt");
+        } else if (FLAG("--sample", NULL, &v) != 0) {
+            if (r < 0) return 2;
             if (strcmp(v, "greedy") == 0)
                 sample = NULL;
             else if (pb_preset_from_name(v, &preset) == PB_OK)
@@ -277,25 +271,25 @@ PB_CMD(bench) {
             else
                 return cli_usage_error("bench", usage,
                                        "--sample expects greedy, precise, balanced, creative or code, got '%s'", v);
-            i++;
-        } else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
-            if (!cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return cli_usage_line(usage);
-            i++;
-        } else if (strcmp(a, "--kv-type") == 0) {
-            if (!v) return cli_usage_error("bench", usage, "--kv-type needs a value");
-            if (strcmp(v, "f16") == 0)
-                kv = PB_KV_F16;
-            else if (strcmp(v, "q8_0") == 0)
-                kv = PB_KV_Q8_0;
-            else if (strcmp(v, "f32") == 0)
-                kv = PB_KV_F32;
-            else
-                return cli_usage_error("bench", usage, "--kv-type expects f16, q8_0 or f32, got '%s'", v);
-            i++;
+            NOT_COLD("--sample");
+        } else if (FLAG("--reps", "-r", &v) != 0) {
+            if (r < 0 || !cli_parse_int("bench", a, v, 1, MAX_R, &reps)) return r < 0 ? 2 : cli_usage_line(usage);
+        } else if (FLAG("--kv-type", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_kv("bench", v, &kv)) return r < 0 ? 2 : cli_usage_line(usage);
+            NOT_COLD("--kv-type");
         } else {
             return cli_usage_error("bench", usage, "unknown flag '%s'", a);
         }
+#undef FLAG
+#undef NOT_COLD
+#undef NOT_PAR
     }
+    /* --cold runs one greedy token after a 24-token prompt in fresh processes with run's defaults; --parallel sizes
+     * its own sessions and decodes from a -p prompt: what they do not use is refused (it was ignored) */
+    if (cold && not_cold)
+        return cli_usage_error("bench", usage, "%s is not taken with --cold (its one token is greedy, after a %s)",
+                               not_cold, "24-token prompt, with run's defaults");
+    if (n_par > 0 && not_par) return cli_usage_error("bench", usage, "%s is not taken with --parallel", not_par);
     const char *path = model ? model : cli_default_model();
     if (!path) {
         cli_err("bench", "no model: pass -m MODEL.gguf");
@@ -303,10 +297,6 @@ PB_CMD(bench) {
     }
     if (n_threads == 0) threads[n_threads++] = pb_cpu_physical_cores();
     const char *cache_dir = pack_cache ? cli_pack_cache_dir() : NULL;
-    if (cold && sample)
-        return cli_usage_error("bench", usage, "--sample is not taken with --cold (its one token is greedy)");
-    if ((cold || n_par > 0) && n_batch > 0) /* they size their own sessions */
-        return cli_usage_error("bench", usage, "-b is not taken with %s", cold ? "--cold" : "--parallel");
     if (cold) return bench_cold(path, threads, n_threads, (int)reps, json, cache_dir);
     if (n_par > 0)
         return bench_parallel(path, par, n_par, threads[0], gpu, (int)n_p, (int)n_g, (int)reps, kv, sample, cache_dir,

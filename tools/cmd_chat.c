@@ -34,6 +34,23 @@ static const char *const commands_help =
     "  /help           this list\n"
     "  /quit           leave (also /exit, Ctrl-D)";
 
+/* pb_last_error() after a failed pb_session_load / pb_session_save, starting with what ("session load" / "session
+ * save") and naming the file once: the library puts "session load 'FILE': " before what it found in a file, not
+ * before a file it could not open ("cannot open 'FILE': ..."), so a failing /load read otherwise than /save and
+ * --session did. The text lives until the next call. */
+static const char *session_error(const char *what, const char *path) {
+    static char buf[1600], quoted[1100];
+    const char *e = pb_last_error();
+    size_t n = strlen(what);
+    if (strncmp(e, what, n) == 0 && (e[n] == ' ' || e[n] == ':')) return e;
+    snprintf(quoted, sizeof quoted, "'%s'", path);
+    if (strstr(e, quoted))
+        snprintf(buf, sizeof buf, "%s: %s", what, e);
+    else
+        snprintf(buf, sizeof buf, "%s '%s': %s", what, path, e);
+    return buf;
+}
+
 static pb_session *volatile g_session;
 static volatile sig_atomic_t g_generating, g_interrupted, g_hangup;
 
@@ -248,7 +265,7 @@ static bool command(chat *c, char *line) {
         if (!arg || !*arg)
             printf("[usage: /save FILE]\n");
         else if (pb_session_save(c->s, arg) != PB_OK) {
-            printf("[save failed: %s]\n", pb_last_error());
+            printf("[save failed: %s]\n", session_error("session save", arg));
             c->n_failed++;
         } else
             printf("[saved %lld tokens to %s]\n", (long long)pb_session_n_past(c->s), arg);
@@ -256,7 +273,7 @@ static bool command(chat *c, char *line) {
         if (!arg || !*arg)
             printf("[usage: /load FILE]\n");
         else if (pb_session_load(c->s, arg) != PB_OK) {
-            printf("[load failed: %s]\n", pb_last_error());
+            printf("[load failed: %s]\n", session_error("session load", arg));
             c->n_failed++;
         } else {
             forget_last(c);
@@ -315,13 +332,16 @@ PB_CMD(chat) {
         int r = cli_opts_parse(&c.o, "chat", usage, argc, argv, &i);
         if (r == 2) return 2;
         if (r == 1) continue;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *v = NULL;
+        if ((r = cli_flag("chat", usage, argc, argv, &i, "--help", "-h", NULL)) != 0) {
+            if (r < 0) return 2;
             printf("%s%s\n\n%s\n", help, commands_help, cli_opts_help);
             return 0;
-        } else if (strcmp(a, "--session") == 0) {
-            if (++i >= argc) return cli_usage_error("chat", usage, "--session needs a file");
-            c.session_file = argv[i];
-        } else if (strcmp(a, "--no-stats") == 0) {
+        } else if ((r = cli_flag("chat", usage, argc, argv, &i, "--session", NULL, &v)) != 0) {
+            if (r < 0) return 2;
+            c.session_file = v;
+        } else if ((r = cli_flag("chat", usage, argc, argv, &i, "--no-stats", NULL, NULL)) != 0) {
+            if (r < 0) return 2;
             c.stats = false;
         } else if (a[0] == '-') {
             return cli_usage_error("chat", usage, "unknown flag '%s'", a);
@@ -348,7 +368,8 @@ PB_CMD(chat) {
     struct stat st;
     if (c.session_file && stat(c.session_file, &st) == 0) {
         if (pb_session_load(c.s, c.session_file) != PB_OK) {
-            cli_err("chat", "cannot resume: %s (the file is left as it is)", pb_last_error());
+            cli_err("chat", "cannot resume: %s (the file is left as it is)",
+                    session_error("session load", c.session_file));
             pb_session_free(c.s);
             pb_model_close(c.m);
             free(c.system);
@@ -395,7 +416,7 @@ PB_CMD(chat) {
     }
     if (c.session_file) {
         if (pb_session_save(c.s, c.session_file) != PB_OK) {
-            cli_err("chat", "cannot save the session: %s", pb_last_error());
+            cli_err("chat", "cannot save the session: %s", session_error("session save", c.session_file));
             rc = 1;
         } else {
             printf("[saved %s]\n", c.session_file);

@@ -181,19 +181,21 @@ static int parse_args(int argc, char **argv, conv_opts *o) {
     memset(o, 0, sizeof *o);
     o->type_name = "f16";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("convert", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("usage: %s\n", usage);
             return 0;
-        } else if (strcmp(a, "--type") == 0 || strcmp(a, "--outtype") == 0) {
-            if (++i >= argc) return cli_usage_error("convert", usage, "%s needs a value", a);
-            o->type_name = argv[i];
-        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (++i >= argc) return cli_usage_error("convert", usage, "%s needs a value", a);
-            if (!cli_parse_int("convert", a, argv[i], 1, 256, &o->n_threads)) return 2;
-        } else if (strcmp(a, "--name") == 0) {
-            if (++i >= argc) return cli_usage_error("convert", usage, "--name needs a value");
-            o->name = argv[i];
+        } else if (FLAG("--type", "--outtype", &v) != 0) {
+            if (r < 0) return 2;
+            o->type_name = v;
+        } else if (FLAG("--threads", "-t", &v) != 0) {
+            if (r < 0 || !cli_parse_int("convert", a, v, 1, 256, &o->n_threads)) return 2;
+        } else if (FLAG("--name", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            o->name = v;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("convert", usage, "unknown option '%s'", a);
         } else if (!o->in_dir) {
@@ -203,6 +205,7 @@ static int parse_args(int argc, char **argv, conv_opts *o) {
         } else {
             return cli_usage_error("convert", usage, "unexpected argument '%s'", a);
         }
+#undef FLAG
     }
     if (!o->in_dir || !o->out_path) return cli_usage_error("convert", usage, "HF_DIR and OUT.gguf are required");
     int t;

@@ -22,6 +22,7 @@ static const char *const usage =
 typedef struct idbuf {
     int32_t *ids;
     int64_t n, cap;
+    char last; /* the last thing parse_ids read: 0 nothing, 'i' an id, ',' '[' ']' */
 } idbuf;
 
 static bool push(idbuf *b, long v) {
@@ -36,28 +37,48 @@ static bool push(idbuf *b, long v) {
     return true;
 }
 
-/* Parses ids from s (separators: whitespace , [ ]). */
+/* Parses ids from s into b: plain decimal digits, separated by whitespace and at most one comma, in [ ] or not (the
+ * output of `tokenize --ids`, also split over arguments: "[4521," "2134]"). strtol took "+5", "-0" and 99999999999
+ * wrapped to an int32 as ids, and "1,,2" passed as "1,2" (an id missing from a script's list). */
 static bool parse_ids(const char *s, idbuf *b) {
     while (*s) {
-        if (isspace((unsigned char)*s) || *s == ',' || *s == '[' || *s == ']') {
+        const char c = *s;
+        if (isspace((unsigned char)c) || c == '[') {
+            if (c == '[') b->last = '[';
             s++;
             continue;
         }
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < INT32_MIN || v > INT32_MAX ||
-            (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']')) {
-            cli_err("detokenize", "'%.20s' is not a token id", s);
+        if ((c == ',' && b->last != 'i') || (c == ']' && b->last == ',')) {
+            cli_err("detokenize", "an empty item in the id list at '%.20s'", s);
+            return false;
+        }
+        if (c == ',' || c == ']') {
+            b->last = c;
+            s++;
+            continue;
+        }
+        int32_t v;
+        const char *end;
+        if (!cli_parse_id(s, &v, &end) || (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']')) {
+            cli_err("detokenize", "'%.20s' is not a token id (an id is plain decimal digits, at most %d)", s,
+                    INT32_MAX);
             return false;
         }
         if (!push(b, v)) {
             cli_err("detokenize", "out of memory");
             return false;
         }
+        b->last = 'i';
         s = end;
     }
     return true;
+}
+
+/* The end of an id list: "1," lost the id after its comma. */
+static bool ids_end(const idbuf *b) {
+    if (b->last != ',') return true;
+    cli_err("detokenize", "the id list ends with a comma (an id missing after it)");
+    return false;
 }
 
 /* Reads stdin whole and parses its ids into b: 0, or 1 after saying what is wrong. */
@@ -84,7 +105,7 @@ static int read_stdin_ids(idbuf *b) {
     }
     in[n] = 0;
     /* parse_ids stops at a NUL: the ids after one were dropped without a word */
-    bool ok = cli_check_text("detokenize", "stdin", in, n) && parse_ids(in, b);
+    bool ok = cli_check_text("detokenize", "stdin", in, n) && parse_ids(in, b) && ids_end(b);
     free(in);
     return ok ? 0 : 1;
 }
@@ -96,18 +117,27 @@ PB_CMD(detokenize) {
     idbuf b = {0};
     int rc = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts(usage);
-            free(b.ids);
-            return 0;
-        } else if (!strcmp(a, "--special"))
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("detokenize", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) {
+                rc = 2;
+            } else {
+                puts(usage);
+                free(b.ids);
+                return 0;
+            }
+        } else if (FLAG("--special", NULL, NULL) != 0) {
+            rc = r < 0 ? 2 : 0;
             special = true;
-        else if (!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc)
-                rc = cli_usage_error("detokenize", usage, "%s needs a file", a);
-            else if (!(vocab_path = cli_model_arg("detokenize", argv[i])))
+        } else if (FLAG("--vocab", NULL, &v) != 0 || FLAG("--model", "-m", &v) != 0) {
+            if (r < 0)
+                rc = 2;
+            else if (!(vocab_path = cli_model_arg("detokenize", v))) {
+                free(b.ids);
                 return 1;
+            }
         } else if (!strcmp(a, "-")) {
             if (stdin_at >= 0) rc = cli_usage_error("detokenize", usage, "- (stdin) given twice");
             stdin_at = b.n;
@@ -115,10 +145,15 @@ PB_CMD(detokenize) {
             rc = cli_usage_error("detokenize", usage, "unknown option '%s'", a);
         else if (!parse_ids(a, &b))
             rc = 2;
+#undef FLAG
         if (rc) {
             free(b.ids);
             return rc;
         }
+    }
+    if (!ids_end(&b)) {
+        free(b.ids);
+        return 2;
     }
     if (stdin_at >= 0) { /* in its place: `detokenize 2 -` puts 2 first (stdin's ids used to follow every argument's) */
         idbuf in = {0}, all = {0};

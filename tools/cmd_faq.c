@@ -52,19 +52,23 @@ PB_CMD(faq) {
     int n_pos = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const char *a = argv[i], *v = NULL;
+        int r = 0;
+        if ((r = cli_flag("faq", usage, argc, argv, &i, "--help", "-h", NULL)) != 0) {
+            if (r < 0) return 2;
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc)
-            db = argv[++i];
-        else if (!strcmp(a, "--json"))
+        } else if ((r = cli_flag("faq", usage, argc, argv, &i, "--db", NULL, &v)) != 0) {
+            if (r < 0) return 2;
+            db = v;
+        } else if ((r = cli_flag("faq", usage, argc, argv, &i, "--json", NULL, NULL)) != 0) {
+            if (r < 0) return 2;
             json = true;
-        else if (!strcmp(a, "--")) { /* the end of the options: a question or answer may start with '-' */
+        } else if (!strcmp(a, "--")) { /* the end of the options: a question or answer may start with '-' */
             while (++i < argc && n_pos < 4) pos[n_pos++] = argv[i];
             if (i < argc) return cli_usage_error("faq", usage, "too many arguments");
         } else if (a[0] == '-' && a[1] == '-' && n_pos == 0)
-            return cli_usage_error("faq", usage, "unknown option or missing value: %s", a);
+            return cli_usage_error("faq", usage, "unknown option '%s'", a);
         else if (n_pos < 4)
             pos[n_pos++] = a;
         else

@@ -463,14 +463,19 @@ PB_CMD(info) {
         int mr = cli_mem_parse(&mem_opts, "info", usage, argc, argv, &i);
         if (mr == 2) return 2;
         if (mr == 1) continue;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+#define FLAG(name, alias) (mr = cli_flag("info", usage, argc, argv, &i, name, alias, NULL))
+        if (FLAG("--help", "-h") != 0) {
+            if (mr < 0) return 2;
             printf("usage: %s\n", usage);
             return 0;
-        } else if (strcmp(a, "--json") == 0) {
+        } else if (FLAG("--json", NULL) != 0) {
+            if (mr < 0) return 2;
             json = true;
-        } else if (strcmp(a, "--kv") == 0) {
+        } else if (FLAG("--kv", NULL) != 0) {
+            if (mr < 0) return 2;
             kv = true;
-        } else if (strcmp(a, "--tensors") == 0) {
+        } else if (FLAG("--tensors", NULL) != 0) {
+            if (mr < 0) return 2;
             tensors = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("info", usage, "unknown flag '%s'", a);
@@ -479,6 +484,7 @@ PB_CMD(info) {
         } else {
             return cli_usage_error("info", usage, "unexpected argument '%s' (one model file only)", a);
         }
+#undef FLAG
     }
     if (!path) return cli_usage_error("info", usage, "missing MODEL.gguf");
     /* without --mem they changed nothing, and `info M -c 64` exited 0 as if it had */

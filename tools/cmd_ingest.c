@@ -83,35 +83,54 @@ PB_CMD(ingest) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const char *val = NULL;
+        int r;
+#define FLAG(name, alias, vp) (r = cli_flag("ingest", usage, argc, argv, &i, name, alias, vp))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) goto flag_fail;
             puts(usage);
             free(paths);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc)
-            db = argv[++i];
-        else if ((!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
-            if (!(vocab_path = cli_model_arg("ingest", argv[++i]))) return 1;
-        } else if (!strcmp(a, "--prune"))
+        } else if (FLAG("--db", NULL, &val) != 0) {
+            if (r < 0) goto flag_fail;
+            db = val;
+        } else if (FLAG("--vocab", NULL, &val) != 0 || FLAG("--model", "-m", &val) != 0) {
+            if (r < 0) goto flag_fail;
+            if (!(vocab_path = cli_model_arg("ingest", val))) {
+                free(paths);
+                return 1;
+            }
+        } else if (FLAG("--prune", NULL, NULL) != 0) {
+            if (r < 0) goto flag_fail;
             p.prune = true;
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
-            if (!(embed = cli_model_arg("ingest", argv[++i]))) return 1;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
+        } else if (FLAG("--embed-model", NULL, &val) != 0) {
+            if (r < 0) goto flag_fail;
+            if (!(embed = cli_model_arg("ingest", val))) {
+                free(paths);
+                return 1;
+            }
+        } else if (FLAG("--verbose", "-v", NULL) != 0) {
+            if (r < 0) goto flag_fail;
             ui.verbose = true;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
+        } else if (FLAG("--quiet", "-q", NULL) != 0) {
+            if (r < 0) goto flag_fail;
             ui.quiet = true;
-        else if (!strcmp(a, "--chunk-tokens") && i + 1 < argc) {
-            if (!cli_parse_int("ingest", a, argv[++i], 16, 8192, &v)) goto usage_fail;
+        } else if (FLAG("--chunk-tokens", NULL, &val) != 0) {
+            if (r < 0) goto flag_fail;
+            if (!cli_parse_int("ingest", a, val, 16, 8192, &v)) goto usage_fail;
             p.chunk.target_tokens = v;
-        } else if (!strcmp(a, "--overlap") && i + 1 < argc) {
-            if (!cli_parse_int("ingest", a, argv[++i], 0, 4096, &v)) goto usage_fail;
+        } else if (FLAG("--overlap", NULL, &val) != 0) {
+            if (r < 0) goto flag_fail;
+            if (!cli_parse_int("ingest", a, val, 0, 4096, &v)) goto usage_fail;
             p.chunk.overlap_tokens = v;
         } else if (!strcmp(a, "--")) { /* the end of the options: every later argument is a PATH */
             while (++i < argc) paths[n_paths++] = argv[i];
         } else if (a[0] == '-' && a[1]) {
             free(paths);
-            return cli_usage_error("ingest", usage, "unknown option or missing value: %s", a);
+            return cli_usage_error("ingest", usage, "unknown option '%s'", a);
         } else
             paths[n_paths++] = a;
+#undef FLAG
     }
     if (!db) {
         free(paths);
@@ -216,8 +235,9 @@ PB_CMD(ingest) {
     pb_vocab_free(vocab);
     free(paths);
     return rc;
-usage_fail:
-    free(paths);
+usage_fail: /* the value's parser said what is wrong: the usage line is left */
     fprintf(stderr, "usage: %s\n", usage);
+flag_fail: /* cli_flag said it, usage line included */
+    free(paths);
     return 2;
 }

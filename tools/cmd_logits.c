@@ -1,6 +1,7 @@
 /* cmd_logits.c -- `pocketbrain logits`: float32 logits of every position of an int32 token file (for comparisons
  * with reference implementations). Output is atomic: temp file + rename, nothing left on failure. */
 #include "cli.h"
+#include "cli_common.h"
 #include "library.h"
 
 #include "base/base.h"
@@ -40,48 +41,41 @@ static int read_ids(const char *path, int32_t **ids, int *n) {
 }
 
 PB_CMD(logits) {
-    const char *model = NULL, *tok_path = NULL, *out_path = NULL, *kv_name = "f16";
+    const char *model = NULL, *tok_path = NULL, *out_path = NULL;
+    pb_kv_type kt = PB_KV_F16;
     long batch = 512, threads = 0;
     bool exact = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("logits", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("%s\n", usage);
             return 0;
-        }
-        if (strcmp(a, "--exact") == 0) {
+        } else if (FLAG("--exact", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             exact = true;
-            continue;
-        }
-        if (!v) return cli_usage_error("logits", usage, "option %s needs a value", a);
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+        } else if (FLAG("--model", "-m", &v) != 0) {
+            if (r < 0) return 2;
             if (!(model = cli_model_arg("logits", v))) return 1;
-        } else if (strcmp(a, "--tokens") == 0)
+        } else if (FLAG("--tokens", NULL, &v) != 0) {
+            if (r < 0) return 2;
             tok_path = v;
-        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
+        } else if (FLAG("--output", "-o", &v) != 0) {
+            if (r < 0) return 2;
             out_path = v;
-        else if (strcmp(a, "--kv-type") == 0)
-            kv_name = v;
-        else if (strcmp(a, "--batch") == 0) {
-            if (!cli_parse_int("logits", a, v, 1, 65536, &batch)) return 2;
-        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (!cli_parse_int("logits", a, v, 0, 1024, &threads)) return 2;
+        } else if (FLAG("--kv-type", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_kv("logits", v, &kt)) return 2;
+        } else if (FLAG("--batch", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("logits", a, v, 1, 65536, &batch)) return 2;
+        } else if (FLAG("--threads", "-t", &v) != 0) {
+            if (r < 0 || !cli_parse_int("logits", a, v, 0, 1024, &threads)) return 2;
         } else
             return cli_usage_error("logits", usage, "unknown option '%s'", a);
-        i++;
+#undef FLAG
     }
     if (!model || !tok_path || !out_path) return cli_usage_error("logits", usage, "-m, --tokens and -o are required");
-    pb_kv_type kt;
-    if (strcmp(kv_name, "f16") == 0)
-        kt = PB_KV_F16;
-    else if (strcmp(kv_name, "q8_0") == 0)
-        kt = PB_KV_Q8_0;
-    else if (strcmp(kv_name, "f32") == 0)
-        kt = PB_KV_F32;
-    else
-        return cli_usage_error("logits", usage, "--kv-type must be f16, q8_0 or f32 (got '%s')", kv_name);
-
     cli_install_cleanup_handlers();
     int32_t *ids = NULL;
     int n = 0;
@@ -138,7 +132,7 @@ PB_CMD(logits) {
     }
     open_out = false;
     fprintf(stderr, "logits: %d tokens x %d vocab -> %s (batch %d, %d threads, kv %s%s, %.0f ms)\n", n, hp->n_vocab,
-            out_path, nb, nth, kv_name, exact ? ", exact" : "", pb_time_ms() - t0);
+            out_path, nb, nth, cli_kv_name(kt), exact ? ", exact" : "", pb_time_ms() - t0);
     rc = 0;
 done:
     if (open_out) pb_atomic_abort(&af);

@@ -17,16 +17,19 @@ static const char *const models_usage = "pocketbrain models [--json]\n"
                                         "  quantization, training context, when it was pulled";
 
 static const char *const rm_usage =
-    "pocketbrain rm NAME...\n"
+    "pocketbrain rm [--] NAME...\n"
     "  removes models from the library (the file, its manifest and any partial download)";
 
 PB_CMD(models) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        int r;
+        if ((r = cli_flag("models", models_usage, argc, argv, &i, "--help", "-h", NULL)) != 0) {
+            if (r < 0) return 2;
             printf("usage: %s\n", models_usage);
             return 0;
-        } else if (!strcmp(argv[i], "--json")) {
+        } else if ((r = cli_flag("models", models_usage, argc, argv, &i, "--json", NULL, NULL)) != 0) {
+            if (r < 0) return 2;
             json = true;
         } else {
             return cli_usage_error("models", models_usage, "unexpected argument '%s'", argv[i]);
@@ -76,14 +79,28 @@ PB_CMD(models) {
 }
 
 PB_CMD(rm) {
-    if (argc < 2) return cli_usage_error("rm", rm_usage, "missing NAME (see pocketbrain models)");
-    int rc = 0;
+    /* every option is read before anything is removed: `rm a --help` prints the help and removes nothing, and a
+     * mistyped flag is refused, not taken for a model's name; names after `--` may start with '-' */
+    int n_names = 0, end = argc;
     for (int i = 1; i < argc; i++) {
-        const char *name = argv[i];
-        if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+        if (!strcmp(argv[i], "--")) {
+            n_names += argc - i - 1;
+            end = i;
+            break;
+        }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: %s\n", rm_usage);
             return 0;
         }
+        if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("rm", rm_usage, "unknown flag '%s' (nothing was removed)", argv[i]);
+        n_names++;
+    }
+    if (n_names == 0) return cli_usage_error("rm", rm_usage, "missing NAME (see pocketbrain models)");
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        if (i == end) continue; /* the `--` itself */
+        const char *name = argv[i];
         char path[PATH_MAX], part[PATH_MAX];
         lib_entry e;
         bool have = lib_get(name, &e);

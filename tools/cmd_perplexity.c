@@ -5,6 +5,7 @@
  *   only the second half (p = ctx/2 .. ctx-1) of each chunk is scored, so every scored token sees >= ctx/2 tokens
  *   of context. ppl = exp(mean NLL). */
 #include "cli.h"
+#include "cli_common.h"
 #include "library.h"
 
 #include "base/base.h"
@@ -90,57 +91,52 @@ typedef struct stats {
 
 PB_CMD(perplexity) {
     const char *model = NULL, *text_path = NULL, *kl_base = NULL, *kl_model = NULL, *save_path = NULL;
-    const char *kv_name = "f16";
+    pb_kv_type kt = PB_KV_F16;
     long ctx = 256, batch = 0, threads = 0, max_chunks = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("perplexity", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("%s\n", usage);
             return 0;
-        }
-        if (strcmp(a, "--json") == 0) {
+        } else if (FLAG("--json", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             json = true;
-            continue;
-        }
-        if (!v) return cli_usage_error("perplexity", usage, "option %s needs a value", a);
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+        } else if (FLAG("--model", "-m", &v) != 0) {
+            if (r < 0) return 2;
             if (!(model = cli_model_arg("perplexity", v))) return 1;
-        } else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
+        } else if (FLAG("--file", "-f", &v) != 0) {
+            if (r < 0) return 2;
             text_path = v;
-        else if (strcmp(a, "--kl-base") == 0)
+        } else if (FLAG("--kl-base", NULL, &v) != 0) {
+            if (r < 0) return 2;
             kl_base = v;
-        else if (strcmp(a, "--kl-model") == 0) {
+        } else if (FLAG("--kl-model", NULL, &v) != 0) {
+            if (r < 0) return 2;
             if (!(kl_model = cli_model_arg("perplexity", v))) return 1;
-        } else if (strcmp(a, "--save-logits") == 0)
+        } else if (FLAG("--save-logits", NULL, &v) != 0) {
+            if (r < 0) return 2;
             save_path = v;
-        else if (strcmp(a, "--kv-type") == 0)
-            kv_name = v;
-        else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-            if (!cli_parse_int("perplexity", a, v, 4, 1 << 20, &ctx)) return 2;
-        } else if (strcmp(a, "--batch") == 0 || strcmp(a, "-b") == 0) {
-            if (!cli_parse_int("perplexity", a, v, 1, 1 << 20, &batch)) return 2;
-        } else if (strcmp(a, "--chunks") == 0) {
-            if (!cli_parse_int("perplexity", a, v, 1, 1L << 30, &max_chunks)) return 2;
-        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (!cli_parse_int("perplexity", a, v, 0, 1024, &threads)) return 2;
+        } else if (FLAG("--kv-type", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_kv("perplexity", v, &kt)) return 2;
+        } else if (FLAG("--ctx", "-c", &v) != 0) {
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 4, 1 << 20, &ctx)) return 2;
+        } else if (FLAG("--batch", "-b", &v) != 0) {
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 1, 1 << 20, &batch)) return 2;
+        } else if (FLAG("--chunks", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 1, 1L << 30, &max_chunks)) return 2;
+        } else if (FLAG("--threads", "-t", &v) != 0) {
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 0, 1024, &threads)) return 2;
         } else
             return cli_usage_error("perplexity", usage, "unknown option '%s'", a);
-        i++;
+#undef FLAG
     }
     if (!model || !text_path) return cli_usage_error("perplexity", usage, "-m MODEL and -f TEXT are required");
     if (kl_base && kl_model) return cli_usage_error("perplexity", usage, "use either --kl-base or --kl-model");
     if (ctx % 2) return cli_usage_error("perplexity", usage, "--ctx must be even (got %ld)", ctx);
-    pb_kv_type kt;
-    if (strcmp(kv_name, "f16") == 0)
-        kt = PB_KV_F16;
-    else if (strcmp(kv_name, "q8_0") == 0)
-        kt = PB_KV_Q8_0;
-    else if (strcmp(kv_name, "f32") == 0)
-        kt = PB_KV_F32;
-    else
-        return cli_usage_error("perplexity", usage, "--kv-type must be f16, q8_0 or f32 (got '%s')", kv_name);
     int nb = (int)(batch > 0 ? PB_MIN(batch, ctx) : ctx);
     cli_install_cleanup_handlers();
 

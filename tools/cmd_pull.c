@@ -168,37 +168,37 @@ PB_CMD(pull) {
     bool insecure = false, quiet = false, force = false, list = false;
     long retries = 5, timeout = 30, backoff = 1000;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED()                                                                                                         \
-    do {                                                                                                               \
-        if (!v) return cli_usage_error("pull", usage, "%s needs a value", a);                                          \
-        i++;                                                                                                           \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("pull", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("usage: %s\n", usage);
             return 0;
-        } else if (!strcmp(a, "--list")) {
+        } else if (FLAG("--list", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             list = true;
-        } else if (!strcmp(a, "--name")) {
-            NEED();
+        } else if (FLAG("--name", NULL, &v) != 0) {
+            if (r < 0) return 2;
             name = v;
-        } else if (!strcmp(a, "--sha256")) {
-            NEED();
+        } else if (FLAG("--sha256", NULL, &v) != 0) {
+            if (r < 0) return 2;
             sha = v;
-        } else if (!strcmp(a, "--token")) {
-            NEED();
+        } else if (FLAG("--token", NULL, &v) != 0) {
+            if (r < 0) return 2;
             token = v;
-        } else if (!strcmp(a, "--retries")) {
-            NEED();
-            if (!cli_parse_int("pull", a, v, 0, 100, &retries)) return 2;
-        } else if (!strcmp(a, "--timeout")) {
-            NEED();
-            if (!cli_parse_int("pull", a, v, 1, 3600, &timeout)) return 2;
-        } else if (!strcmp(a, "--insecure")) {
+        } else if (FLAG("--retries", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("pull", a, v, 0, 100, &retries)) return 2;
+        } else if (FLAG("--timeout", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("pull", a, v, 1, 3600, &timeout)) return 2;
+        } else if (FLAG("--insecure", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             insecure = true;
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+        } else if (FLAG("--quiet", "-q", NULL) != 0) {
+            if (r < 0) return 2;
             quiet = true;
-        } else if (!strcmp(a, "--force")) {
+        } else if (FLAG("--force", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             force = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("pull", usage, "unknown flag '%s'", a);
@@ -207,7 +207,7 @@ PB_CMD(pull) {
         } else {
             return cli_usage_error("pull", usage, "unexpected argument '%s' (one model at a time)", a);
         }
-#undef NEED
+#undef FLAG
     }
     if (list) {
         char why[512];

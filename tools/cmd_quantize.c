@@ -31,14 +31,17 @@ PB_CMD(quantize) {
     long threads = 0;
     bool requant = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("quantize", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             print_help();
             return 0;
-        } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (i + 1 >= argc) return cli_usage_error("quantize", usage, "%s needs a value", a);
-            if (!cli_parse_int("quantize", a, argv[++i], 1, 256, &threads)) return 2;
-        } else if (strcmp(a, "--allow-requantize") == 0) {
+        } else if (FLAG("--threads", "-t", &v) != 0) {
+            if (r < 0 || !cli_parse_int("quantize", a, v, 1, 256, &threads)) return 2;
+        } else if (FLAG("--allow-requantize", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             requant = true;
         } else if (a[0] == '-' && a[1] != 0) {
             return cli_usage_error("quantize", usage, "unknown option '%s'", a);
@@ -47,6 +50,7 @@ PB_CMD(quantize) {
         } else {
             return cli_usage_error("quantize", usage, "unexpected argument '%s'", a);
         }
+#undef FLAG
     }
     if (npos < 3) return cli_usage_error("quantize", usage, "expected IN.gguf OUT.gguf MIX");
     if (pb_recipe_ftype_from_name(pos[2]) < 0)

@@ -91,30 +91,38 @@ PB_CMD(run) {
         int r = cli_opts_parse(&o, "run", usage, argc, argv, &i);
         if (r == 2) return 2;
         if (r == 1) continue;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *v = NULL;
+#define FLAG(name, alias, val) (r = cli_flag("run", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("%s\n%s\n", help, cli_opts_help);
             return 0;
-        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
-            if (++i >= argc) return cli_usage_error("run", usage, "%s needs a value", a);
-            prompt = argv[i];
-        } else if (strncmp(a, "--prompt=", 9) == 0) {
-            prompt = a + 9;
-        } else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) {
-            if (++i >= argc) return cli_usage_error("run", usage, "%s needs a value", a);
-            file = argv[i];
-        } else if (strcmp(a, "--raw") == 0) {
+        } else if (FLAG("--prompt", "-p", &v) != 0) {
+            if (r < 0) return 2;
+            prompt = v;
+        } else if (FLAG("--file", "-f", &v) != 0) {
+            if (r < 0) return 2;
+            file = v;
+        } else if (FLAG("--raw", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             raw = true;
-        } else if (strcmp(a, "--json") == 0) {
+        } else if (FLAG("--json", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             json = true;
-        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+        } else if (FLAG("--verbose", "-v", NULL) != 0) {
+            if (r < 0) return 2;
             verbose = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("run", usage, "unknown flag '%s'", a);
         } else {
             return cli_usage_error("run", usage, "unexpected argument '%s' (give the prompt with -p)", a);
         }
+#undef FLAG
     }
     if (prompt && file) return cli_usage_error("run", usage, "-p and -f are exclusive");
+    /* a common flag that only chat uses was taken here and changed nothing */
+    if (o.keep_thinking)
+        return cli_usage_error("run", usage, "--keep-thinking is chat's (run answers one turn: no thought to keep)");
     char *text = NULL;
     size_t len = 0;
     if (prompt) {

@@ -49,27 +49,34 @@ PB_CMD(search) {
     long k = 5, per_doc = 1;
     bool json = false, ended = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("search", usage, argc, argv, &i, name, alias, val))
         const int op = cli_operand(a, &ended); /* after "--" every argument, a query starting with '-' too */
         if (op < 0) continue;
         if (op) {
             if (query) return cli_usage_error("search", usage, "one query only (quote it): unexpected '%s'", a);
             query = a;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        } else if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--db") && i + 1 < argc)
-            db = argv[++i];
-        else if ((!strcmp(a, "-k") || !strcmp(a, "--top")) && i + 1 < argc) {
-            if (!cli_parse_int("search", a, argv[++i], 1, 1000, &k)) return 2;
-        } else if (!strcmp(a, "--per-doc") && i + 1 < argc) {
-            if (!cli_parse_int("search", a, argv[++i], 0, 1000, &per_doc)) return 2;
-        } else if (!strcmp(a, "--json"))
+        } else if (FLAG("--db", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            db = v;
+        } else if (FLAG("--top", "-k", &v) != 0) {
+            if (r < 0 || !cli_parse_int("search", a, v, 1, 1000, &k)) return 2;
+        } else if (FLAG("--per-doc", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("search", a, v, 0, 1000, &per_doc)) return 2;
+        } else if (FLAG("--json", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             json = true;
-        else if (!strcmp(a, "--embed-model") && i + 1 < argc) {
-            if (!(embed = cli_model_arg("search", argv[++i]))) return 1;
+        } else if (FLAG("--embed-model", NULL, &v) != 0) {
+            if (r < 0) return 2;
+            if (!(embed = cli_model_arg("search", v))) return 1;
         } else
-            return cli_usage_error("search", usage, "unknown option or missing value: %s", a);
+            return cli_usage_error("search", usage, "unknown option '%s'", a);
+#undef FLAG
     }
     if (!db) return cli_usage_error("search", usage, "--db KB.sqlite is required");
     if (!query) return cli_usage_error("search", usage, "no query");

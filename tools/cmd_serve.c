@@ -114,109 +114,112 @@ int cmd_serve(int argc, char **argv) {
     bool ctx_given = false, quiet = false, no_pack_cache = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VAL()                                                                                                     \
-    do {                                                                                                               \
-        if (!val) return cli_usage_error(cmd, USAGE, "%s needs a value", a);                                           \
-        i++;                                                                                                           \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *val = NULL;
+        int r;
+#define FLAG(name, alias, v) (r = cli_flag(cmd, USAGE, argc, argv, &i, name, alias, v))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("usage: %s\n%s%s", USAGE, HELP, HELP_NET);
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            NEED_VAL();
+        } else if (FLAG("--model", "-m", &val) != 0) {
+            if (r < 0) return 2;
             if (!(model = cli_model_arg(cmd, val))) return 1;
-        } else if (!strcmp(a, "--host")) {
-            NEED_VAL();
+        } else if (FLAG("--host", NULL, &val) != 0) {
+            if (r < 0) return 2;
             p.host = val;
-        } else if (!strcmp(a, "--port")) {
-            NEED_VAL();
+        } else if (FLAG("--port", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 0, 65535, &v)) return 2;
             p.port = (int)v;
-        } else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
-            NEED_VAL();
+        } else if (FLAG("--parallel", "-np", &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 1, 64, &v)) return 2;
             p.n_parallel = (int)v;
-        } else if (!strcmp(a, "--no-batch")) {
+        } else if (FLAG("--no-batch", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             p.batch = false;
-        } else if (!strcmp(a, "--queue")) {
-            NEED_VAL();
+        } else if (FLAG("--queue", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 0, 100000, &v)) return 2;
             p.queue_max = (int)v;
-        } else if (!strcmp(a, "--api-key")) {
-            NEED_VAL();
+        } else if (FLAG("--api-key", NULL, &val) != 0) {
+            if (r < 0) return 2;
             /* an empty key turned authentication off without a word (`--api-key "$KEY"` with KEY unset) */
             if (!*val)
                 return cli_usage_error(cmd, USAGE, "--api-key is empty (leave the option out to serve without a key)");
             p.api_key = val;
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-            NEED_VAL();
+        } else if (FLAG("--ctx", "-c", &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 16, 1 << 20, &v)) return 2;
             p.n_ctx = (int)v;
             ctx_given = true;
-        } else if (!strcmp(a, "--no-pack-cache")) {
+        } else if (FLAG("--no-pack-cache", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             no_pack_cache = true;
-        } else if (!strcmp(a, "--gpu") || !strcmp(a, "--no-gpu")) {
+        } else if (FLAG("--gpu", "--no-gpu", NULL) != 0) {
+            if (r < 0) return 2;
             p.gpu = a[2] == 'g';
-        } else if (!strcmp(a, "--mem-limit")) {
-            NEED_VAL();
+        } else if (FLAG("--mem-limit", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_size(cmd, a, val, &p.mem_limit)) return 2;
             if (p.mem_limit == 0) return cli_usage_error(cmd, USAGE, "--mem-limit must be above 0");
-        } else if (!strcmp(a, "--fit")) {
+        } else if (FLAG("--fit", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             p.fit = true;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            NEED_VAL();
+        } else if (FLAG("--threads", "-t", &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return 2;
             p.n_threads = (int)v;
-        } else if (!strcmp(a, "--max-body")) {
-            NEED_VAL();
+        } else if (FLAG("--max-body", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_size(cmd, a, val, &p.max_body)) return 2;
-        } else if (!strcmp(a, "--max-tokens")) {
-            NEED_VAL();
+        } else if (FLAG("--max-tokens", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 1, 1 << 20, &v)) return 2;
             p.max_tokens_cap = (int)v;
-        } else if (!strcmp(a, "--fallback-after")) {
-            NEED_VAL();
+        } else if (FLAG("--fallback-after", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_float(cmd, a, val, 0, 3600, &d)) return 2;
             p.fallback_after = d;
-        } else if (!strcmp(a, "--thermal")) {
-            NEED_VAL();
+        } else if (FLAG("--thermal", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!*val) return cli_usage_error(cmd, USAGE, "--thermal needs auto, off or a file path");
             p.thermal = val;
-        } else if (!strcmp(a, "--allow-host")) {
-            NEED_VAL();
+        } else if (FLAG("--allow-host", NULL, &val) != 0) {
+            if (r < 0) return 2;
             p.allow_hosts = val;
-        } else if (!strcmp(a, "--cors")) {
-            NEED_VAL();
+        } else if (FLAG("--cors", NULL, &val) != 0) {
+            if (r < 0) return 2;
             p.cors = val;
-        } else if (!strcmp(a, "--max-conn")) {
-            NEED_VAL();
+        } else if (FLAG("--max-conn", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return 2;
             p.max_connections = (int)v;
-        } else if (!strcmp(a, "--max-conn-per-client")) {
-            NEED_VAL();
+        } else if (FLAG("--max-conn-per-client", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return 2;
             p.max_conn_per_client = (int)v;
-        } else if (!strcmp(a, "--header-timeout")) {
-            NEED_VAL();
+        } else if (FLAG("--header-timeout", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_float(cmd, a, val, 0.1, 3600, &d)) return 2;
             p.header_timeout = d;
-        } else if (!strcmp(a, "--idle-timeout")) {
-            NEED_VAL();
+        } else if (FLAG("--idle-timeout", NULL, &val) != 0) {
+            if (r < 0) return 2;
             if (!cli_parse_float(cmd, a, val, 1, 86400, &d)) return 2;
             p.idle_timeout = d;
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+        } else if (FLAG("--quiet", "-q", NULL) != 0) {
+            if (r < 0) return 2;
             quiet = true;
-        } else if (!strcmp(a, "--db")) {
-            NEED_VAL();
+        } else if (FLAG("--db", NULL, &val) != 0) {
+            if (r < 0) return 2;
             db = val;
-        } else if (!strcmp(a, "--faq")) {
-            NEED_VAL();
+        } else if (FLAG("--faq", NULL, &val) != 0) {
+            if (r < 0) return 2;
             faq = val;
         } else {
             return cli_usage_error(cmd, USAGE, "unknown option '%s'", a);
         }
-#undef NEED_VAL
+#undef FLAG
     }
     if (!model) model = cli_default_model();
     if (!model) return cli_usage_error(cmd, USAGE, "no model: pass -m MODEL.gguf");

@@ -150,31 +150,28 @@ static int parse_args(int argc, char **argv, synth_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **str = strcmp(a, "--arch") == 0                             ? &o->arch_s
-                           : strcmp(a, "--size") == 0                           ? &o->size
-                           : strcmp(a, "--type") == 0                           ? &o->type_name
-                           : strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 ? &o->out_path
-                           : strcmp(a, "--vocab") == 0                          ? &o->vocab_path
-                           : strcmp(a, "--name") == 0                           ? &o->name
-                                                                                : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("synth", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("usage: %s\n", usage);
             return 0;
-        } else if (strcmp(a, "--print-table") == 0 || strcmp(a, "--dry-run") == 0) {
+        } else if (FLAG("--print-table", "--dry-run", NULL) != 0) {
+            if (r < 0) return 2;
             o->table_only = true;
-        } else if (str || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-            if (++i >= argc) return cli_usage_error("synth", usage, "%s needs a value", a);
-            if (str)
-                *str = argv[i];
-            else if (strcmp(a, "--seed") == 0) {
-                if (!cli_parse_int("synth", a, argv[i], 0, 2147483647L, &o->seed)) return 2;
-            } else if (!cli_parse_int("synth", a, argv[i], 1, 256, &o->n_threads)) {
-                return 2;
-            }
+        } else if (FLAG("--arch", NULL, &o->arch_s) != 0 || FLAG("--size", NULL, &o->size) != 0 ||
+                   FLAG("--type", NULL, &o->type_name) != 0 || FLAG("--output", "-o", &o->out_path) != 0 ||
+                   FLAG("--vocab", NULL, &o->vocab_path) != 0 || FLAG("--name", NULL, &o->name) != 0) {
+            if (r < 0) return 2;
+        } else if (FLAG("--seed", NULL, &v) != 0) {
+            if (r < 0 || !cli_parse_int("synth", a, v, 0, 2147483647L, &o->seed)) return 2;
+        } else if (FLAG("--threads", "-t", &v) != 0) {
+            if (r < 0 || !cli_parse_int("synth", a, v, 1, 256, &o->n_threads)) return 2;
         } else {
             return cli_usage_error("synth", usage, "unknown argument '%s'", a);
         }
+#undef FLAG
     }
     if (!o->arch_s || !parse_arch(o->arch_s, &o->arch))
         return cli_usage_error("synth", usage, "--arch must be gemma, gemma2, gemma3 or gemma4 (got '%s')",

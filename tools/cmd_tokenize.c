@@ -138,28 +138,36 @@ PB_CMD(tokenize) {
     const char *vocab_path = NULL, *text = NULL;
     bool ended = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("tokenize", usage, argc, argv, &i, name, alias, val))
         const int op = cli_operand(a, &ended); /* after "--" every argument, a text starting with '-' too */
         if (op < 0) continue;
         if (op) {
             if (text) return cli_usage_error("tokenize", usage, "one TEXT argument expected (quote it), got '%s'", a);
             text = a;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        } else if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             puts(usage);
             return 0;
-        } else if (!strcmp(a, "--ids"))
+        } else if (FLAG("--ids", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             as_ids = true;
-        else if (!strcmp(a, "--no-bos"))
+        } else if (FLAG("--no-bos", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             flags &= ~PB_TOK_ADD_BOS;
-        else if (!strcmp(a, "--special"))
+        } else if (FLAG("--special", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             flags |= PB_TOK_PARSE_SPECIAL;
-        else if (!strcmp(a, "--jsonl"))
+        } else if (FLAG("--jsonl", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             jsonl = true;
-        else if (!strcmp(a, "--vocab") || !strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (++i >= argc) return cli_usage_error("tokenize", usage, "%s needs a file", a);
-            if (!(vocab_path = cli_model_arg("tokenize", argv[i]))) return 1;
+        } else if (FLAG("--vocab", NULL, &v) != 0 || FLAG("--model", "-m", &v) != 0) {
+            if (r < 0) return 2;
+            if (!(vocab_path = cli_model_arg("tokenize", v))) return 1;
         } else
             return cli_usage_error("tokenize", usage, "unknown option '%s'", a);
+#undef FLAG
     }
     if (!text) return cli_usage_error("tokenize", usage, "no TEXT given (use - to read stdin)");
     if (!vocab_path) vocab_path = cli_default_model();

@@ -79,15 +79,18 @@ PB_CMD(verify) {
     bool hash_only = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        int r;
+#define FLAG(name, alias, val) (r = cli_flag("verify", usage, argc, argv, &i, name, alias, val))
+        if (FLAG("--help", "-h", NULL) != 0) {
+            if (r < 0) return 2;
             printf("usage: %s\n", usage);
             return 0;
-        } else if (strcmp(a, "--sha256") == 0) {
-            if (i + 1 >= argc) return cli_usage_error("verify", usage, "--sha256 needs a value (64 hex digits)");
-            want = argv[++i];
+        } else if (FLAG("--sha256", NULL, &want) != 0) {
+            if (r < 0) return 2;
             if (!is_hex64(want))
                 return cli_usage_error("verify", usage, "--sha256 expects 64 hex digits, got '%s'", want);
-        } else if (strcmp(a, "--hash-only") == 0) {
+        } else if (FLAG("--hash-only", NULL, NULL) != 0) {
+            if (r < 0) return 2;
             hash_only = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("verify", usage, "unknown flag '%s'", a);
@@ -96,6 +99,7 @@ PB_CMD(verify) {
         } else {
             return cli_usage_error("verify", usage, "unexpected argument '%s' (one file only)", a);
         }
+#undef FLAG
     }
     if (!path) return cli_usage_error("verify", usage, "missing FILE");
 

@@ -53,6 +53,7 @@ static void print_help(FILE *f) {
     fprintf(f, "usage: pocketbrain <command> [options]   (pocketbrain help <command> for details)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\na long flag takes its value as --flag VALUE or --flag=VALUE\n");
 }
 
 /* A mapped input (a model, a GGUF being quantized) that shrinks under us faults on the next read of a
@@ -186,6 +187,31 @@ int cli_usage_line(const char *usage) {
     return 2;
 }
 
+int cli_flag(const char *cmd, const char *usage, int argc, char **argv, int *i, const char *name, const char *alias,
+             const char **val) {
+    const char *a = argv[*i];
+    for (const char *nm = name; nm; nm = nm == name ? alias : NULL) {
+        size_t n = strlen(nm);
+        if (strncmp(a, nm, n) != 0 || (a[n] != 0 && !(a[n] == '=' && nm[1] == '-'))) continue;
+        if (a[n] == '=') { /* "--name=VALUE": a long name only ("-c=5" is no flag of ours) */
+            if (val) {
+                *val = a + n + 1;
+                return 1;
+            }
+            cli_usage_error(cmd, usage, "%s takes no value (got '%s')", nm, a);
+            return -1;
+        }
+        if (!val) return 1;
+        if (*i + 1 >= argc) {
+            cli_usage_error(cmd, usage, "%s needs a value", a);
+            return -1;
+        }
+        *val = argv[++*i];
+        return 1;
+    }
+    return 0;
+}
+
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -205,12 +231,15 @@ static bool plain_number(const char *s, bool neg_ok) {
     return (*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9');
 }
 
+/* A flag as given ("--ctx=abc") named in a message without its value ("--ctx"): the value is quoted after it. */
+#define FLAG_NAME(flag) (int)strcspn(flag, "="), flag
+
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out) {
     char *end = NULL;
     errno = 0;
     long v = plain_number(s, lo < 0) ? strtol(s, &end, 10) : 0;
     if (!end || *end || errno || v < lo || v > hi) {
-        cli_err(cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s ? s : "(nothing)");
+        cli_err(cmd, "%.*s expects an integer in [%ld, %ld], got '%s'", FLAG_NAME(flag), lo, hi, s ? s : "(nothing)");
         return false;
     }
     *out = v;
@@ -222,7 +251,8 @@ bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *o
     errno = 0;
     unsigned long long v = plain_number(s, false) ? strtoull(s, &end, 10) : 0;
     if (!end || *end || errno || strchr(s, '.')) { /* ERANGE: above 2^64-1 */
-        cli_err(cmd, "%s expects an integer in [0, 18446744073709551615], got '%s'", flag, s ? s : "(nothing)");
+        cli_err(cmd, "%.*s expects an integer in [0, 18446744073709551615], got '%s'", FLAG_NAME(flag),
+                s ? s : "(nothing)");
         return false;
     }
     *out = (uint64_t)v;
@@ -234,7 +264,7 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo
     errno = 0;
     double v = plain_number(s, true) ? strtod(s, &end) : 0;
     if (!end || *end || errno || !(v >= lo && v <= hi)) {
-        cli_err(cmd, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s ? s : "(nothing)");
+        cli_err(cmd, "%.*s expects a number in [%g, %g], got '%s'", FLAG_NAME(flag), lo, hi, s ? s : "(nothing)");
         return false;
     }
     *out = v;
@@ -277,8 +307,35 @@ bool cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *ou
             return true;
         }
     }
-    cli_err(cmd, "%s expects a size such as 512M or 4G, got '%s'", flag, s ? s : "(nothing)");
+    cli_err(cmd, "%.*s expects a size such as 512M or 4G, got '%s'", FLAG_NAME(flag), s ? s : "(nothing)");
     return false;
+}
+
+bool cli_parse_int_list(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out, int max, int *n) {
+    *n = 0;
+    for (const char *p = s ? s : "";;) {
+        const char *e = p;
+        long v = 0;
+        while (*e >= '0' && *e <= '9' && v <= hi) v = v * 10 + (*e++ - '0');
+        if (e == p || (*e && *e != ',') || v < lo || v > hi || *n >= max) { /* empty, sign, blank, range, count */
+            cli_err(cmd, "%.*s expects a list like 1,8,32 (integers in [%ld, %ld], at most %d), got '%s'",
+                    FLAG_NAME(flag), lo, hi, max, s ? s : "(nothing)");
+            return false;
+        }
+        out[(*n)++] = (int)v;
+        if (!*e) return true;
+        p = e + 1;
+    }
+}
+
+bool cli_parse_id(const char *s, int32_t *out, const char **end) {
+    int64_t v = 0;
+    const char *p = s;
+    while (*p >= '0' && *p <= '9' && v <= INT32_MAX) v = v * 10 + (*p++ - '0');
+    if (end) *end = p;
+    if (p == s || v > INT32_MAX || (*p >= '0' && *p <= '9')) return false;
+    *out = (int32_t)v;
+    return true;
 }
 
 bool cli_is_option(const char *arg) { return arg[0] == '-' && arg[1] && strcmp(arg, "--") != 0; }

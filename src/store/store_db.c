@@ -230,13 +230,11 @@ static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     st->version = (int)ver;
     st->n_chunks_cached = -1;
     if (readonly) {
-        if (ver < PB_STORE_MIN_READ_VERSION) {
+        /* an older schema is for pb_store_open_readonly to upgrade or refuse; an empty database is never written */
+        if (ver == 0) {
             pb_store_close(st);
             return pb_error(PB_ERR_UNSUPPORTED,
-                            ver == 0 ? "store '%s': an empty database, not a knowledge base yet (fill it with ingest)"
-                                     : "store '%s': schema version %lld needs an upgrade to %d, which needs write "
-                                       "access: run `pocketbrain ingest --db` on it once where it is writable",
-                            path, (long long)ver, PB_STORE_SCHEMA_VERSION);
+                            "store '%s': an empty database, not a knowledge base yet (fill it with ingest)", path);
         }
         if ((s = pb_store_exec(st, "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;"))) {
             pb_store_close(st);
@@ -256,17 +254,33 @@ static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     return PB_OK;
 }
 
+/* The error text after "store '<path>': " (or "store: "), where the file is already named by the caller. */
+static const char *after_store_prefix(const char *e, const char *path) {
+    size_t n = strlen(path);
+    if (strncmp(e, "store '", 7) == 0 && strncmp(e + 7, path, n) == 0 && strncmp(e + 7 + n, "': ", 3) == 0)
+        return e + 7 + n + 3;
+    return strncmp(e, "store: ", 7) == 0 ? e + 7 : e;
+}
+
+/* Every error of a migration step says which step, once: "store 'F': schema upgrade 3 -> 4: database is locked"
+ * (the lock, the user_version read and the commit said only "store 'F': database is locked"). */
+static pb_status step_error(pb_store *st, pb_status s, int next) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", after_store_prefix(pb_last_error(), st->path));
+    return pb_error(s, "store '%s': schema upgrade %d -> %d: %s", st->path, next - 1, next, why);
+}
+
 static pb_status migrate_to(pb_store *st, int target) {
     while (st->version < target) {
         int next = st->version + 1;
         char sql[64];
         pb_status s = pb_store_begin(st);
-        if (s) return s;
+        if (s) return step_error(st, s, next);
         /* another connection may have migrated while we waited for the write lock */
         int64_t now = 0;
         if ((s = pb_store_query_int(st, "PRAGMA user_version", &now))) {
             pb_store_rollback(st);
-            return s;
+            return step_error(st, s, next);
         }
         if (now >= next) {
             pb_store_rollback(st);
@@ -275,12 +289,12 @@ static pb_status migrate_to(pb_store *st, int target) {
         }
         if ((s = pb_store_exec(st, steps[next - 1]))) {
             pb_store_rollback(st);
-            return pb_error_prefix(s, "migration to schema version %d: ", next);
+            return step_error(st, s, next);
         }
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", next);
         if ((s = pb_store_exec(st, sql)) || (s = pb_store_commit(st))) {
             pb_store_rollback(st);
-            return s;
+            return step_error(st, s, next);
         }
         st->version = next;
     }
@@ -302,16 +316,42 @@ pb_status pb_store_open(const char *path, pb_store **out) {
 pb_status pb_store_open_readonly(const char *path, pb_store **out) {
     pb_status s = open_db(path, true, out);
     if (s || (*out)->version >= PB_STORE_SCHEMA_VERSION) return s;
-    /* A knowledge base from an earlier build (schema 3): upgraded here where it is writable, as the next ingest would
-     * (each step one transaction), so search and ask work the same after an update; where it cannot be (read-only
-     * media, another writer holding the lock) it is read as it is: everything works but what the newer schema adds
-     * (4: CJK words inside runs without spaces). pb_store_schema_version says which. */
+    /* A knowledge base from an earlier build: upgraded here where it is writable, as the next ingest would (each step
+     * one transaction), so search and ask work the same after an update. Where it cannot be (a symlink, read-only
+     * media, another writer holding the lock, a step that fails) schema 3 and up is read as it is: everything works
+     * but what the newer schema adds (4: CJK words inside runs without spaces), and the upgrade's error is kept for
+     * pb_store_upgrade_error. It used to be dropped: the caller could only guess why, and schema 1 and 2 were refused
+     * as "needs write access" without an upgrade tried, writable or not. */
     pb_store_close(*out);
     *out = NULL;
     pb_store *w = NULL;
-    if (pb_store_open(path, &w) == PB_OK) pb_store_close(w);
-    return open_db(path, true, out);
+    char why[1024] = "";
+    if ((s = pb_store_open(path, &w)) == PB_OK)
+        pb_store_close(w);
+    else
+        snprintf(why, sizeof why, "%s", after_store_prefix(pb_last_error(), path));
+    if ((s = open_db(path, true, out))) return s;
+    pb_store *st = *out;
+    if (st->version >= PB_STORE_SCHEMA_VERSION) return PB_OK; /* upgraded meanwhile (here or by another writer) */
+    if (!why[0]) snprintf(why, sizeof why, "another program took it back to schema %d", st->version);
+    if (st->version < PB_STORE_MIN_READ_VERSION) {
+        const int v = st->version;
+        pb_store_close(st);
+        *out = NULL;
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "store '%s': schema version %d must be upgraded to %d to be read, and the upgrade failed: %s "
+                        "(run `pocketbrain ingest --db` on the file itself where it is writable)",
+                        path, v, PB_STORE_SCHEMA_VERSION, why);
+    }
+    if (!(st->upgrade_error = pb_strdup(why))) {
+        pb_store_close(st);
+        *out = NULL;
+        return PB_ERR_NOMEM;
+    }
+    return PB_OK;
 }
+
+const char *pb_store_upgrade_error(const pb_store *st) { return st ? st->upgrade_error : NULL; }
 
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out) {
     if (version < 1 || version > PB_STORE_SCHEMA_VERSION)
@@ -345,6 +385,7 @@ void pb_store_close(pb_store *st) {
         sqlite3_exec(st->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
     }
     if (st->db) sqlite3_close_v2(st->db);
+    free(st->upgrade_error);
     free(st->path);
     free(st);
 }

@@ -17,6 +17,8 @@ struct pb_store {
     char *path;
     int version;           /* PRAGMA user_version as last read or migrated */
     bool readonly;         /* opened by pb_store_open_readonly */
+    char *upgrade_error;   /* read-only open below PB_STORE_SCHEMA_VERSION: why the upgrade failed
+                              (pb_store_upgrade_error) */
     bool wal;              /* this writer put the database in WAL mode (pb_store_close puts it back) */
     sqlite3_stmt *put_doc; /* cached: hot in ingest */
     sqlite3_stmt *put_chunk;

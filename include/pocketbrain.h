@@ -17,7 +17,10 @@
  *     Getters given NULL return 0 (counts, sizes), -1 (token ids), NULL (pointers), false; void calls given
  *     a NULL handle or out pointer do nothing (an out struct with a NULL handle is zeroed). docs/API.md, "Misuse".
  *   - A pb_model is immutable after open and may be shared by any number of sessions and threads.
- *     A pb_session is used by one thread at a time, except pb_session_cancel(), callable from any.
+ *     A pb_session is used by one thread at a time, except pb_session_cancel(), callable from any. A call on a
+ *     session while another runs on it -- from that call's piece callback, or from another thread -- is refused
+ *     with PB_ERR_INVALID_ARG naming both calls, the session unchanged (see pb_piece_fn for what a callback may
+ *     call). Teardown in the wrong order is survived: see pb_model_close and pb_session_free.
  *   - Tokens are int32_t, byte sizes size_t, element counts int64_t.
  *
  * ABI: PB_ABI_VERSION changes whenever a struct layout or a signature changes. Params structs are
@@ -67,7 +70,8 @@ const char *pb_status_name(pb_status s);
 const char *pb_version(void);
 int pb_abi_version(void);
 
-/* Optional log sink (level 0 debug .. 3 error). NULL restores the default: no output. */
+/* Optional log sink (level 0 debug .. 3 error). NULL restores the default: no output. Thread-safe; the sink is
+ * called on whichever thread logs (it may call pb_set_log itself). */
 typedef void (*pb_log_fn)(int level, const char *msg, void *user);
 void pb_set_log(pb_log_fn fn, void *user);
 
@@ -117,6 +121,10 @@ pb_model_params pb_model_default_params(void);
  * immune. tests/test_model_truncate.c checks all three. params NULL: defaults; n_threads outside 0..256 or gpu
  * other than -1 / 0 / 1: PB_ERR_INVALID_ARG. */
 pb_status pb_model_open(const char *path, const pb_model_params *params, pb_model **out);
+/* The model must outlive its sessions and batches. Closed before them (a teardown in the wrong order, a piece
+ * callback), it is only marked closed, with a warning to pb_set_log's sink: they keep working, the last of them to be
+ * freed closes it, and pb_session_new / pb_batch_new on it are refused (PB_ERR_INVALID_ARG, "the model was closed").
+ * A second close meanwhile does nothing (a warning). A model already closed for good cannot be detected. */
 void pb_model_close(pb_model *m);
 
 typedef struct pb_model_info {
@@ -388,6 +396,10 @@ pb_session_params pb_session_default_params(void);
  * outlive the session. Errors: PB_ERR_INVALID_ARG (a field out of range, named), PB_ERR_NOMEM,
  * PB_ERR_NOT_FOUND (a thermal file that cannot be read). */
 pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_session **out);
+/* Freeing a session while a call runs on it (from that call's piece callback, or another thread) stops the call
+ * soon (it returns PB_ERR_CANCELLED, "stopped by pb_session_free") and frees the session as the call returns; other
+ * calls on it meanwhile are refused ("being freed"), a second free does nothing (a warning to pb_set_log's sink).
+ * Releases the session's hold on its model (see pb_model_close). A session already freed cannot be detected. */
 void pb_session_free(pb_session *s);
 
 /* Feeds tokens at the end of the session's context (they are not sampled). All or nothing with
@@ -419,7 +431,11 @@ pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, 
 void pb_session_cancel(pb_session *s);
 
 /* Streaming callback: piece is whole UTF-8 characters (len bytes, not NUL-terminated).
- * Return false to stop generation (not an error). */
+ * Return false to stop generation (not an error). It runs on the calling thread between two tokens; on the same
+ * session it may call pb_session_cancel, pb_session_free (see there), pb_session_save / state_size / state_write
+ * (the state then holds the tokens so far) and the getters; the calls that change the session (prefill, generate,
+ * chat, truncate, reuse_prefix, pop_turn, load, state_read) are refused with PB_ERR_INVALID_ARG ("the session is
+ * busy"), the generation going on undisturbed. Any call on other sessions and models is fine. */
 typedef bool (*pb_piece_fn)(const char *piece, size_t len, void *user);
 
 typedef struct pb_gen_params {

@@ -17,6 +17,9 @@ pb_status pb_error(pb_status s, const char *fmt, ...) __attribute__((format(prin
  * Returns s. */
 pb_status pb_error_prefix(pb_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pb_error_clear(void);
+/* A nonzero number that tells the calling thread from every other thread alive now (the address of a thread-local):
+ * how the engine knows a call on a busy session came from its own callback rather than from another thread. */
+uintptr_t pb_thread_tag(void);
 
 /* Programmer bugs only (never for bytes from files or the network). Always on. */
 void pb_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));

@@ -2,6 +2,7 @@
 #include "base/base.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@ static _Thread_local char last_error[1024];
 const char *pb_last_error(void) { return last_error; }
 
 void pb_error_clear(void) { last_error[0] = 0; }
+
+uintptr_t pb_thread_tag(void) { return (uintptr_t)&last_error[0]; }
 
 pb_status pb_error(pb_status s, const char *fmt, ...) {
     va_list ap;
@@ -66,22 +69,38 @@ void pb_assert_fail(const char *expr, const char *file, int line) {
     abort();
 }
 
+/* The sink is a pair read by whichever thread logs (a pb_model_close or pb_batch_free on an app's worker thread) while
+ * the app may set it on another: both are read and written under a spinlock (held for two stores or loads, never
+ * while the sink runs, so a sink may call pb_set_log itself). */
 static pb_log_fn log_fn;
 static void *log_user;
+static atomic_flag log_lock = ATOMIC_FLAG_INIT;
+
+static void log_acquire(void) {
+    while (atomic_flag_test_and_set_explicit(&log_lock, memory_order_acquire)) {
+    }
+}
+static void log_release(void) { atomic_flag_clear_explicit(&log_lock, memory_order_release); }
 
 void pb_set_log(pb_log_fn fn, void *user) {
+    log_acquire();
     log_fn = fn;
     log_user = user;
+    log_release();
 }
 
 void pb_log(int level, const char *fmt, ...) {
-    if (!log_fn) return;
+    log_acquire();
+    pb_log_fn fn = log_fn;
+    void *user = log_user;
+    log_release();
+    if (!fn) return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    log_fn(level, msg, log_user);
+    fn(level, msg, user);
 }
 
 void *pb_malloc(size_t n) {

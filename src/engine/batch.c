@@ -54,8 +54,13 @@ pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out) {
     if (max_sessions < 1 || max_sessions > PB_BATCH_MAX_SESSIONS)
         return pb_error(PB_ERR_INVALID_ARG, "pb_batch_new: max_sessions %d out of range (1..%d)", max_sessions,
                         PB_BATCH_MAX_SESSIONS);
+    pb_status st = pb_model_retain(m, "pb_batch_new"); /* released by batch_destroy */
+    if (st != PB_OK) return st;
     pb_batch *b = pb_calloc(1, sizeof *b);
-    if (!b) return pb_error(PB_ERR_NOMEM, "batch: out of memory");
+    if (!b) {
+        pb_model_release(m);
+        return pb_error(PB_ERR_NOMEM, "batch: out of memory");
+    }
     b->model = m;
     b->max = max_sessions;
     b->n_vocab = pb_model_hparams(m)->n_vocab;
@@ -69,7 +74,6 @@ pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out) {
     b->toks = pb_calloc(n, sizeof *b->toks);
     b->top = pb_calloc(n, sizeof *b->top);
     if (!b->gpu) b->logits = pb_malloc(n * (size_t)b->n_vocab * sizeof(float));
-    pb_status st = PB_OK;
     if (!b->group || !b->run || !b->kvs || !b->toks || !b->top || (!b->gpu && !b->logits))
         st = pb_error(PB_ERR_NOMEM, "batch: out of memory for %d sessions", max_sessions);
     if (st == PB_OK) st = pb_forward_ctx_new(m, max_sessions, &b->fc);
@@ -77,6 +81,7 @@ pb_status pb_batch_new(pb_model *m, int max_sessions, pb_batch **out) {
         pb_forward_ctx_free(b->fc);
         free(b->group), free(b->run), free(b->kvs), free(b->toks), free(b->top), free(b->logits);
         free(b);
+        pb_model_release(m);
         return st;
     }
     pthread_mutex_init(&b->mu, NULL);
@@ -96,7 +101,9 @@ static void batch_destroy(pb_batch *b) {
     pthread_cond_destroy(&b->done);
     pb_forward_ctx_free(b->fc);
     free(b->group), free(b->run), free(b->kvs), free(b->toks), free(b->top), free(b->logits);
+    pb_model *m = b->model;
     free(b);
+    pb_model_release(m);
 }
 
 void pb_batch_free(pb_batch *b) {
@@ -187,7 +194,7 @@ void pb_engine_batch_end(pb_session *s) {
 
 /* ---- a step ------------------------------------------------------------------------------------------ */
 
-static bool cancelled(const pb_session *s) { return __atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE) != 0; }
+static bool cancelled(const pb_session *s) { return pb_engine_cancelled(s); }
 
 static int hist_bucket(int n) {
     int k = 0;

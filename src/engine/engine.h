@@ -151,6 +151,12 @@ struct pb_session {
     char *stop_buf; /* [PB_STOP_BUF_CAP] */
 
     volatile int cancel;
+    /* the public call running on this session (pb_engine_enter): PB_SESSION_BUSY while one runs, | PB_SESSION_FREEING
+     * once pb_session_free came during it (the call frees the session as it returns); busy_tag is the running
+     * thread's pb_thread_tag, busy_fn the call's name (both for the refusal of another call) */
+    atomic_uint busy;
+    atomic_uintptr_t busy_tag;
+    _Atomic(const char *) busy_fn;
     pb_session_totals totals;
     pb_thermal thermal;
 
@@ -161,6 +167,29 @@ struct pb_session {
     pb_status bt_status;
     char bt_msg[256]; /* the error text of a failed step, for this session's thread */
 };
+
+#define PB_SESSION_BUSY    1u
+#define PB_SESSION_FREEING 2u
+
+/* ---- one call at a time ------------------------------------------------------------------------- */
+
+/* The running call is asked to stop: pb_session_cancel, or pb_session_free during it (that flag is never cleared, so
+ * a call that clears an old cancel as it starts still stops). Checked between tokens and prompt chunks. */
+static inline bool pb_engine_cancelled(const pb_session *s) {
+    return __atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE) != 0 ||
+           (atomic_load((atomic_uint *)&s->busy) & PB_SESSION_FREEING) != 0;
+}
+
+/* Every public call that uses a session's state runs between pb_engine_enter and pb_engine_leave. A call that would
+ * change the session (prefill, generate, chat, truncate, reuse_prefix, pop_turn, load, state_read) while another runs
+ * on it -- from that call's own piece callback, or from another thread -- is refused: PB_ERR_INVALID_ARG naming both
+ * calls, the session unchanged. A call that only reads it (reading: save, state_size, state_write) is let through
+ * from the running call's own callback, where the session is between two tokens; from another thread it is refused
+ * too. *entered says whether this call marked the session (pass it to pb_engine_leave). */
+pb_status pb_engine_enter(pb_session *s, const char *fn, bool reading, bool *entered);
+/* Ends the call entered (nothing when !entered) and returns status; a session whose pb_session_free came during the
+ * call is freed here (status PB_ERR_CANCELLED then says so). s must not be used after it. */
+pb_status pb_engine_leave(pb_session *s, bool entered, pb_status status);
 
 /* ---- continuous batching (batch.c) -------------------------------------------------------------- */
 

@@ -44,7 +44,7 @@ static bool is_end(const pb_session *s, const pb_gen_params *gp, int32_t t) {
     return false;
 }
 
-static bool cancelled(pb_session *s) { return __atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE) != 0; }
+static bool cancelled(pb_session *s) { return pb_engine_cancelled(s); }
 
 /* Sleeps ms milliseconds in short slices so a cancel is not kept waiting. */
 static void pause_ms(pb_session *s, int ms) {
@@ -149,12 +149,8 @@ static void begin(pb_session *s, pb_gen_stats *st) {
     s->totals.n_calls++;
 }
 
-pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_prompt, const pb_gen_params *params,
-                              pb_piece_fn cb, void *user, pb_gen_stats *stats) {
-    pb_gen_stats local, *st = stats ? stats : &local;
-    memset(st, 0, sizeof *st);
-    st->stop_reason = PB_STOP_ERROR;
-    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: session is NULL");
+static pb_status generate(pb_session *s, const int32_t *prompt, int64_t n_prompt, const pb_gen_params *params,
+                          pb_piece_fn cb, void *user, pb_gen_stats *st) {
     pb_status status = pb_engine_check_prompt(s, "pb_session_generate", "prompt", "n_prompt", prompt, n_prompt);
     if (status != PB_OK) return status;
     if (!params) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: params is NULL");
@@ -174,6 +170,17 @@ pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_pr
         return status;
     }
     return decode_loop(s, params, cb, user, st, s->n_past, t0);
+}
+
+pb_status pb_session_generate(pb_session *s, const int32_t *prompt, int64_t n_prompt, const pb_gen_params *params,
+                              pb_piece_fn cb, void *user, pb_gen_stats *stats) {
+    pb_gen_stats local, *st = stats ? stats : &local;
+    memset(st, 0, sizeof *st);
+    st->stop_reason = PB_STOP_ERROR;
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_generate: session is NULL");
+    bool in;
+    pb_status status = pb_engine_enter(s, "pb_session_generate", false, &in);
+    return status != PB_OK ? status : pb_engine_leave(s, in, generate(s, prompt, n_prompt, params, cb, user, st));
 }
 
 /* ---- chat turns -------------------------------------------------------------------------------- */
@@ -228,13 +235,8 @@ static pb_status drop_thought(pb_session *s, pb_gen_stats *st) {
     return status;
 }
 
-pb_status pb_session_chat(pb_session *s, const char *system, const char *user_text, const pb_gen_params *params,
-                          pb_piece_fn cb, void *user, pb_gen_stats *stats) {
-    pb_gen_stats local, *st = stats ? stats : &local;
-    memset(st, 0, sizeof *st);
-    st->stop_reason = PB_STOP_ERROR;
-    if (!s || !user_text)
-        return pb_error(PB_ERR_INVALID_ARG, "pb_session_chat: %s is NULL", !s ? "session" : "user_text");
+static pb_status chat(pb_session *s, const char *system, const char *user_text, const pb_gen_params *params,
+                      pb_piece_fn cb, void *user, pb_gen_stats *st) {
     if (!params) return pb_error(PB_ERR_INVALID_ARG, "pb_session_chat: params is NULL");
     pb_status status = check_gen(s, params);
     if (status != PB_OK) return status;
@@ -330,4 +332,16 @@ fail:
     st->t_prefill_ms = pb_time_ms() - t0;
     set_reason(st, status);
     return status;
+}
+
+pb_status pb_session_chat(pb_session *s, const char *system, const char *user_text, const pb_gen_params *params,
+                          pb_piece_fn cb, void *user, pb_gen_stats *stats) {
+    pb_gen_stats local, *st = stats ? stats : &local;
+    memset(st, 0, sizeof *st);
+    st->stop_reason = PB_STOP_ERROR;
+    if (!s || !user_text)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_chat: %s is NULL", !s ? "session" : "user_text");
+    bool in;
+    pb_status status = pb_engine_enter(s, "pb_session_chat", false, &in);
+    return status != PB_OK ? status : pb_engine_leave(s, in, chat(s, system, user_text, params, cb, user, st));
 }

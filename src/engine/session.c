@@ -44,8 +44,13 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     int n_batch = p.n_batch > 0 ? p.n_batch : PB_DEFAULT_N_BATCH;
     if (n_batch > n_ctx) n_batch = n_ctx;
 
+    pb_status st = pb_model_retain(m, "pb_session_new"); /* released by the session's destruction */
+    if (st != PB_OK) return st;
     pb_session *s = pb_calloc(1, sizeof *s);
-    if (!s) return PB_ERR_NOMEM;
+    if (!s) {
+        pb_model_release(m);
+        return PB_ERR_NOMEM;
+    }
     s->model = m;
     s->hp = hp;
     s->vocab = pb_model_vocab(m);
@@ -70,7 +75,6 @@ pb_status pb_session_new(pb_model *m, const pb_session_params *params, pb_sessio
     s->chan_close = find_special(s->vocab, "<channel|>");
     if (s->chan_open < 0 || s->chan_close < 0) s->chan_open = s->chan_close = -1;
 
-    pb_status st;
     if (p.batch && (st = pb_engine_batch_join(s, p.batch)) != PB_OK) goto fail;
     if (p.think && s->think_id < 0) {
         st = pb_error(PB_ERR_UNSUPPORTED, "session: thinking needs a Gemma 4 vocabulary (with <|turn> and <|think|>)");
@@ -103,8 +107,7 @@ fail:
     return st;
 }
 
-void pb_session_free(pb_session *s) {
-    if (!s) return;
+static void session_destroy(pb_session *s) {
     pb_engine_batch_leave(s);
     pb_kv_free(s->kv);
     pb_forward_ctx_free(s->fc);
@@ -116,7 +119,74 @@ void pb_session_free(pb_session *s) {
     free(s->tmp);
     free(s->stop_buf);
     free(s->turns);
+    pb_model *m = s->model;
     free(s);
+    pb_model_release(m); /* closes the model if pb_model_close came before and this was its last user */
+}
+
+void pb_session_free(pb_session *s) {
+    if (!s) return;
+    /* Freed while a call runs on it (from that call's piece callback, or another thread): the call stops soon, as
+     * cancelled (pb_engine_cancelled reads the flag set below, which no call clears; the cancel also stops a forward
+     * within a layer), and frees the session as it returns (pb_engine_leave). The cancel goes first: once the flag is
+     * set, the call may end and free the session at any moment. */
+    __atomic_store_n(&s->cancel, 1, __ATOMIC_RELEASE);
+    unsigned cur = atomic_load(&s->busy);
+    for (;;) {
+        if (cur & PB_SESSION_FREEING) { /* a second free while the first waits for the call: nothing to do */
+            const char *fn = atomic_load(&s->busy_fn);
+            pb_log(2, "pb_session_free: the session is being freed already (when %s returns); this call did nothing",
+                   fn ? fn : "the call running on it");
+            return;
+        }
+        if (atomic_compare_exchange_weak(&s->busy, &cur, cur | PB_SESSION_FREEING)) break;
+    }
+    if (cur == 0) session_destroy(s);
+}
+
+/* ---- one call at a time ---------------------------------------------------------------------- */
+
+pb_status pb_engine_enter(pb_session *s, const char *fn, bool reading, bool *entered) {
+    *entered = false;
+    unsigned cur = 0;
+    if (atomic_compare_exchange_strong(&s->busy, &cur, PB_SESSION_BUSY)) {
+        atomic_store(&s->busy_tag, pb_thread_tag());
+        atomic_store(&s->busy_fn, fn);
+        *entered = true;
+        return PB_OK;
+    }
+    /* busy_tag is the running call's thread, or 0 for a moment after its start: never this thread's tag unless this
+     * thread runs that call (pb_engine_leave clears it before the session is free again) */
+    const bool own = atomic_load(&s->busy_tag) == pb_thread_tag();
+    if (own && reading && !(cur & PB_SESSION_FREEING)) return PB_OK; /* from its callback: between two tokens */
+    const char *run = atomic_load(&s->busy_fn);
+    if (!run) run = "another call";
+    if (cur & PB_SESSION_FREEING)
+        return pb_error(PB_ERR_INVALID_ARG, "%s: the session is being freed (pb_session_free came while %s ran on it)",
+                        fn, run);
+    if (own)
+        return pb_error(PB_ERR_INVALID_ARG,
+                        "%s: the session is busy: called from inside %s on it (a piece callback), where only "
+                        "pb_session_cancel, _free, _save, _state_size, _state_write and the getters may be called",
+                        fn, run);
+    return pb_error(PB_ERR_INVALID_ARG,
+                    "%s: the session is busy: %s runs on it in another thread (a session is used by one thread at a "
+                    "time)",
+                    fn, run);
+}
+
+pb_status pb_engine_leave(pb_session *s, bool entered, pb_status status) {
+    if (!entered) return status;
+    const char *fn = atomic_load(&s->busy_fn);
+    atomic_store(&s->busy_fn, NULL);
+    atomic_store(&s->busy_tag, 0);
+    unsigned cur = PB_SESSION_BUSY;
+    if (atomic_compare_exchange_strong(&s->busy, &cur, 0)) return status;
+    session_destroy(s); /* pb_session_free came during the call */
+    if (status == PB_ERR_CANCELLED)
+        status = pb_error(PB_ERR_CANCELLED, "%s: stopped by pb_session_free during the call; the session is freed",
+                          fn ? fn : "session");
+    return status;
 }
 
 /* ---- feeding --------------------------------------------------------------------------------- */
@@ -147,7 +217,7 @@ pb_status pb_engine_feed(pb_session *s, const int32_t *ids, int64_t n, int64_t *
     if (pb_engine_check_ids(s, "session", ids, n) != PB_OK) return PB_ERR_INVALID_ARG;
     int64_t done = 0;
     while (done < n) {
-        if (!s->restoring && __atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE))
+        if (!s->restoring && pb_engine_cancelled(s))
             return pb_error(PB_ERR_CANCELLED, "session: cancelled after %lld of %lld tokens", (long long)done,
                             (long long)n);
         pb_thermal_tick(&s->thermal, s->pool, false);
@@ -262,8 +332,7 @@ pb_status pb_engine_refresh_logits(pb_session *s) {
     return st;
 }
 
-pb_status pb_session_truncate(pb_session *s, int64_t n) {
-    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_truncate: session is NULL");
+static pb_status truncate_to(pb_session *s, int64_t n) {
     if (n < 0 || n > s->n_past)
         return pb_error(PB_ERR_INVALID_ARG,
                         "pb_session_truncate: n %lld is outside 0..%lld (the tokens in the context)", (long long)n,
@@ -278,9 +347,14 @@ pb_status pb_session_truncate(pb_session *s, int64_t n) {
     return st;
 }
 
-pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, int64_t *n_kept) {
-    if (!s || !n_kept)
-        return pb_error(PB_ERR_INVALID_ARG, "pb_session_reuse_prefix: %s is NULL", !s ? "session" : "n_kept");
+pb_status pb_session_truncate(pb_session *s, int64_t n) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_truncate: session is NULL");
+    bool in;
+    pb_status st = pb_engine_enter(s, "pb_session_truncate", false, &in);
+    return st != PB_OK ? st : pb_engine_leave(s, in, truncate_to(s, n));
+}
+
+static pb_status reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, int64_t *n_kept) {
     if (n < 0) /* not "nothing in common": that would drop the whole context */
         return pb_error(PB_ERR_INVALID_ARG, "pb_session_reuse_prefix: n %lld is negative", (long long)n);
     if (n > 0 && !ids)
@@ -296,6 +370,14 @@ pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, 
     pb_engine_fix_turns(s);
     if (st != PB_OK) *n_kept = s->n_past;
     return st;
+}
+
+pb_status pb_session_reuse_prefix(pb_session *s, const int32_t *ids, int64_t n, int64_t *n_kept) {
+    if (!s || !n_kept)
+        return pb_error(PB_ERR_INVALID_ARG, "pb_session_reuse_prefix: %s is NULL", !s ? "session" : "n_kept");
+    bool in;
+    pb_status st = pb_engine_enter(s, "pb_session_reuse_prefix", false, &in);
+    return st != PB_OK ? st : pb_engine_leave(s, in, reuse_prefix(s, ids, n, n_kept));
 }
 
 /* ---- context shifts -------------------------------------------------------------------------- */
@@ -356,8 +438,7 @@ pb_status pb_engine_make_room(pb_session *s, int64_t need, int64_t protect, pb_g
                     (long long)used, (long long)need, s->n_ctx);
 }
 
-pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n) {
-    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: session is NULL");
+static pb_status prefill(pb_session *s, const int32_t *ids, int64_t n) {
     pb_status st = pb_engine_check_prompt(s, "pb_session_prefill", "ids", "n", ids, n); /* before a shift */
     if (st != PB_OK) return st;
     __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
@@ -367,6 +448,13 @@ pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n) {
     if (st == PB_OK) st = pb_engine_feed(s, ids, n, &fed);
     s->totals.n_prefilled += fed;
     return st;
+}
+
+pb_status pb_session_prefill(pb_session *s, const int32_t *ids, int64_t n) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_prefill: session is NULL");
+    bool in;
+    pb_status st = pb_engine_enter(s, "pb_session_prefill", false, &in);
+    return st != PB_OK ? st : pb_engine_leave(s, in, prefill(s, ids, n));
 }
 
 /* ---- accessors ------------------------------------------------------------------------------- */
@@ -408,8 +496,7 @@ int64_t pb_session_n_past(const pb_session *s) { return s ? s->n_past : 0; }
 int64_t pb_session_n_ctx(const pb_session *s) { return s ? s->n_ctx : 0; }
 int pb_session_n_turns(const pb_session *s) { return s ? s->n_turns : 0; }
 
-pb_status pb_session_pop_turn(pb_session *s) {
-    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_pop_turn: session is NULL");
+static pb_status pop_turn(pb_session *s) {
     if (s->n_turns == 0) return pb_error(PB_ERR_INVALID_ARG, "pb_session_pop_turn: the context holds no chat turn");
     __atomic_store_n(&s->cancel, 0, __ATOMIC_RELEASE);
     const int64_t at = s->turns[s->n_turns - 1].start;
@@ -423,6 +510,13 @@ pb_status pb_session_pop_turn(pb_session *s) {
     pb_status st = pb_engine_keep_pending(s, at);
     pb_engine_fix_turns(s);
     return st;
+}
+
+pb_status pb_session_pop_turn(pb_session *s) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_pop_turn: session is NULL");
+    bool in;
+    pb_status st = pb_engine_enter(s, "pb_session_pop_turn", false, &in);
+    return st != PB_OK ? st : pb_engine_leave(s, in, pop_turn(s));
 }
 
 const int32_t *pb_session_tokens(const pb_session *s, int64_t *n) {

@@ -94,12 +94,14 @@ static size_t payload_size(const pb_session *s, size_t kv_bytes) {
 
 pb_status pb_session_state_size(const pb_session *s, size_t *out) {
     if (!s || !out) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_size: %s is NULL", !s ? "session" : "out");
+    bool in; /* the session is const to the caller; only its call guard changes */
+    pb_status st = pb_engine_enter((pb_session *)s, "pb_session_state_size", true, &in);
+    if (st != PB_OK) return st;
     *out = HDR + payload_size(s, pb_kv_state_size(s->kv));
-    return PB_OK;
+    return pb_engine_leave((pb_session *)s, in, PB_OK);
 }
 
-pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, size_t *len_out) {
-    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_write: session is NULL");
+static pb_status state_write(const pb_session *s, void *buf, size_t cap, size_t *len_out) {
     if (!buf && cap) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_write: buf is NULL with cap %zu", cap);
     size_t kv_bytes = pb_kv_state_size(s->kv), need = HDR + payload_size(s, kv_bytes);
     if (len_out) *len_out = need;
@@ -147,14 +149,18 @@ pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, siz
     return PB_OK;
 }
 
-pb_status pb_session_save(const pb_session *s, const char *path) {
-    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "pb_session_save: %s is NULL", !s ? "session" : "path");
-    size_t n;
-    pb_status st = pb_session_state_size(s, &n);
-    if (st != PB_OK) return st;
+pb_status pb_session_state_write(const pb_session *s, void *buf, size_t cap, size_t *len_out) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_write: session is NULL");
+    bool in;
+    pb_status st = pb_engine_enter((pb_session *)s, "pb_session_state_write", true, &in);
+    return st != PB_OK ? st : pb_engine_leave((pb_session *)s, in, state_write(s, buf, cap, len_out));
+}
+
+static pb_status save(const pb_session *s, const char *path) {
+    size_t n = HDR + payload_size(s, pb_kv_state_size(s->kv));
     void *buf = pb_malloc(n);
     if (!buf) return PB_ERR_NOMEM;
-    st = pb_session_state_write(s, buf, n, &n);
+    pb_status st = state_write(s, buf, n, &n);
     if (st == PB_OK) {
         pb_atomic_file f;
         st = pb_atomic_open(path, &f);
@@ -171,14 +177,20 @@ pb_status pb_session_save(const pb_session *s, const char *path) {
     return st;
 }
 
+pb_status pb_session_save(const pb_session *s, const char *path) {
+    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "pb_session_save: %s is NULL", !s ? "session" : "path");
+    bool in;
+    pb_status st = pb_engine_enter((pb_session *)s, "pb_session_save", true, &in);
+    return st != PB_OK ? st : pb_engine_leave((pb_session *)s, in, save(s, path));
+}
+
 /* ---- reading -------------------------------------------------------------------------------------- */
 
 static const char *kv_name(uint32_t t) {
     return t == PB_KV_Q8_0 ? "q8_0" : t == PB_KV_F32 ? "f32" : t == PB_KV_F16 ? "f16" : "?";
 }
 
-pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
-    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_read: session is NULL");
+static pb_status state_read(pb_session *s, const void *buf, size_t len) {
     if (!buf && len) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_read: buf is NULL with len %zu", len);
     const uint8_t *h = buf;
     if (len < HDR || memcmp(h, MAGIC, 8) != 0)
@@ -280,13 +292,26 @@ pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
     return PB_OK;
 }
 
-pb_status pb_session_load(pb_session *s, const char *path) {
-    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "pb_session_load: %s is NULL", !s ? "session" : "path");
+pb_status pb_session_state_read(pb_session *s, const void *buf, size_t len) {
+    if (!s) return pb_error(PB_ERR_INVALID_ARG, "pb_session_state_read: session is NULL");
+    bool in;
+    pb_status st = pb_engine_enter(s, "pb_session_state_read", false, &in);
+    return st != PB_OK ? st : pb_engine_leave(s, in, state_read(s, buf, len));
+}
+
+static pb_status load(pb_session *s, const char *path) {
     pb_map m;
     pb_status st = pb_map_open(path, true, &m);
     if (st != PB_OK) return st;
-    st = pb_session_state_read(s, m.data, m.size);
+    st = state_read(s, m.data, m.size);
     pb_map_close(&m);
     if (st != PB_OK) pb_error_prefix(st, "session load '%s': ", path);
     return st;
+}
+
+pb_status pb_session_load(pb_session *s, const char *path) {
+    if (!s || !path) return pb_error(PB_ERR_INVALID_ARG, "pb_session_load: %s is NULL", !s ? "session" : "path");
+    bool in;
+    pb_status st = pb_engine_enter(s, "pb_session_load", false, &in);
+    return st != PB_OK ? st : pb_engine_leave(s, in, load(s, path));
 }

@@ -889,8 +889,7 @@ fail:
     return s;
 }
 
-void pb_model_close(pb_model *m) {
-    if (!m) return;
+static void model_destroy(pb_model *m) {
     pb_pack_cache_wait(m); /* the writer reads packed_mem */
     pb_model_gpu_detach(m);
     pb_vocab_free(m->vocab);
@@ -901,6 +900,40 @@ void pb_model_close(pb_model *m) {
     pb_gguf_close(m->g);
     pb_map_close(&m->map);
     free(m);
+}
+
+void pb_model_close(pb_model *m) {
+    if (!m) return;
+    /* The model must outlive its sessions and batches. Closed too early (an app's teardown in the wrong order, a
+     * piece callback), it is not pulled from under them: the last of them to be freed closes it. */
+    unsigned prev = atomic_fetch_or(&m->users, PB_MODEL_CLOSED);
+    if (prev == 0) {
+        model_destroy(m);
+    } else if (prev & PB_MODEL_CLOSED) {
+        pb_log(2,
+               "pb_model_close: the model was closed already (it is closed with the last of its %u users, sessions "
+               "and batches); this call did nothing",
+               prev & ~PB_MODEL_CLOSED);
+    } else {
+        pb_log(2,
+               "pb_model_close: the model still has %u user%s (sessions and batches); it is closed with the last of "
+               "them",
+               prev, prev == 1 ? "" : "s");
+    }
+}
+
+pb_status pb_model_retain(pb_model *m, const char *fn) {
+    unsigned prev = atomic_fetch_add(&m->users, 1);
+    if (prev & PB_MODEL_CLOSED) {
+        pb_model_release(m);
+        return pb_error(PB_ERR_INVALID_ARG,
+                        "%s: the model was closed (pb_model_close); it stays only until its sessions are freed", fn);
+    }
+    return PB_OK;
+}
+
+void pb_model_release(pb_model *m) {
+    if (atomic_fetch_sub(&m->users, 1) == (PB_MODEL_CLOSED | 1)) model_destroy(m);
 }
 
 bool pb_model_pack_cache_busy(const pb_model *m) { return m && pb_pack_cache_busy(m); }

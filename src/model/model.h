@@ -140,6 +140,13 @@ enum { PB_FORWARD_BATCH_MAX = 64 };
 pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
                            const int32_t *tokens, int n, float *logits, int32_t *top);
 
+/* The model's users (the engine's sessions and batches): retain at creation, release when freed. pb_model_close of a
+ * model that still has users only marks it closed (a warning to pb_set_log's sink) and the release of its last user
+ * closes it, so an app that closes the model first (or from a piece callback) frees nothing under a session. Retain
+ * of a model already closed: PB_ERR_INVALID_ARG "<fn>: the model was closed (pb_model_close) ...". Thread-safe. */
+pb_status pb_model_retain(pb_model *m, const char *fn);
+void pb_model_release(pb_model *m);
+
 /* Accessors the engine needs. */
 const pb_hparams *pb_model_hparams(const pb_model *m);
 const pb_gguf *pb_model_gguf(const pb_model *m);

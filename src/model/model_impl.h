@@ -4,6 +4,8 @@
 
 #include "model/model.h"
 
+#include <stdatomic.h>
+
 #define PB_MAX_LAYERS      256
 #define PB_MAX_HEAD_DIM    512
 #define PB_FWD_MAX_THREADS 64  /* threads a forward pass uses at most in exact mode */
@@ -75,7 +77,11 @@ struct pb_model {
     pb_vocab *vocab;
     pb_model_info info;
     struct pb_cu_model *gpu; /* weights on the GPU (model/gpu.c), else NULL */
+    /* sessions and batches using the model (pb_model_retain), | PB_MODEL_CLOSED once pb_model_close came: the model
+     * is destroyed when both hold (by pb_model_close, or by the pb_model_release of its last user) */
+    atomic_uint users;
 };
+#define PB_MODEL_CLOSED 0x80000000u
 
 /* pack_cache.c: the packed-weights cache of the matrices mats[0..n), in this order, pk[i] telling which are
  * repacked (the others are plain copies). load: PB_OK when a valid cache file was mapped (each mat's data points

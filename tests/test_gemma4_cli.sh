@@ -195,3 +195,36 @@ if "${PB_BUILD:-build}/tests/test_gemma4_ref" --write-bigram-swa "$BS"; then
     ok "serve: a thinking conversation past the window re-sent without its thought: prefix reused ($ru), 0 re-read"
   else nok "serve thought cut past the window: reread [$rr] reused [$ru] $(head -c 200 "$T/bw2")"; fi
 else nok "test_gemma4_ref --write-bigram-swa failed"; fi
+
+# config.json counts that are not whole numbers in range are refused naming the key (were truncated: 8.5 -> 8,
+# per_layer_config "4x" read as layer 4, its head_dim 32.5 as 32, and the conversion succeeded)
+B=$T/badcfg
+mkdir -p "$B"
+for f in tests/data/model/gemma4_e2b/*; do ln -s "$(pwd)/$f" "$B/$(basename "$f")"; done
+bad_cfg() { # sed expression, expected message, label
+  rm -f "$B/config.json" "$T/bad.gguf"
+  sed "$1" tests/data/model/gemma4_e2b/config.json >"$B/config.json"
+  "$BIN" convert "$B" "$T/bad.gguf" --type f32 >"$T/badc" 2>&1
+  rc=$?
+  if [ $rc -eq 1 ] && grep -qF "$2" "$T/badc" && [ ! -e "$T/bad.gguf" ]; then ok "convert refuses $3"
+  else nok "convert with $3: rc $rc, $(tail -1 "$T/badc")"; fi
+}
+bad_cfg 's/"sliding_window": 8,/"sliding_window": 8.5,/' "'sliding_window' must be an integer" "sliding_window 8.5"
+bad_cfg 's/"sliding_window": 8,/"sliding_window": "8",/' "'sliding_window' must be a number" "sliding_window \"8\""
+bad_cfg 's/"num_kv_shared_layers": 5,/"num_kv_shared_layers": 4.5,/' "'num_kv_shared_layers' must be an integer" \
+  "num_kv_shared_layers 4.5"
+bad_cfg 's/"hidden_size_per_layer_input": 8,/"hidden_size_per_layer_input": 1e12,/' \
+  "'hidden_size_per_layer_input' must be a" "hidden_size_per_layer_input 1e12"
+bad_cfg 's/"4": {/"4x": {/' "per_layer_config key '4x' is not a layer index" "per_layer_config key \"4x\""
+bad_cfg 's/"9": {/"-9": {/' "per_layer_config key '-9' is not a layer index" "per_layer_config key \"-9\""
+bad_cfg '0,/"head_dim": 32/s//"head_dim": 32.5/' "'per_layer_config.4.head_dim' must be an integer" \
+  "per_layer_config head_dim 32.5"
+# an added_tokens id of 1.5 in tokenizer.json is refused (was: read as token 1, converted)
+rm -f "$B/config.json" "$B/tokenizer.json" "$T/bad.gguf"
+ln -s "$(pwd)/tests/data/model/gemma4_e2b/config.json" "$B/config.json"
+sed '0,/"id": 1,/s//"id": 1.5,/' tests/data/model/gemma4_e2b/tokenizer.json >"$B/tokenizer.json"
+"$BIN" convert "$B" "$T/bad.gguf" --type f32 >"$T/badc" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -qF "an added_tokens entry has no valid id/content" "$T/badc" && [ ! -e "$T/bad.gguf" ]; then
+  ok "convert refuses an added_tokens id of 1.5"
+else nok "convert with an added_tokens id of 1.5: rc $rc, $(tail -1 "$T/badc")"; fi

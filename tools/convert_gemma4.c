@@ -20,29 +20,51 @@ static pb_status num(const cJSON *o, const char *key, double def, double lo, dou
     return PB_OK;
 }
 
+/* A count: num() and a whole number (2.5 was truncated to 2). */
+static pb_status inum(const cJSON *o, const char *key, double def, double lo, double hi, double *out) {
+    pb_status s = num(o, key, def, lo, hi, out);
+    if (s == PB_OK && *out != floor(*out))
+        s = pb_error(PB_ERR_FORMAT, "config.json: '%s' must be an integer in [%g, %g]", key, lo, hi);
+    return s;
+}
+
 /* A required MoE count under key (or its alias when key is absent). */
 static pb_status moe_num(const cJSON *c, const char *key, const char *alias, double lo, double hi, uint32_t *out) {
     double v;
     const char *k = cJSON_GetObjectItemCaseSensitive(c, key) ? key : alias;
-    pb_status s = num(c, k, NAN, lo, hi, &v);
-    if (s == PB_OK && v != floor(v)) s = pb_error(PB_ERR_FORMAT, "config.json: '%s' must be an integer", k);
+    pb_status s = inum(c, k, NAN, lo, hi, &v);
     if (s == PB_OK) *out = (uint32_t)v;
     return s;
 }
 
 static bool flag(const cJSON *o, const char *key) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key)); }
 
-/* A value of the first full-attention layer in per_layer_config ({"4": {"head_dim": 512}}), 0 when absent. */
-static uint32_t full_layer_value(const cJSON *c, const cv_hparams *hp, const char *key) {
+/* A value of the first full-attention layer in per_layer_config ({"4": {"head_dim": 512}}) in *out, 0 when
+ * absent. Each entry's name must be a layer index and its value (when there) an integer in [1, 1024]: atoi took
+ * "4x" for layer 4 and the cast truncated 32.5 to 32. */
+static pb_status full_layer_value(const cJSON *c, const cv_hparams *hp, const char *key, uint32_t *out) {
     const cJSON *plc = cJSON_GetObjectItemCaseSensitive(c, "per_layer_config");
     const cJSON *e;
+    *out = 0;
+    if (plc && !cJSON_IsNull(plc) && !cJSON_IsObject(plc))
+        return pb_error(PB_ERR_FORMAT, "config.json: 'per_layer_config' must be an object");
     cJSON_ArrayForEach(e, plc) {
-        int il = e->string ? atoi(e->string) : -1;
+        const char *k = e->string ? e->string : "";
+        uint32_t il = 0;
+        bool ok = *k != 0 && strlen(k) <= 3;
+        for (const char *p = k; ok && *p; p++) ok = *p >= '0' && *p <= '9', il = il * 10 + (uint32_t)(*p - '0');
+        if (!ok || il >= hp->n_layer)
+            return pb_error(PB_ERR_FORMAT, "config.json: per_layer_config key '%.40s' is not a layer index below %u", k,
+                            hp->n_layer);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
-        if (il >= 0 && il < (int)hp->n_layer && !hp->swa[il] && cJSON_IsNumber(v) && v->valuedouble >= 1)
-            return (uint32_t)v->valuedouble;
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= 1024) ||
+            v->valuedouble != floor(v->valuedouble))
+            return pb_error(PB_ERR_FORMAT, "config.json: 'per_layer_config.%s.%s' must be an integer in [1, 1024]", k,
+                            key);
+        if (!hp->swa[il] && !*out) *out = (uint32_t)v->valuedouble;
     }
-    return 0;
+    return PB_OK;
 }
 
 pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void *user) {
@@ -61,16 +83,16 @@ pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void
     }
     double v;
     pb_status s;
-    if ((s = num(c, "sliding_window", NAN, 1, 1 << 24, &v))) return s;
+    if ((s = inum(c, "sliding_window", NAN, 1, 1 << 24, &v))) return s;
     hp->sliding_window = (uint32_t)v;
     if ((s = num(c, "final_logit_softcapping", 30.0, 0, 1e6, &v))) return s;
     hp->final_softcap = (float)v;
-    if ((s = num(c, "num_kv_shared_layers", 0, 0, hp->n_layer - 1, &v))) return s;
+    if ((s = inum(c, "num_kv_shared_layers", 0, 0, hp->n_layer - 1, &v))) return s;
     hp->n_kv_shared = (uint32_t)v;
-    if ((s = num(c, "hidden_size_per_layer_input", 0, 0, 1 << 16, &v))) return s;
+    if ((s = inum(c, "hidden_size_per_layer_input", 0, 0, 1 << 16, &v))) return s;
     hp->n_embd_per_layer = (uint32_t)v;
     if (hp->n_embd_per_layer) {
-        if ((s = num(c, "vocab_size_per_layer_input", hp->n_vocab, 1, 1 << 24, &v))) return s;
+        if ((s = inum(c, "vocab_size_per_layer_input", hp->n_vocab, 1, 1 << 24, &v))) return s;
         if ((uint32_t)v != hp->n_vocab)
             return pb_error(PB_ERR_UNSUPPORTED, "config.json: vocab_size_per_layer_input %g differs from vocab_size %u",
                             v, hp->n_vocab);
@@ -84,11 +106,17 @@ pb_status cv_gemma4_config(const cJSON *c, cv_hparams *hp, cv_warn_fn warn, void
     hp->double_wide = flag(c, "use_double_wide_mlp");
     hp->k_eq_v = flag(c, "attention_k_eq_v");
     hp->head_dim_full = 0;
-    if ((s = num(c, "global_head_dim", 0, 0, 1024, &v))) return s;
-    hp->head_dim_full = v > 0 ? (uint32_t)v : full_layer_value(c, hp, "head_dim");
+    if ((s = inum(c, "global_head_dim", 0, 0, 1024, &v))) return s;
+    if (v > 0)
+        hp->head_dim_full = (uint32_t)v;
+    else if ((s = full_layer_value(c, hp, "head_dim", &hp->head_dim_full)))
+        return s;
     if (!hp->head_dim_full) hp->head_dim_full = hp->head_dim;
-    if ((s = num(c, "num_global_key_value_heads", 0, 0, 1024, &v))) return s;
-    hp->n_head_kv_full = v > 0 ? (uint32_t)v : full_layer_value(c, hp, "num_key_value_heads");
+    if ((s = inum(c, "num_global_key_value_heads", 0, 0, 1024, &v))) return s;
+    if (v > 0)
+        hp->n_head_kv_full = (uint32_t)v;
+    else if ((s = full_layer_value(c, hp, "num_key_value_heads", &hp->n_head_kv_full)))
+        return s;
     if (hp->n_head_kv_full && hp->n_head % hp->n_head_kv_full)
         return pb_error(PB_ERR_FORMAT,
                         "config.json: num_attention_heads %u is not a multiple of the full layers' "

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <openssl/evp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -30,7 +31,7 @@ static volatile sig_atomic_t interrupted;
 void fetch_interrupt(void) { interrupted = 1; }
 
 /* Why a transfer was stopped from inside a callback. */
-enum { STOP_NONE, STOP_NOSPACE, STOP_IO, STOP_CHANGED, STOP_INTERRUPT, STOP_STALL, STOP_REFUSED };
+enum { STOP_NONE, STOP_NOSPACE, STOP_IO, STOP_CHANGED, STOP_INTERRUPT, STOP_STALL, STOP_REFUSED, STOP_BADHDR };
 
 typedef struct xfer {
     const fetch_opts *o;
@@ -87,6 +88,33 @@ static void header_value(const char *line, size_t n, size_t skip, char *dst, siz
     size_t l = (size_t)(end - v) < cap - 1 ? (size_t)(end - v) : cap - 1;
     memcpy(dst, v, l);
     dst[l] = 0;
+}
+
+/* A byte count from the network: plain decimal digits only (no sign, blank, suffix or empty value), at most
+ * max. strtoll / %llu took "-1" as 2^64-1, "+5" as 5, "12abc" as 12 and clamped or wrapped past 2^63. */
+static bool parse_count(const char *s, size_t len, uint64_t max, uint64_t *out) {
+    uint64_t v = 0;
+    if (len == 0) return false;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (max - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* "bytes A-B/T" (a 206), or with a == NULL "bytes * /T" without the blank (a 416); numbers as parse_count. */
+static bool parse_content_range(const char *s, uint64_t *a, uint64_t *b, uint64_t *t) {
+    if (strncmp(s, "bytes ", 6) != 0) return false;
+    s += 6;
+    const char *slash = strchr(s, '/');
+    if (!slash || !parse_count(slash + 1, strlen(slash + 1), UINT64_MAX, t)) return false;
+    if (a == NULL) return slash - s == 1 && *s == '*';
+    const char *dash = memchr(s, '-', (size_t)(slash - s));
+    return dash && parse_count(s, (size_t)(dash - s), UINT64_MAX, a) &&
+           parse_count(dash + 1, (size_t)(slash - dash - 1), UINT64_MAX, b);
 }
 
 static bool header_is(const char *line, size_t n, const char *name) {
@@ -165,7 +193,8 @@ static bool state_read(xfer *x) {
         snprintf(x->part_etag, sizeof x->part_etag, "%s", e ? e : "");
         snprintf(x->part_lastmod, sizeof x->part_lastmod, "%s", l ? l : "");
         snprintf(x->part_sha, sizeof x->part_sha, "%s", s ? s : "");
-        x->total = cJSON_IsNumber(sz) && sz->valuedouble > 0 ? (uint64_t)sz->valuedouble : 0;
+        double d = cJSON_IsNumber(sz) ? sz->valuedouble : 0; /* our own file, but a size must be a byte count */
+        x->total = d >= 1 && d <= 9007199254740992.0 && d == floor(d) ? (uint64_t)d : 0;
     }
     cJSON_Delete(o);
     return same;
@@ -249,8 +278,10 @@ static bool accept_response(xfer *x) {
     if (x->status != 200 && x->status != 206) return true; /* an error: its body is read as a message */
     uint64_t total = 0;
     if (x->status == 206) {
-        unsigned long long a, b, t;
-        if (sscanf(x->crange, "bytes %llu-%llu/%llu", &a, &b, &t) != 3 || a != x->req_from) {
+        uint64_t a, b, t;
+        /* we ask for "bytes=FROM-": the answer must run from FROM to the file's last byte, Content-Length long */
+        if (!parse_content_range(x->crange, &a, &b, &t) || a != x->req_from || b >= t || b != t - 1 ||
+            (x->clen >= 0 && (uint64_t)x->clen != b - a + 1)) {
             stop(x, STOP_CHANGED, "the server answered the range request with '%s'", x->crange);
             return false;
         }
@@ -320,9 +351,14 @@ static size_t on_header(char *line, size_t sz, size_t nmemb, void *user) {
     } else if (header_is(line, n, "Content-Range")) {
         header_value(line, n, 14, x->crange, sizeof x->crange);
     } else if (header_is(line, n, "Content-Length")) {
-        char v[32];
+        char v[64];
         header_value(line, n, 15, v, sizeof v);
-        x->clen = strtoll(v, NULL, 10);
+        uint64_t c;
+        if (!parse_count(v, strlen(v), INT64_MAX, &c)) { /* the body's length is then unknown: refuse it */
+            stop(x, STOP_BADHDR, "the server sent a malformed Content-Length header '%.40s' (not a byte count)", v);
+            return 0;
+        }
+        x->clen = (int64_t)c;
     } else if (header_is(line, n, "Location")) {
         char v[2048];
         header_value(line, n, 9, v, sizeof v);
@@ -345,10 +381,14 @@ static size_t on_header(char *line, size_t sz, size_t nmemb, void *user) {
         curl_free(dest);
         if (refuse) return 0;
     } else if (header_is(line, n, "X-Linked-Size")) {
-        char v[32];
+        char v[64];
         header_value(line, n, 14, v, sizeof v);
-        unsigned long long s;
-        if (sscanf(v, "%llu", &s) == 1) x->hub_size = s;
+        uint64_t s; /* the hub's size drives the free-space check and the progress: a bad one is refused */
+        if (!parse_count(v, strlen(v), INT64_MAX, &s)) {
+            stop(x, STOP_BADHDR, "the server sent a malformed X-Linked-Size header '%.40s' (not a byte count)", v);
+            return 0;
+        }
+        x->hub_size = s;
     } else if (header_is(line, n, "X-Linked-Etag")) { /* the hub: "sha256 of the LFS file", quoted */
         char v[80], *p = v;
         header_value(line, n, 14, v, sizeof v);
@@ -477,7 +517,7 @@ static int attempt(xfer *x, char *err, size_t cap) {
     curl_easy_cleanup(c);
     curl_slist_free_all(hdr);
     if (x->stop == STOP_INTERRUPT || interrupted) return ATT_INTR;
-    if (x->stop == STOP_NOSPACE || x->stop == STOP_IO || x->stop == STOP_REFUSED) {
+    if (x->stop == STOP_NOSPACE || x->stop == STOP_IO || x->stop == STOP_REFUSED || x->stop == STOP_BADHDR) {
         snprintf(err, cap, "%s", x->stop_msg);
         return ATT_FAIL;
     }
@@ -498,8 +538,8 @@ static int attempt(xfer *x, char *err, size_t cap) {
         return ATT_DONE;
     }
     if (rc == CURLE_OK && status == 416 && x->req_from > 0) {
-        unsigned long long t;
-        if (sscanf(x->crange, "bytes */%llu", &t) == 1 && t == x->have && x->have == x->total) return ATT_DONE;
+        uint64_t t;
+        if (parse_content_range(x->crange, NULL, NULL, &t) && t == x->have && x->have == x->total) return ATT_DONE;
         snprintf(err, cap, "the server refused to resume at byte %llu (HTTP 416)", (unsigned long long)x->have);
         return restart_part(x) ? ATT_AGAIN : ATT_FAIL;
     }

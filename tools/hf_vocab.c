@@ -201,7 +201,8 @@ static pb_status load(hf_vocab *v, const cJSON *root, const char *path, const ch
     }
     cJSON_ArrayForEach(it, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 16777216.0 || !token_text(it))
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 16777216.0 ||
+            id->valuedouble != (double)id->valueint || !token_text(it)) /* 1.5 was token 1 */
             return pb_error(PB_ERR_FORMAT, "hf_vocab: %s: an added_tokens entry has no valid id/content", path);
         if (id->valueint > max_id) max_id = id->valueint;
     }

@@ -31,7 +31,9 @@ export class FaultServer {
   // [per file request], range416, ignoreIfRange, changeTo {file, etag} after changeAfter requests, token,
   // corrupt, throttle {chunk, ms}, linked (X-Linked-Etag on the file response too), linkedSha (override),
 // chunked (no Content-Length), zeros (a file of that many zero bytes, > 4 GiB allowed, served by range only), cdnHost (the hub redirects to http://cdnHost:port/cdn/...; a token is then
-// asked for on /resolve/ only), farRedirect (/far redirects there: a plain-http host that is not loopback).
+// asked for on /resolve/ only), farRedirect (/far redirects there: a plain-http host that is not loopback),
+// linkedSize (the resolve redirect's X-Linked-Size, as sent), clen / crange (the file response's Content-Length /
+// Content-Range, as sent; the connection is closed after the body when clen is set).
   reset(cfg) {
     this.cfg = { etag: '"v1"', lastmod: 'Tue, 01 Dec 2026 00:00:00 GMT', ...cfg };
     this.requests = [];
@@ -86,7 +88,7 @@ export class FaultServer {
       rec.status = 302;
       const cdn = cfg.cdnHost ? `http://${cfg.cdnHost}:${this.port}` : '';
       res.writeHead(302, { Location: cdn + '/cdn/' + u.pathname.split('/').pop(), 'X-Linked-Etag': `"${this.linkedSha()}"`,
-        'X-Linked-Size': String(cfg.file.length), ETag: `"${this.linkedSha()}"` });
+        'X-Linked-Size': cfg.linkedSize ?? String(cfg.file.length), ETag: `"${this.linkedSha()}"` });
       return res.end();
     }
     if (!u.pathname.endsWith('.gguf')) { rec.status = 404; res.writeHead(404); return res.end('no such file'); }
@@ -128,6 +130,8 @@ export class FaultServer {
     if (cfg.chunked) delete headers['Content-Length']; // Transfer-Encoding: chunked, the size unknown
     if (status === 206) headers['Content-Range'] = `bytes ${start}-${data.length - 1}/${data.length}`;
     if (cfg.linked) headers['X-Linked-Etag'] = `"${this.linkedSha()}"`;
+    if (cfg.clen !== undefined) headers['Content-Length'] = cfg.clen;
+    if (cfg.crange !== undefined && status === 206) headers['Content-Range'] = cfg.crange;
     rec.status = status;
     res.writeHead(status, headers);
     // how much of the body this request gets before its fault
@@ -137,7 +141,7 @@ export class FaultServer {
     else if (cfg.shortBy && k === 0) { limit = body.length - cfg.shortBy; fault = 'short'; }
     const finish = () => {
       if (fault === 'stall') return; // say nothing more: the client has to notice
-      if (fault) { res.socket.end(); return; } // fewer bytes than Content-Length, then the connection closes
+      if (fault || cfg.clen !== undefined) { res.socket.end(); return; } // short body, or a Content-Length as sent
       res.end();
     };
     const chunk = cfg.throttle ? cfg.throttle.chunk : 1 << 20;

@@ -410,6 +410,36 @@ for (const ignoreIfRange of [false, true]) {
     `> 4 GiB: resumed at byte ${srv.requests[0] && srv.requests[0].range}, ${srv.sent} bytes sent, digest matched, then refused as not a model`, r);
 }
 
+// 13e. sizes from the network parsed strictly: a malformed X-Linked-Size or Content-Length ("-1", "+5", "12abc",
+// empty, past 2^63) is refused naming the header (was: strtoll / %llu turned it into 2^64-1, 5, 12 or ignored it,
+// which then drove the free-space check, the progress and the resume); a Content-Range that is not
+// "bytes FROM-LAST/SIZE" for the asked FROM (a sign, junk after it, a size that disagrees) restarts the download
+{
+  for (const v of ['-1', '+5', '12abc', '', ' 7 7', '18446744073709551615', '99999999999999999999']) {
+    srv.reset({ file: model, chunked: true, linkedSize: v });
+    const { env: e, lib } = env();
+    const r = await run(['pull', 'hf:acme/tiny-GGUF/tiny.gguf', '--name', 'm'], e);
+    chk(r.code === 1 && r.err.includes(`malformed X-Linked-Size header '${v.trim()}'`) && noFile(lib, 'm'),
+      `X-Linked-Size ${JSON.stringify(v)}: refused naming the header (exit ${r.code}: ${r.err.trim().split('\n').pop()})`, r);
+  }
+  for (const v of ['+5', '12abc', '99999999999999999999', '9223372036854775808']) {
+    srv.reset({ file: model, clen: v });
+    const { env: e, lib } = env();
+    const r = await run(['pull', URL_(), '--name', 'm'], e);
+    chk(r.code === 1 && r.err.includes(`malformed Content-Length header '${v}'`) && noFile(lib, 'm'),
+      `Content-Length ${JSON.stringify(v)}: refused naming the header (exit ${r.code}: ${r.err.trim().split('\n').pop()})`, r);
+  }
+  const from = 1 << 20;
+  for (const v of [`bytes ${from}-${size - 1}/${size}x`, `bytes +${from}-${size - 1}/${size}`,
+    `bytes ${from}-${size - 1}/${size + 1000}`]) {
+    srv.reset({ file: model, dropAt: [from], crange: v });
+    const { env: e, lib } = env();
+    const r = await run(['pull', URL_(), '--name', 'm'], e);
+    chk(r.code === 0 && good(lib, 'm') && r.err.includes(`answered the range request with '${v}'`),
+      `Content-Range ${JSON.stringify(v)} on a resume: refused, the file fetched again whole (exit ${r.code})`, r);
+  }
+}
+
 // 14. on a terminal: a progress bar redrawn in place with bytes, rate and ETA (script(1) gives it a pty)
 {
   srv.reset({ file: model, throttle: { chunk: 1 << 20, ms: 60 } });

@@ -100,19 +100,16 @@ static bool auth_ok(pb_server *srv, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-/* 405 with the Allow header the client needs. */
-static enum MHD_Result send_405(pb_server *srv, struct MHD_Connection *c, const char *allow, const char *method,
-                                const char *url) {
-    /* through cJSON: the method is the client's text (quotes, bytes that are not UTF-8) */
-    char text[300];
-    snprintf(text, sizeof text, "%.10s is not allowed on this route; use %s", method, allow);
-    (void)url;
+/* A JSON error (message through cJSON: it may hold the client's text) with one more header: 405's Allow, a refusal's
+ * Connection: close. */
+static enum MHD_Result send_error_hdr(pb_server *srv, struct MHD_Connection *c, unsigned code, const char *errcode,
+                                      const char *text, const char *hname, const char *hval) {
     cJSON *o = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", text);
-    cJSON_AddStringToObject(e, "type", "invalid_request_error");
+    cJSON_AddStringToObject(e, "type", code >= 500 ? "server_error" : "invalid_request_error");
     cJSON_AddNullToObject(e, "param");
-    cJSON_AddStringToObject(e, "code", "method_not_allowed");
+    cJSON_AddStringToObject(e, "code", errcode);
     pb_server_json_repair(o);
     char *msg = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -121,12 +118,21 @@ static enum MHD_Result send_405(pb_server *srv, struct MHD_Connection *c, const 
     free(msg);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
-    MHD_add_response_header(r, "Allow", allow);
+    MHD_add_response_header(r, hname, hval);
     pb_server_guard_headers(srv, c, r);
-    enum MHD_Result ret = MHD_queue_response(c, 405, r);
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
-    pb_server_count_response(srv, 405);
+    pb_server_count_response(srv, code);
     return ret;
+}
+
+/* 405 with the Allow header the client needs. */
+static enum MHD_Result send_405(pb_server *srv, struct MHD_Connection *c, const char *allow, const char *method,
+                                const char *url) {
+    char text[300];
+    snprintf(text, sizeof text, "%.10s is not allowed on this route; use %s", method, allow);
+    (void)url;
+    return send_error_hdr(srv, c, 405, "method_not_allowed", text, "Allow", allow);
 }
 
 /* 204 for an allowed CORS preflight (the guard already refused origins --cors does not name). */
@@ -259,26 +265,7 @@ static unsigned framing_check(struct MHD_Connection *c, const char *version, cha
  * (whatever follows on it cannot be framed with confidence). */
 static enum MHD_Result send_refusal(pb_server *srv, struct MHD_Connection *c, unsigned code, const char *errcode,
                                     const char *msg) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", code >= 500 ? "server_error" : "invalid_request_error");
-    cJSON_AddNullToObject(e, "param");
-    cJSON_AddStringToObject(e, "code", errcode);
-    pb_server_json_repair(o);
-    char *txt = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!txt) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_COPY);
-    free(txt);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    MHD_add_response_header(r, "Connection", "close");
-    pb_server_guard_headers(srv, c, r);
-    enum MHD_Result ret = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    pb_server_count_response(srv, code);
-    return ret;
+    return send_error_hdr(srv, c, code, errcode, msg, "Connection", "close");
 }
 
 /* GET /health: {"status"}; with the model name and whether a knowledge base is there for a caller the API key

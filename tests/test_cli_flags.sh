@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_cli_flags.sh -- CLI input rules: `pocketbrain help CMD`; --seed and every other numeric flag refuse
-# negatives, overflow and garbage (exit 2 naming the flag); every long flag takes --flag=V as --flag V, a switch
-# refuses =V; lists (bench -t, --parallel) are plain digits without empty items; prompts that are not UTF-8 (-p, -f, stdin,
-# --system, --stop) are refused naming the byte; `info --mem -c N` and `run -c N` accept the same N; a value flag
+# negatives, overflow and garbage (exit 2 naming the flag, then the command's usage line, in every command); every
+# long flag takes --flag=V as --flag V, a switch refuses =V, a short flag refuses -n5 / -n=5 naming it; lists (bench -t,
+# --parallel) are plain digits without empty items; prompts that are not UTF-8 (-p, -f, stdin, --system, --stop) are
+# refused naming the byte; `info --mem -c N` and `run -c N` accept the same N; a value flag
 # without its value and empty values that change meaning are refused; stdout that cannot be written (full disk,
 # closed) ends in exit 1 naming it; a closed stdout or stderr is not reused for a file.
 BIN=${PB_BIN:-build/pocketbrain}
@@ -77,6 +78,84 @@ if [ $bad_count = 0 ]; then ok "bad numeric values of every numeric flag exit 2"
   nok "numeric flags accepted bad values ($bad_count):$bad_list"; fi
 if [ $said_twice = 0 ]; then ok "each bad value is said once (one message line, one usage line)"; else
   nok "bad values said twice ($said_twice):$twice_list"; fi
+# ---- every command, every parse helper: a bad value prints its message, then the command's usage line once ----
+# serve, ask, search, convert, logits, perplexity, pull, quantize, synth, bench --parallel -n 0, run's --system /
+# --stop and detokenize's ids printed the message alone (exit 2 without the usage line the other commands print)
+no_usage=0; no_usage_list=""; n_usage=0
+try_usage() { # cmd... : exit 2, one "pocketbrain CMD:" line, exactly one "usage:" line, nothing on stdout
+  n_usage=$((n_usage + 1))
+  timeout 20 "$@" >"$T/o" 2>"$T/e" </dev/null; rc=$?
+  if [ $rc != 2 ] || [ -s "$T/o" ] || [ "$(grep -c '^pocketbrain ' "$T/e")" != 1 ] || [ "$(grep -c '^usage:' "$T/e")" != 1 ]; then
+    no_usage=$((no_usage + 1)); [ $no_usage -le 6 ] && no_usage_list="$no_usage_list [$* -> rc $rc: $(head -3 "$T/e" | cut -c1-100 | tr '\n' '|')]"
+  fi
+}
+for f in "--port abc" "--parallel 0" "--queue -1" "-c 1" "--mem-limit x" "-t 0" "--max-body x" "--max-tokens 0" \
+  "--fallback-after x" "--max-conn 0" "--max-conn-per-client 0" "--header-timeout 0" "--idle-timeout 0"; do
+  # shellcheck disable=SC2086
+  try_usage "$BIN" serve -m "$M" $f
+done
+for f in "-k 0" "--per-doc -1"; do try_usage "$BIN" search --db "$T/kb.db" $f word; done
+for f in "-k 0" "--ctx 1" "--max-tokens 1" "--seed -1" "--fallback-after -1"; do try_usage "$BIN" ask --db "$T/kb.db" $f what; done
+for f in "--batch 0" "--threads -1" "--kv-type x"; do try_usage "$BIN" logits -m "$M" $f; done
+for f in "--ctx 1" "--batch 0" "--chunks 0" "--threads -1" "--kv-type x"; do try_usage "$BIN" perplexity -m "$M" -f /dev/null $f; done
+for f in "--retries x" "--timeout 0"; do try_usage "$BIN" pull $f tiny; done
+for f in "--seed -1" "--threads 0"; do try_usage "$BIN" synth --arch gemma2 --size tiny --type f16 -o "$T/s.gguf" $f; done
+try_usage "$BIN" synth --arch gemma2 --size nosuch --type f16 -o "$T/s.gguf"
+try_usage "$BIN" convert "$T" "$T/c.gguf" --threads 0
+try_usage "$BIN" quantize "$M" "$T/q.gguf" Q8_0 --threads 0
+for f in "--chunk-tokens 1" "--overlap -1"; do try_usage "$BIN" ingest --db "$T/kb.db" $f "$T"; done
+try_usage "$BIN" bench -m "$M" --parallel 2 -n 0
+try_usage $R -p hi --system "$(printf 'caf\351')"
+try_usage $R -p hi --stop "$(printf '\377')"
+try_usage "$BIN" detokenize --vocab "$M" 5 x
+try_usage "$BIN" detokenize --vocab "$M" 5,
+try_usage $R -p hi -n abc # run, chat, bench and info printed it already: kept so
+try_usage "$BIN" chat -m "$M" --temp x
+try_usage "$BIN" bench -m "$M" -r 0
+try_usage "$BIN" info "$M" --mem -c x
+if [ $no_usage = 0 ]; then ok "every command: a bad flag value prints one message and one usage line ($n_usage cases)"; else
+  nok "bad values without (or with more than) one usage line ($no_usage of $n_usage):$no_usage_list"; fi
+
+# ---- short flags take their value as the next argument: "-n5" / "-n=5" named as what they are ----
+# They were refused, never misread, but as "unknown flag '-n=5'" for a flag the command has.
+short_bad=0; short_list=""
+try_short() { # flag cmd... : exit 2, nothing on stdout, the message names the short flag and the form
+  f=$1; shift
+  timeout 20 "$@" >"$T/o" 2>"$T/e" </dev/null; rc=$?
+  if [ $rc != 2 ] || [ -s "$T/o" ] || ! grep -q -- "^pocketbrain [a-z]*: $f takes" "$T/e" || [ "$(grep -c '^usage:' "$T/e")" != 1 ]; then
+    short_bad=$((short_bad + 1)); [ $short_bad -le 6 ] && short_list="$short_list [$* -> rc $rc: $(head -1 "$T/e")]"
+  fi
+}
+try_short -n $R -p hi -n5
+try_short -n $R -p hi -n=5
+try_short -m "$BIN" run -m="$M" -p hi
+try_short -s $R -p hi -s=7
+try_short -p $R -p=hi
+try_short -v $R -p hi -v=1
+try_short -c "$BIN" chat -m "$M" -c=64
+try_short -r "$BIN" bench -m "$M" -r3
+try_short -p "$BIN" bench -m "$M" -p=8
+try_short -np "$BIN" serve -m "$M" -np=2
+try_short -c "$BIN" serve -m "$M" -c64
+try_short -q "$BIN" serve -m "$M" -q=1
+try_short -k "$BIN" search --db "$T/kb.db" -k=3 word
+try_short -k "$BIN" ask --db "$T/kb.db" -k3 what
+try_short -c "$BIN" info "$M" --mem -c=64
+try_short -m "$BIN" tokenize -m="$M" hi
+try_short -m "$BIN" detokenize -m="$M" 5
+try_short -q "$BIN" ingest --db "$T/kb.db" -q=1 "$T"
+try_short -t "$BIN" quantize "$M" "$T/q.gguf" Q8_0 -t=2
+try_short -o "$BIN" synth --arch gemma2 --size tiny --type f16 -o="$T/s.gguf"
+try_short -o "$BIN" logits -m "$M" -o="$T/l.f32"
+try_short -f "$BIN" perplexity -m "$M" -f=/dev/null
+try_short -t "$BIN" convert "$T" "$T/c.gguf" -t=2
+try_short -q "$BIN" pull -q=1 tiny
+if [ $short_bad = 0 ]; then ok "short flags with an attached value (-n5, -n=5, -m=FILE in 16 commands) are refused naming the flag"; else
+  nok "short flags with an attached value ($short_bad):$short_list"; fi
+if [ -e "$T/s.gguf" ] || [ -e "$T/c.gguf" ] || [ -e "$T/q.gguf" ] || [ -e "$T/l.f32" ] || [ -e "$T/kb.db" ]; then
+  nok "a refused flag still wrote a file: $(ls "$T" | tr '\n' ' ')"
+else ok "refused flags wrote nothing (no model, logits or knowledge base)"; fi
+
 $R -p hi --seed 18446744073709551615 -n 2 >/dev/null 2>"$T/e"; rc=$?
 if [ $rc = 0 ]; then ok "--seed 2^64-1 is accepted"; else nok "--seed 2^64-1: rc $rc $(cat "$T/e")"; fi
 $R -p hi --seed 18446744073709551616 >/dev/null 2>"$T/e"

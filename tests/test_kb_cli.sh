@@ -81,13 +81,61 @@ check "$([ $rc = 0 ] && python3 -c 'import json,sys; h=json.load(open(sys.argv[1
 check "$([ "$(grep -c . "$T/err")" = 1 ] && grep -qF "$note" "$T/err" && grep -q 'Chinese, Japanese or Korean text without spaces are not found' "$T/err" && grep -q '`pocketbrain ingest --db FILE PATH...` on the file itself, where it is writable, upgrades it' "$T/err" && echo 0)" \
   "schema 3 through a symlink: one note on stderr naming the file, schema 3, what is missing and ingest --db ($(cat "$T/err"))"
 check "$([ "$(schema_of "$T/v3.sqlite")" = 3 ] && echo 0)" "schema 3 through a symlink: the file is left at schema 3"
-# the note says why the upgrade failed (the store dropped the upgrade's error; the note guessed "a symlink,
-# read-only, or locked by a writer")
-check "$(grep -qF "$note (output '$T/v3-link.sqlite' is a symbolic link" "$T/err" && echo 0)" \
-  "schema 3 through a symlink: the note gives the upgrade's own error ($(cat "$T/err"))"
+# the note says why the upgrade failed, in a reader's words: the link and the file it leads to (it said the writer's
+# "output '...' is a symbolic link: refusing to replace it (name a regular file ...)", a file search never writes)
+RT=$(cd "$T" && pwd -P)
+why_link="it is a symbolic link to '$RT/v3.sqlite', and a knowledge base is upgraded only under its own name"
+check "$(grep -qF "$note ($why_link): words inside" "$T/err" && ! grep -q "output '\|refusing to replace" "$T/err" && echo 0)" \
+  "schema 3 through a symlink: the note says why in a reader's words, naming the file it leads to ($(cat "$T/err"))"
 "$BIN" ask --db "$T/v3-link.sqlite" --dry-run "running" >"$T/out" 2>"$T/err"; rc=$?
-check "$([ $rc = 0 ] && grep -q en.txt "$T/out" && [ "$(grep -c "note: '$T/v3-link.sqlite' is at knowledge-base schema 3" "$T/err")" = 1 ] && echo 0)" \
+check "$([ $rc = 0 ] && grep -q en.txt "$T/out" && [ "$(grep -c "note: '$T/v3-link.sqlite' is at knowledge-base schema 3" "$T/err")" = 1 ] && grep -qF "($why_link)" "$T/err" && echo 0)" \
   "schema 3 through a symlink: ask --dry-run exits 0 with the one note too (rc $rc $(head -c 300 "$T/err"))"
+# every command that opens a knowledge base says it in its own words: serve --db as search (a reader); ingest and faq
+# add (writers) refuse the link naming the file it leads to, not as an "output" they would "replace"
+SM=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+[ -f "$SM" ] || SM=models/default.gguf
+if [ -f "$SM" ]; then
+  timeout 60 "$BIN" serve --db "$T/v3-link.sqlite" -m "$SM" --port 0 -t 1 >"$T/sout" 2>"$T/err" & spid=$!
+  i=0; while [ $i -lt 200 ] && ! grep -q "listening on" "$T/err"; do sleep 0.1; i=$((i + 1)); done
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  check "$(grep -q "listening on" "$T/err" && grep -qF "pocketbrain serve: note: '$T/v3-link.sqlite' is at knowledge-base schema 3 (this build: 4) and could not be upgraded here ($why_link)" "$T/err" && ! grep -q "output '\|refusing to replace" "$T/err" && echo 0)" \
+    "schema 3 through a symlink: serve --db starts with the same note ($(head -c 400 "$T/err"))"
+else nok "no model for serve --db ($SM)"; fi
+for c in "ingest --db $T/v3-link.sqlite $T/cjk" "faq --db $T/v3-link.sqlite add q a"; do
+  "$BIN" $c >/dev/null 2>"$T/err"; rc=$?
+  check "$([ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -qF "store '$T/v3-link.sqlite': a symbolic link to '$RT/v3.sqlite': a knowledge base is written only under its own name" "$T/err" && ! grep -q "output '\|refusing to replace" "$T/err" && echo 0)" \
+    "${c%% *} through a symlink: refused in one line naming the file it leads to (rc $rc $(cat "$T/err"))"
+done
+# schema 2 (below what is read as it is) through a symlink: refused, the reason in the same words
+cp "$T/v3.sqlite" "$T/v2.sqlite" && python3 - "$T/v2.sqlite" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)  # 3 -> 2: what migrate_v3 added goes again
+db.executescript("DROP TRIGGER faq_ai; DROP TRIGGER faq_ad; DROP TRIGGER faq_au; DROP TABLE faq_fts; DROP TABLE faq;"
+                 " DROP TABLE embeddings; DROP TABLE meta; PRAGMA user_version=2;")
+PY
+ln -s v2.sqlite "$T/v2-link.sqlite"
+"$BIN" search --db "$T/v2-link.sqlite" running >"$T/out" 2>"$T/err"; rc=$?
+check "$([ $rc = 1 ] && [ "$(schema_of "$T/v2.sqlite")" = 2 ] && grep -qF "schema version 2 must be upgraded to 4 to be read, and it could not be upgraded here: it is a symbolic link to '$RT/v2.sqlite'" "$T/err" && ! grep -q "output '\|refusing to replace" "$T/err" && echo 0)" \
+  "schema 2 through a symlink: search refuses it naming the link's file, in a reader's words (rc $rc $(cat "$T/err"))"
+# read-only: the file, or its folder (the upgrade's journal goes there), not writable to this user: said so (it was
+# SQLite's "attempt to write a readonly database"); root writes anyway, so these run as nobody
+as_user() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+chmod 755 "$T"; cp "$BIN" "$T/pb" && chmod 755 "$T/pb"
+mkdir "$T/rof" "$T/rod"
+cp "$T/v3.sqlite" "$T/rof/kb.sqlite"; chmod 444 "$T/rof/kb.sqlite"
+cp "$T/v3.sqlite" "$T/rod/kb.sqlite"; ln "$T/rod/kb.sqlite" "$T/rod/hard.sqlite"; chmod 666 "$T/rod/kb.sqlite"; chmod 555 "$T/rod"
+for fw in "rof/kb.sqlite:this user may not write the file" \
+  "rod/hard.sqlite:this user may not write in its folder, where an upgrade writes its journal file"; do
+  f=${fw%%:*}; w=${fw#*:}
+  as_user "$T/pb" search --db "$T/$f" running >"$T/out" 2>"$T/err"; rc=$?
+  check "$([ $rc = 0 ] && grep -q en.txt "$T/out" && grep -qF "note: '$T/$f' is at knowledge-base schema 3 (this build: 4) and could not be upgraded here ($w)" "$T/err" && ! grep -q "readonly database" "$T/err" && echo 0)" \
+    "schema 3, $w: search reads it and says so (rc $rc $(cat "$T/err"))"
+done
+chmod 755 "$T/rod"
+# a hard link is the file itself: upgraded where it is writable, both names with it
+"$BIN" search --db "$T/rod/hard.sqlite" running >/dev/null 2>"$T/err"; rc=$?
+check "$([ $rc = 0 ] && [ ! -s "$T/err" ] && [ "$(schema_of "$T/rod/kb.sqlite")" = 4 ] && echo 0)" \
+  "schema 3 through a writable hard link: upgraded without a note (rc $rc $(cat "$T/err"))"
 "$BIN" search --db "$T/v3.sqlite" 中文 --json >"$T/out" 2>"$T/err"; rc=$?
 check "$([ $rc = 0 ] && [ ! -s "$T/err" ] && [ "$(schema_of "$T/v3.sqlite")" = 4 ] && grep -q '"path":"[^"]*/zh.txt"' "$T/out" && echo 0)" \
   "schema 3, writable: search upgrades it to 4 without a note and finds '中文' (rc $rc, stderr: $(head -c 300 "$T/err"))"

@@ -170,10 +170,6 @@ static void load_avg(char *buf, size_t cap) {
 
 int bench_parallel(const char *path, const int *ns, int n_ns, int threads, int gpu, int n_p, int n_g, int reps,
                    pb_kv_type kv, const pb_preset *sample, const char *cache_dir, bool json) {
-    if (n_g < 1) {
-        cli_err("bench", "--parallel measures decoding: -n must be at least 1");
-        return 2;
-    }
     char load_before[64], load_after[64];
     load_avg(load_before, sizeof load_before);
     pb_model_params mp = pb_model_default_params();

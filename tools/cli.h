@@ -41,8 +41,10 @@ int cli_fail(const char *cmd, pb_status s, const char *what);
 const char *cli_last_error_as(const char *prefix);
 /* The flag matcher of every command: argv[*i] against a flag's name ("--long" or "-s") and alias (another name, or
  * NULL). A flag that takes a value (val not NULL) takes it as "--long=VALUE" or as the next argument ("--long VALUE",
- * "-s VALUE"; *i then moves past it); a switch (val NULL) refuses "--long=VALUE". Returns 1 when argv[*i] is this
- * flag, 0 when not, -1 after a usage error naming it (the value missing, or a value given to a switch): return 2. */
+ * "-s VALUE"; *i then moves past it); a switch (val NULL) refuses "--long=VALUE". A short name takes nothing attached:
+ * "-s=VALUE" and "-sDIGITS" are usage errors naming it (not another flag: no name has a digit). Returns 1 when argv[*i]
+ * is this flag, 0 when not, -1 after a usage error naming it (the value missing, or a value given to a switch or
+ * attached to a short name): return 2. */
 int cli_flag(const char *cmd, const char *usage, int argc, char **argv, int *i, const char *name, const char *alias,
              const char **val);
 /* Usage error naming the flag: prints the message and the command's usage line, returns 2. */

@@ -160,10 +160,10 @@ int cli_opts_parse(cli_opts *o, const char *cmd, const char *usage, int argc, ch
         if (r < 0) return 2;
         if (o->n_stop >= CLI_MAX_STOP) return cli_usage_error(cmd, usage, "at most %d --stop strings", CLI_MAX_STOP);
         if (!*v || strlen(v) > 256) return cli_usage_error(cmd, usage, "--stop needs 1..256 bytes");
-        if (!cli_check_text(cmd, "--stop", v, strlen(v))) return 2;
+        if (!cli_check_text(cmd, "--stop", v, strlen(v))) BAD();
         o->stop[o->n_stop++] = v;
     } else if (VALUE("--system", NULL) != 0) {
-        if (r < 0 || !cli_check_text(cmd, "--system", v, strlen(v))) return 2;
+        if (r < 0 || !cli_check_text(cmd, "--system", v, strlen(v))) BAD();
         o->system = v;
     } else if (VALUE("--kv-type", NULL) != 0) {
         if (r < 0 || !cli_parse_kv(cmd, v, &o->kv_type)) BAD();

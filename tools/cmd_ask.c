@@ -226,17 +226,19 @@ PB_CMD(ask) {
             if (r < 0) return 2;
             if (!(embed = cli_model_arg("ask", v))) return 1;
         } else if (FLAG("-k", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("ask", a, v, 1, 100, &k)) return 2;
+            if (r < 0 || !cli_parse_int("ask", a, v, 1, 100, &k)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--ctx", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("ask", a, v, 256, 1 << 20, &n_ctx)) return 2;
+            if (r < 0 || !cli_parse_int("ask", a, v, 256, 1 << 20, &n_ctx)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--max-tokens", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("ask", a, v, 16, 1 << 16, &max_tokens)) return 2;
+            if (r < 0 || !cli_parse_int("ask", a, v, 16, 1 << 16, &max_tokens))
+                return r < 0 ? 2 : cli_usage_line(usage);
             max_tokens_given = true;
         } else if (FLAG("--seed", NULL, &v) != 0) { /* run's range: 0..2^64-1 (it was 0..2^31-1 here) */
-            if (r < 0 || !cli_parse_u64("ask", a, v, &seed)) return 2;
+            if (r < 0 || !cli_parse_u64("ask", a, v, &seed)) return r < 0 ? 2 : cli_usage_line(usage);
             seed_given = true;
         } else if (FLAG("--fallback-after", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_float("ask", a, v, 0, 86400, &fallback_after)) return 2;
+            if (r < 0 || !cli_parse_float("ask", a, v, 0, 86400, &fallback_after))
+                return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--json", NULL, NULL) != 0) {
             if (r < 0) return 2;
             json = true;

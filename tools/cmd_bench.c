@@ -290,6 +290,8 @@ PB_CMD(bench) {
         return cli_usage_error("bench", usage, "%s is not taken with --cold (its one token is greedy, after a %s)",
                                not_cold, "24-token prompt, with run's defaults");
     if (n_par > 0 && not_par) return cli_usage_error("bench", usage, "%s is not taken with --parallel", not_par);
+    if (n_par > 0 && n_g < 1)
+        return cli_usage_error("bench", usage, "--parallel measures decoding: -n must be at least 1");
     const char *path = model ? model : cli_default_model();
     if (!path) {
         cli_err("bench", "no model: pass -m MODEL.gguf");

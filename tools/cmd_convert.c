@@ -192,7 +192,8 @@ static int parse_args(int argc, char **argv, conv_opts *o) {
             if (r < 0) return 2;
             o->type_name = v;
         } else if (FLAG("--threads", "-t", &v) != 0) {
-            if (r < 0 || !cli_parse_int("convert", a, v, 1, 256, &o->n_threads)) return 2;
+            if (r < 0 || !cli_parse_int("convert", a, v, 1, 256, &o->n_threads))
+                return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--name", NULL, &v) != 0) {
             if (r < 0) return 2;
             o->name = v;

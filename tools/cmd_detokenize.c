@@ -144,7 +144,7 @@ PB_CMD(detokenize) {
         } else if (a[0] == '-' && !isdigit((unsigned char)a[1]))
             rc = cli_usage_error("detokenize", usage, "unknown option '%s'", a);
         else if (!parse_ids(a, &b))
-            rc = 2;
+            rc = cli_usage_line(usage); /* an argument that is no id list: a usage error like the others */
 #undef FLAG
         if (rc) {
             free(b.ids);
@@ -153,7 +153,7 @@ PB_CMD(detokenize) {
     }
     if (!ids_end(&b)) {
         free(b.ids);
-        return 2;
+        return cli_usage_line(usage);
     }
     if (stdin_at >= 0) { /* in its place: `detokenize 2 -` puts 2 first (stdin's ids used to follow every argument's) */
         idbuf in = {0}, all = {0};

@@ -66,11 +66,11 @@ PB_CMD(logits) {
             if (r < 0) return 2;
             out_path = v;
         } else if (FLAG("--kv-type", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_kv("logits", v, &kt)) return 2;
+            if (r < 0 || !cli_parse_kv("logits", v, &kt)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--batch", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("logits", a, v, 1, 65536, &batch)) return 2;
+            if (r < 0 || !cli_parse_int("logits", a, v, 1, 65536, &batch)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--threads", "-t", &v) != 0) {
-            if (r < 0 || !cli_parse_int("logits", a, v, 0, 1024, &threads)) return 2;
+            if (r < 0 || !cli_parse_int("logits", a, v, 0, 1024, &threads)) return r < 0 ? 2 : cli_usage_line(usage);
         } else
             return cli_usage_error("logits", usage, "unknown option '%s'", a);
 #undef FLAG

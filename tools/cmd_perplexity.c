@@ -121,15 +121,18 @@ PB_CMD(perplexity) {
             if (r < 0) return 2;
             save_path = v;
         } else if (FLAG("--kv-type", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_kv("perplexity", v, &kt)) return 2;
+            if (r < 0 || !cli_parse_kv("perplexity", v, &kt)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--ctx", "-c", &v) != 0) {
-            if (r < 0 || !cli_parse_int("perplexity", a, v, 4, 1 << 20, &ctx)) return 2;
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 4, 1 << 20, &ctx)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--batch", "-b", &v) != 0) {
-            if (r < 0 || !cli_parse_int("perplexity", a, v, 1, 1 << 20, &batch)) return 2;
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 1, 1 << 20, &batch))
+                return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--chunks", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("perplexity", a, v, 1, 1L << 30, &max_chunks)) return 2;
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 1, 1L << 30, &max_chunks))
+                return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--threads", "-t", &v) != 0) {
-            if (r < 0 || !cli_parse_int("perplexity", a, v, 0, 1024, &threads)) return 2;
+            if (r < 0 || !cli_parse_int("perplexity", a, v, 0, 1024, &threads))
+                return r < 0 ? 2 : cli_usage_line(usage);
         } else
             return cli_usage_error("perplexity", usage, "unknown option '%s'", a);
 #undef FLAG

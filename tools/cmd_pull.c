@@ -188,9 +188,9 @@ PB_CMD(pull) {
             if (r < 0) return 2;
             token = v;
         } else if (FLAG("--retries", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("pull", a, v, 0, 100, &retries)) return 2;
+            if (r < 0 || !cli_parse_int("pull", a, v, 0, 100, &retries)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--timeout", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("pull", a, v, 1, 3600, &timeout)) return 2;
+            if (r < 0 || !cli_parse_int("pull", a, v, 1, 3600, &timeout)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--insecure", NULL, NULL) != 0) {
             if (r < 0) return 2;
             insecure = true;

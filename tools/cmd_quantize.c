@@ -39,7 +39,7 @@ PB_CMD(quantize) {
             print_help();
             return 0;
         } else if (FLAG("--threads", "-t", &v) != 0) {
-            if (r < 0 || !cli_parse_int("quantize", a, v, 1, 256, &threads)) return 2;
+            if (r < 0 || !cli_parse_int("quantize", a, v, 1, 256, &threads)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--allow-requantize", NULL, NULL) != 0) {
             if (r < 0) return 2;
             requant = true;

@@ -65,9 +65,9 @@ PB_CMD(search) {
             if (r < 0) return 2;
             db = v;
         } else if (FLAG("--top", "-k", &v) != 0) {
-            if (r < 0 || !cli_parse_int("search", a, v, 1, 1000, &k)) return 2;
+            if (r < 0 || !cli_parse_int("search", a, v, 1, 1000, &k)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--per-doc", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("search", a, v, 0, 1000, &per_doc)) return 2;
+            if (r < 0 || !cli_parse_int("search", a, v, 0, 1000, &per_doc)) return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--json", NULL, NULL) != 0) {
             if (r < 0) return 2;
             json = true;

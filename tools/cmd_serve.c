@@ -129,18 +129,18 @@ int cmd_serve(int argc, char **argv) {
             p.host = val;
         } else if (FLAG("--port", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 0, 65535, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 0, 65535, &v)) return cli_usage_line(USAGE);
             p.port = (int)v;
         } else if (FLAG("--parallel", "-np", &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 1, 64, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 1, 64, &v)) return cli_usage_line(USAGE);
             p.n_parallel = (int)v;
         } else if (FLAG("--no-batch", NULL, NULL) != 0) {
             if (r < 0) return 2;
             p.batch = false;
         } else if (FLAG("--queue", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 0, 100000, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 0, 100000, &v)) return cli_usage_line(USAGE);
             p.queue_max = (int)v;
         } else if (FLAG("--api-key", NULL, &val) != 0) {
             if (r < 0) return 2;
@@ -150,7 +150,7 @@ int cmd_serve(int argc, char **argv) {
             p.api_key = val;
         } else if (FLAG("--ctx", "-c", &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 16, 1 << 20, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 16, 1 << 20, &v)) return cli_usage_line(USAGE);
             p.n_ctx = (int)v;
             ctx_given = true;
         } else if (FLAG("--no-pack-cache", NULL, NULL) != 0) {
@@ -161,25 +161,25 @@ int cmd_serve(int argc, char **argv) {
             p.gpu = a[2] == 'g';
         } else if (FLAG("--mem-limit", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_size(cmd, a, val, &p.mem_limit)) return 2;
+            if (!cli_parse_size(cmd, a, val, &p.mem_limit)) return cli_usage_line(USAGE);
             if (p.mem_limit == 0) return cli_usage_error(cmd, USAGE, "--mem-limit must be above 0");
         } else if (FLAG("--fit", NULL, NULL) != 0) {
             if (r < 0) return 2;
             p.fit = true;
         } else if (FLAG("--threads", "-t", &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 1, 256, &v)) return cli_usage_line(USAGE);
             p.n_threads = (int)v;
         } else if (FLAG("--max-body", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_size(cmd, a, val, &p.max_body)) return 2;
+            if (!cli_parse_size(cmd, a, val, &p.max_body)) return cli_usage_line(USAGE);
         } else if (FLAG("--max-tokens", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 1, 1 << 20, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 1, 1 << 20, &v)) return cli_usage_line(USAGE);
             p.max_tokens_cap = (int)v;
         } else if (FLAG("--fallback-after", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_float(cmd, a, val, 0, 3600, &d)) return 2;
+            if (!cli_parse_float(cmd, a, val, 0, 3600, &d)) return cli_usage_line(USAGE);
             p.fallback_after = d;
         } else if (FLAG("--thermal", NULL, &val) != 0) {
             if (r < 0) return 2;
@@ -193,19 +193,19 @@ int cmd_serve(int argc, char **argv) {
             p.cors = val;
         } else if (FLAG("--max-conn", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return cli_usage_line(USAGE);
             p.max_connections = (int)v;
         } else if (FLAG("--max-conn-per-client", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return 2;
+            if (!cli_parse_int(cmd, a, val, 1, 100000, &v)) return cli_usage_line(USAGE);
             p.max_conn_per_client = (int)v;
         } else if (FLAG("--header-timeout", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_float(cmd, a, val, 0.1, 3600, &d)) return 2;
+            if (!cli_parse_float(cmd, a, val, 0.1, 3600, &d)) return cli_usage_line(USAGE);
             p.header_timeout = d;
         } else if (FLAG("--idle-timeout", NULL, &val) != 0) {
             if (r < 0) return 2;
-            if (!cli_parse_float(cmd, a, val, 1, 86400, &d)) return 2;
+            if (!cli_parse_float(cmd, a, val, 1, 86400, &d)) return cli_usage_line(USAGE);
             p.idle_timeout = d;
         } else if (FLAG("--quiet", "-q", NULL) != 0) {
             if (r < 0) return 2;

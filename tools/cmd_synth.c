@@ -165,9 +165,10 @@ static int parse_args(int argc, char **argv, synth_opts *o) {
                    FLAG("--vocab", NULL, &o->vocab_path) != 0 || FLAG("--name", NULL, &o->name) != 0) {
             if (r < 0) return 2;
         } else if (FLAG("--seed", NULL, &v) != 0) {
-            if (r < 0 || !cli_parse_int("synth", a, v, 0, 2147483647L, &o->seed)) return 2;
+            if (r < 0 || !cli_parse_int("synth", a, v, 0, 2147483647L, &o->seed))
+                return r < 0 ? 2 : cli_usage_line(usage);
         } else if (FLAG("--threads", "-t", &v) != 0) {
-            if (r < 0 || !cli_parse_int("synth", a, v, 1, 256, &o->n_threads)) return 2;
+            if (r < 0 || !cli_parse_int("synth", a, v, 1, 256, &o->n_threads)) return r < 0 ? 2 : cli_usage_line(usage);
         } else {
             return cli_usage_error("synth", usage, "unknown argument '%s'", a);
         }
@@ -247,10 +248,8 @@ PB_CMD(synth) {
     synth sy;
     memset(&sy, 0, sizeof sy);
     sy.seed = (uint64_t)o.seed;
-    if (cv_hparams_preset(o.arch, o.size, &sy.hp) != PB_OK) {
-        cli_err("synth", "%s", pb_last_error());
-        return 2;
-    }
+    if (cv_hparams_preset(o.arch, o.size, &sy.hp) != PB_OK) /* --size not one of --arch's: a usage error */
+        return cli_usage_error("synth", usage, "%s", pb_last_error());
     cli_install_cleanup_handlers();
     cv_vocab *vocab = NULL;
     uint32_t file_type = 0;

@@ -105,6 +105,22 @@ static bool parse_count(const char *s, size_t len, uint64_t max, uint64_t *out) 
     return true;
 }
 
+/* The status code of a status line "HTTP/VERSION NNN[ REASON]" (n bytes, its CRLF included): after the first blank
+ * exactly three digits (100..999, as parse_count reads them), then a blank or the end of the line. strtol took
+ * "+200", " 200" and "200abc" as 200 and read past a fourth digit; libcurl 7.88 refuses a sign or a fourth digit
+ * itself, but passes "200abc" and a second blank on to this callback. */
+static bool parse_status(const char *line, size_t n, long *out) {
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == '\n')) n--;
+    const char *sp = memchr(line, ' ', n);
+    if (!sp) return false;
+    const char *p = sp + 1;
+    size_t left = n - (size_t)(p - line);
+    uint64_t v;
+    if (left < 3 || !parse_count(p, 3, 999, &v) || v < 100 || (left > 3 && p[3] != ' ')) return false;
+    *out = (long)v;
+    return true;
+}
+
 /* "bytes A-B/T" (a 206), or with a == NULL "bytes * /T" without the blank (a 416); numbers as parse_count. */
 static bool parse_content_range(const char *s, uint64_t *a, uint64_t *b, uint64_t *t) {
     if (strncmp(s, "bytes ", 6) != 0) return false;
@@ -338,8 +354,12 @@ static size_t on_header(char *line, size_t sz, size_t nmemb, void *user) {
     size_t n = sz * nmemb;
     x->t_recv = pb_time_ms();
     if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) { /* a new response (first, or after a redirect) */
-        const char *sp = memchr(line, ' ', n);
-        x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        if (!parse_status(line, n, &x->status)) {   /* the code decides what the body is: a garbled one is no code */
+            int l = (int)n;
+            while (l > 0 && (line[l - 1] == '\r' || line[l - 1] == '\n')) l--;
+            stop(x, STOP_BADHDR, "the server sent a malformed status line '%.*s'", l < 60 ? l : 60, line);
+            return 0;
+        }
         x->etag[0] = x->lastmod[0] = x->crange[0] = 0;
         x->clen = -1;
         x->location = false;

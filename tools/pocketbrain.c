@@ -53,7 +53,7 @@ static void print_help(FILE *f) {
     fprintf(f, "usage: pocketbrain <command> [options]   (pocketbrain help <command> for details)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].fn) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\na long flag takes its value as --flag VALUE or --flag=VALUE\n");
+    fprintf(f, "\na long flag takes its value as --flag VALUE or --flag=VALUE, a short one as -f VALUE only\n");
 }
 
 /* A mapped input (a model, a GGUF being quantized) that shrinks under us faults on the next read of a
@@ -192,8 +192,19 @@ int cli_flag(const char *cmd, const char *usage, int argc, char **argv, int *i, 
     const char *a = argv[*i];
     for (const char *nm = name; nm; nm = nm == name ? alias : NULL) {
         size_t n = strlen(nm);
-        if (strncmp(a, nm, n) != 0 || (a[n] != 0 && !(a[n] == '=' && nm[1] == '-'))) continue;
-        if (a[n] == '=') { /* "--name=VALUE": a long name only ("-c=5" is no flag of ours) */
+        if (strncmp(a, nm, n) != 0) continue;
+        if (nm[1] != '-' && (a[n] == '=' || (a[n] >= '0' && a[n] <= '9'))) {
+            /* "-n=5", "-n5": a short flag with something attached (no flag name has a digit, so this is no other
+             * flag). It was "unknown flag '-n=5'" for a flag the command has: say what the form is instead */
+            if (val)
+                cli_usage_error(cmd, usage, "%s takes its value as the next argument ('%s %s'), got '%s'", nm, nm,
+                                a + n + (a[n] == '='), a);
+            else
+                cli_usage_error(cmd, usage, "%s takes no value (got '%s')", nm, a);
+            return -1;
+        }
+        if (a[n] != 0 && !(a[n] == '=' && nm[1] == '-')) continue;
+        if (a[n] == '=') { /* "--name=VALUE": a long name only ("-c=5" was refused above) */
             if (val) {
                 *val = a + n + 1;
                 return 1;

@@ -58,19 +58,24 @@ int64_t pb_store_counter_fn(void *user /* pb_store_counter* */, const char *text
 
 /* Opens or creates a knowledge base; path ":memory:" gives an in-memory one. WAL journal, foreign keys
  * on, synchronous=NORMAL. An older schema is migrated in place (one transaction per step); a newer one
- * or a file that is not a pocketbrain database gives PB_ERR_UNSUPPORTED / PB_ERR_FORMAT. */
+ * or a file that is not a pocketbrain database gives PB_ERR_UNSUPPORTED / PB_ERR_FORMAT. A path that is a symbolic
+ * link, FIFO, device or folder is refused (PB_ERR_IO naming it; a link with where it leads): a knowledge base is
+ * written only under its own name. */
 pb_status pb_store_open(const char *path, pb_store **out);
 /* Opens an existing knowledge base for reading (search, ask, serve): never creates it, and the handle never
  * writes, so it works in a read-only folder or file system (a WAL file whose folder allows no -shm index is
  * read as immutable). The one write: a file at an older schema (1 and up) is first upgraded as pb_store_open would,
  * where it is writable; where it cannot be (opened through a symlink, read-only, locked by a writer, a failed step),
  * schema PB_STORE_MIN_READ_VERSION and later are read as they are (pb_store_schema_version tells, and
- * pb_store_upgrade_error why), older ones give PB_ERR_UNSUPPORTED naming the upgrade's error. An empty database
+ * pb_store_upgrade_error why), older ones give PB_ERR_UNSUPPORTED naming why as well. An empty database
  * (schema 0) is PB_ERR_UNSUPPORTED and never written; a newer schema than this build's PB_ERR_UNSUPPORTED naming both;
  * other open errors are SQLite's own message (permission, I/O, corrupt). */
 pb_status pb_store_open_readonly(const char *path, pb_store **out);
-/* Why a store that pb_store_open_readonly opened below PB_STORE_SCHEMA_VERSION could not be upgraded (the upgrade's
- * error, without the "store 'FILE': " in front); NULL when it is at the current schema. Lives as long as st. */
+/* Why a store that pb_store_open_readonly opened below PB_STORE_SCHEMA_VERSION could not be upgraded, in a reader's
+ * words, without "store 'FILE': " in front: "it is a symbolic link to '/abs/kb.sqlite', and ...", "the file is
+ * read-only to this user (...)", "its folder is ...", "it is on a read-only file system", else the upgrade's own error
+ * naming its step ("another program is writing it (schema upgrade 3 -> 4: database is locked)", "the upgrade failed:
+ * ..."); NULL when it is at the current schema. Lives as long as st. */
 const char *pb_store_upgrade_error(const pb_store *st);
 /* Test hook: creates (or opens without migrating) a database at an older schema version 1..current. */
 pb_status pb_store_open_at_version(const char *path, int version, pb_store **out);

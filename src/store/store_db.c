@@ -2,10 +2,13 @@
  * chunks, embeddings, metadata. No text processing here. */
 #include "store/store_internal.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- schema ------------------------------------------------------------------------------------ */
 
@@ -146,11 +149,32 @@ static char *immutable_uri(const char *path) {
     return u;
 }
 
+/* "a symbolic link to '<where it leads>'" into buf when path is a symbolic link (its target made absolute and
+ * symlink-free where it exists, else as the link says); false when path is no link. */
+static bool link_text(const char *path, char *buf, size_t cap) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode)) return false;
+    char *real = pb_realpath(path), raw[1024];
+    ssize_t n = real ? 0 : readlink(path, raw, sizeof raw - 1);
+    raw[n > 0 ? n : 0] = 0;
+    snprintf(buf, cap, "a symbolic link to '%s'", real ? real : raw);
+    free(real);
+    return true;
+}
+
 static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     *out = NULL;
     if (!path || !*path) return pb_error(PB_ERR_INVALID_ARG, "store: empty database path");
     if (!readonly && strcmp(path, ":memory:") != 0) {
-        /* the database is an output too: never turn a device, FIFO or symlink into a database */
+        /* the database is an output too: never turn a device, FIFO or symlink into a database. A link is refused in
+         * a knowledge base's words: it is written in place, never replaced, so pb_output_check's "output 'F' is a
+         * symbolic link: refusing to replace it" misled ingest, faq add and the upgrade of search, ask and serve */
+        char lt[1200];
+        if (link_text(path, lt, sizeof lt))
+            return pb_error(PB_ERR_IO,
+                            "store '%s': %s: a knowledge base is written only under its own name (name that "
+                            "file instead)",
+                            path, lt);
         pb_status s = pb_output_check(path);
         if (s) return pb_error_prefix(s, "store: ");
     }
@@ -313,6 +337,39 @@ pb_status pb_store_open(const char *path, pb_store **out) {
     return s;
 }
 
+/* Why the upgrade of a read-only open failed, in a reader's words: search, ask and serve asked to read, so the writer's
+ * own error ("output 'F' is a symbolic link: refusing to replace it", SQLite's "attempt to write a readonly database")
+ * spoke of outputs and writes they never asked for. The cause is looked up on the file (a link, the file or its folder
+ * not writable, a read-only file system); a lock or another failure keeps the upgrade's own error, which names the
+ * step. werr: that error without its "store 'F': ". */
+static void reader_why(const char *path, const char *werr, char *why, size_t cap) {
+    char lt[1200], dir[4096];
+    if (link_text(path, lt, sizeof lt)) {
+        snprintf(why, cap, "it is %.900s, and a knowledge base is upgraded only under its own name", lt);
+        return;
+    }
+    if (access(path, W_OK) != 0) {
+        if (errno == EROFS)
+            snprintf(why, cap, "it is on a read-only file system");
+        else if (errno == EACCES)
+            snprintf(why, cap, "this user may not write the file");
+        else
+            snprintf(why, cap, "the file cannot be written: %s", strerror(errno));
+        return;
+    }
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (access(dir, W_OK) != 0) {
+        snprintf(why, cap, "%s, where an upgrade writes its journal file",
+                 errno == EROFS ? "its folder is on a read-only file system" : "this user may not write in its folder");
+        return;
+    }
+    if (strstr(werr, "database is locked"))
+        snprintf(why, cap, "another program is writing it (%s)", werr);
+    else
+        snprintf(why, cap, "the upgrade failed: %s", werr);
+}
+
 pb_status pb_store_open_readonly(const char *path, pb_store **out) {
     pb_status s = open_db(path, true, out);
     if (s || (*out)->version >= PB_STORE_SCHEMA_VERSION) return s;
@@ -329,7 +386,7 @@ pb_status pb_store_open_readonly(const char *path, pb_store **out) {
     if ((s = pb_store_open(path, &w)) == PB_OK)
         pb_store_close(w);
     else
-        snprintf(why, sizeof why, "%s", after_store_prefix(pb_last_error(), path));
+        reader_why(path, after_store_prefix(pb_last_error(), path), why, sizeof why);
     if ((s = open_db(path, true, out))) return s;
     pb_store *st = *out;
     if (st->version >= PB_STORE_SCHEMA_VERSION) return PB_OK; /* upgraded meanwhile (here or by another writer) */
@@ -339,8 +396,8 @@ pb_status pb_store_open_readonly(const char *path, pb_store **out) {
         pb_store_close(st);
         *out = NULL;
         return pb_error(PB_ERR_UNSUPPORTED,
-                        "store '%s': schema version %d must be upgraded to %d to be read, and the upgrade failed: %s "
-                        "(run `pocketbrain ingest --db` on the file itself where it is writable)",
+                        "store '%s': schema version %d must be upgraded to %d to be read, and it could not be "
+                        "upgraded here: %s (run `pocketbrain ingest --db` on the file itself where it is writable)",
                         path, v, PB_STORE_SCHEMA_VERSION, why);
     }
     if (!(st->upgrade_error = pb_strdup(why))) {

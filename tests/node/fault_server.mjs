@@ -33,7 +33,8 @@ export class FaultServer {
 // chunked (no Content-Length), zeros (a file of that many zero bytes, > 4 GiB allowed, served by range only), cdnHost (the hub redirects to http://cdnHost:port/cdn/...; a token is then
 // asked for on /resolve/ only), farRedirect (/far redirects there: a plain-http host that is not loopback),
 // linkedSize (the resolve redirect's X-Linked-Size, as sent), clen / crange (the file response's Content-Length /
-// Content-Range, as sent; the connection is closed after the body when clen is set).
+// Content-Range, as sent; the connection is closed after the body when clen is set), statusLine (the file
+// response's status line, as sent: written on the socket by hand, since writeHead only makes valid ones).
   reset(cfg) {
     this.cfg = { etag: '"v1"', lastmod: 'Tue, 01 Dec 2026 00:00:00 GMT', ...cfg };
     this.requests = [];
@@ -133,6 +134,13 @@ export class FaultServer {
     if (cfg.clen !== undefined) headers['Content-Length'] = cfg.clen;
     if (cfg.crange !== undefined && status === 206) headers['Content-Range'] = cfg.crange;
     rec.status = status;
+    if (cfg.statusLine !== undefined) { // the whole response by hand, then the connection closed
+      const sock = res.socket;
+      sock.write(`${cfg.statusLine}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}Connection: close\r\n\r\n`);
+      this.sent += body.length;
+      rec.sent += body.length;
+      return sock.end(body);
+    }
     res.writeHead(status, headers);
     // how much of the body this request gets before its fault
     let limit = body.length, fault = null;

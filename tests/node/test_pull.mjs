@@ -440,6 +440,25 @@ for (const ignoreIfRange of [false, true]) {
   }
 }
 
+// 13f. the status line parsed strictly: three digits after one blank, then a blank or the line's end (strtol took
+// "200abc" and " 200" as 200, so a garbled answer was stored as the file; libcurl itself refuses "+200", "2000", "-200")
+{
+  for (const v of ['HTTP/1.1 200abc', 'HTTP/1.1  200 OK', 'HTTP/1.1 200x OK', 'HTTP/1.1 +200 OK', 'HTTP/1.1 2000 OK',
+    'HTTP/1.1 99999999999999999999 OK']) {
+    srv.reset({ file: model, statusLine: v });
+    const { env: e, lib } = env();
+    const r = await run(['pull', URL_(), '--name', 'm', '--retries', '0'], e);
+    const named = r.err.includes(`malformed status line '${v}'`) || /Unsupported response code/.test(r.err); // curl's own
+    chk(r.code === 1 && named && noFile(lib, 'm'), `status line ${JSON.stringify(v)}: refused (exit ${r.code}: ${r.err.trim().split('\n').pop()})`, r);
+  }
+  for (const v of ['HTTP/1.1 200 OK', 'HTTP/1.1 200', 'HTTP/1.0 200 Fine']) { // well-formed, a reason phrase or none
+    srv.reset({ file: model, statusLine: v });
+    const { env: e, lib } = env();
+    const r = await run(['pull', URL_(), '--name', 'm', '--retries', '0'], e);
+    chk(r.code === 0 && good(lib, 'm'), `status line ${JSON.stringify(v)}: pulled (exit ${r.code})`, r);
+  }
+}
+
 // 14. on a terminal: a progress bar redrawn in place with bytes, rate and ETA (script(1) gives it a pty)
 {
   srv.reset({ file: model, throttle: { chunk: 1 << 20, ms: 60 } });

@@ -273,6 +273,12 @@ test:
 	@$(MAKE) --no-print-directory $(BUILD_GOALS)
 	@$(TEST_RUNNER) $(BUILD)
 
+# the C unit tests only (no shell, node or example tests): a quick check while working on the core
+test-unit:
+	@sh $(DEPS_SCRIPT) test
+	@$(MAKE) --no-print-directory $(BUILD_GOALS)
+	@$(TEST_RUNNER) $(BUILD) --unit-only
+
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: the CLI, the static library, the public header,
 # the man page and a pkg-config file (pkg-config --cflags --libs pocketbrain).
 PREFIX     ?= /usr/local

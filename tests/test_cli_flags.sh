@@ -90,7 +90,8 @@ try_usage() { # cmd... : exit 2, one "pocketbrain CMD:" line, exactly one "usage
   fi
 }
 for f in "--port abc" "--parallel 0" "--queue -1" "-c 1" "--mem-limit x" "-t 0" "--max-body x" "--max-tokens 0" \
-  "--fallback-after x" "--max-conn 0" "--max-conn-per-client 0" "--header-timeout 0" "--idle-timeout 0"; do
+  "--fallback-after x" "--max-conn 0" "--max-conn-per-client 0" "--header-timeout 0" "--idle-timeout 0" \
+  "--write-timeout 0"; do
   # shellcheck disable=SC2086
   try_usage "$BIN" serve -m "$M" $f
 done
@@ -172,7 +173,7 @@ while read -r c flags; do
 done <<EOF
 run -m --model -t --threads -c --ctx -b --batch --kv-type --mem-limit --thermal --preset --temp --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty --repeat-last-n --seed -n --max-tokens --stop --system -p --prompt -f --file
 chat -m -t -c --kv-type --temp --seed -n --stop --system --session
-serve -m -c -t --parallel --queue --api-key --max-body --max-tokens --thermal --db --faq --fallback-after --host --port --allow-host --cors --max-conn --max-conn-per-client --header-timeout --idle-timeout
+serve -m -c -t --parallel --queue --api-key --max-body --max-tokens --thermal --db --faq --fallback-after --host --port --allow-host --cors --max-conn --max-conn-per-client --header-timeout --idle-timeout --write-timeout
 bench -m -t -p -n -d -b -r --kv-type --sample --ttft-prompt --parallel
 info -c --kv-type --mem-limit
 quantize --threads

@@ -2,7 +2,9 @@
 # test_server_http.sh -- raw HTTP edge cases against `pocketbrain serve`: malformed JSON, wrong types, huge
 # bodies, unknown routes, wrong methods, bad API key -> the right 4xx JSON; the server stays up. Also: text after the
 # JSON value, NUL bytes, nesting too deep, wrong types of the fields the server refuses, a large array scanned in
-# linear time, and libmicrohttpd's own messages going to the request log (never bare on stderr).
+# linear time, and libmicrohttpd's own messages going to the request log (never bare on stderr). OPTIONS * and %2F in
+# a path; with a second server (--cors, --write-timeout): CORS preflights naming each route's methods, and a stream
+# nobody reads freeing its slot.
 BIN=${PB_BIN:-build/pocketbrain}
 MODEL=${PB_TEST_MODEL:-models/default.gguf}
 [ -f "$MODEL" ] || MODEL=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
@@ -271,6 +273,44 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS -H "$AUTH" "$URL/v1/mod
   || echo "not ok - OPTIONS /v1/models/'$ID' (served): $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS "$URL/v1/models/nope")
 [ "$code" = 204 ] && echo "ok - OPTIONS /v1/models/nope without the key -> 204 (no listing)" || echo "not ok - OPTIONS /v1/models/nope without the key: $code"
+# OPTIONS * asks about the server in general (RFC 9110 9.3.7): 204 with every method it answers (it was 404), no CORS
+# grant without --cors (a cross-origin one is refused as any); another method with '*' is a 400. A %2F in the path was
+# decoded before routing (/v1%2Fmodels answered as /v1/models): refused with a 400 naming it; in the query it is data.
+python3 - "$PORT" >"$OUT/star" 2>&1 <<'PY'
+import socket, sys
+port = int(sys.argv[1])
+def send(head):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(head + b"Connection: close\r\n\r\n")
+    out = b""
+    while True:
+        try:
+            d = s.recv(65536)
+        except OSError:
+            break
+        if not d:
+            break
+        out += d
+    s.close()
+    return out.decode("utf-8", "replace")
+def check(ok, what, r):
+    print(("ok - " if ok else "not ok - ") + what + ("" if ok else ": " + repr(r[:300])))
+r = send(b"OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+check(r.startswith("HTTP/1.1 204") and "\r\nAllow: GET, HEAD, POST, OPTIONS\r\n" in r and "Access-Control" not in r,
+      "OPTIONS * -> 204 with Allow: GET, HEAD, POST, OPTIONS and no CORS header", r)
+r = send(b"OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n")
+check(r.startswith("HTTP/1.1 403") and "Access-Control" not in r, "OPTIONS * from another origin without --cors -> 403", r)
+r = send(b"GET * HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+check(r.startswith("HTTP/1.1 400") and "'*' is only for OPTIONS" in r, "GET * -> 400 naming the asterisk form", r)
+A = b"Authorization: Bearer k1\r\n"
+for target in (b"/v1%2Fmodels", b"/v1%2fmodels", b"%2Fhealth"):
+    r = send(b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + A)
+    check(r.startswith("HTTP/1.1 400") and "holds %2F, an encoded '/'" in r and '"code":"bad_request"' in r,
+          "GET %s -> 400 naming %%2F (not routed as the decoded path)" % target.decode(), r)
+r = send(b"GET /health?x=a%2Fb HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+check(r.startswith("HTTP/1.1 200"), "%2F in the query is data: GET /health?x=a%2Fb -> 200", r)
+PY
+cat "$OUT/star"
 req 200 "GET /health after the client left" "$URL/health"
 kill -TERM $PID
 wait $PID; rc=$?
@@ -281,3 +321,87 @@ ctl=$(tr -d '\040-\176\200-\377\n' <"$OUT/stderr" | wc -c)
 [ "$ctl" = 0 ] && echo "ok - the request log carries no control bytes (the client's method made printable)" \
   || echo "not ok - $ctl control bytes in the request log: $(grep -a 'ET /health' "$OUT/stderr" | od -c | head -3)"
 [ $rc = 0 ] && echo "ok - clean exit on SIGTERM" || echo "not ok - exit status $rc on SIGTERM: $(tail -5 "$OUT/stderr")"
+
+# A second server, with --cors and a 2 s --write-timeout, on the peer model (random weights: answers run to max_tokens;
+# the fake 91-degree zone keeps a token at about 100 ms).
+PEER=${PB_SHARED:-../shared}/fixtures/peer/model/gemma2-tiny-v.q8_0.gguf
+: >"$OUT/stdout2"
+"$BIN" serve -m "$PEER" --port 0 --cors http://app.example --write-timeout 2 --thermal "$OUT/temp" \
+  >"$OUT/stdout2" 2>"$OUT/stderr2" &
+PID2=$!
+trap 'kill $PID $PID2 2>/dev/null; rm -rf "$OUT"' EXIT
+for i in $(seq 1 600); do grep -q listening "$OUT/stdout2" && break; kill -0 $PID2 2>/dev/null || break; sleep 0.1; done
+PORT2=$(sed -n 's/^listening //p' "$OUT/stdout2")
+[ -n "$PORT2" ] || { echo "not ok - the --write-timeout server did not start: $(cat "$OUT/stderr2")"; exit 1; }
+# a CORS preflight names the route's own methods (Access-Control-Allow-Methods was GET, HEAD, POST, OPTIONS on every
+# route, a POST granted on /health); OPTIONS * names them all
+for route in "/health:GET, HEAD, OPTIONS" "/v1/models:GET, HEAD, OPTIONS" "/v1/chat/completions:POST, OPTIONS" \
+  "/tokenize:POST, OPTIONS"; do
+  path=${route%%:*} want=${route#*:}
+  curl -s -o /dev/null -D "$OUT/h" -X OPTIONS -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST' \
+    "http://127.0.0.1:$PORT2$path"
+  got=$(sed -n 's/^Access-Control-Allow-Methods: \(.*\)\r$/\1/p' "$OUT/h")
+  allow=$(sed -n 's/^Allow: \(.*\)\r$/\1/p' "$OUT/h")
+  [ "$got" = "$want" ] && [ "$allow" = "$want" ] && echo "ok - preflight of $path: Allow and Access-Control-Allow-Methods '$want'" \
+    || echo "not ok - preflight of $path: Allow '$allow', Access-Control-Allow-Methods '$got', wanted '$want'"
+done
+curl -s -o /dev/null -D "$OUT/h" -H 'Origin: http://app.example' "http://127.0.0.1:$PORT2/health"
+grep -q '^Access-Control-Allow-Origin: http://app.example' "$OUT/h" && ! grep -q '^Access-Control-Allow-Methods' "$OUT/h" \
+  && echo "ok - a plain answer to an allowed origin: Allow-Origin, no preflight headers" \
+  || echo "not ok - GET /health from an allowed origin: $(tr -d '\r' <"$OUT/h" | grep -i access-control | tr '\n' '|')"
+# A streaming client that stops reading, its socket open (receive window full): the kernel's socket buffers took the
+# stream (megabytes), so the slot generated to max_tokens for nobody (2000 tokens, 200 s here) and --idle-timeout never
+# came. Now the connection is reset once the client took no byte for --write-timeout: the slot freed, the request
+# counted as cancelled and logged so. A stream read as usual outlasts that time untouched.
+python3 - "$PORT2" >"$OUT/stall" 2>&1 <<'PY'
+import json, socket, sys, time, urllib.request
+port = int(sys.argv[1])
+def get(path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+        return r.read().decode()
+def busy():
+    return json.loads(get("/stats"))["slots"][0]["busy"]
+def metric(name):
+    return [l.split()[1] for l in get("/metrics").split("\n") if l.startswith(name + " ")]
+def request(n, stream=True):
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": n, "stream": stream,
+                       "logit_bias": {"1": -100, "107": -100}}).encode()
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body)
+# read as usual: about 6 s of tokens, longer than --write-timeout
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
+s.sendall(request(60))
+out = b""
+while not out.endswith(b"data: [DONE]\n\n0\r\n\r\n") and not out.endswith(b"data: [DONE]\n\n"):
+    d = s.recv(65536)
+    if not d:
+        break
+    out += d
+s.close()
+ok = out.count(b'"content":') >= 50 and b"[DONE]" in out and b'"error"' not in out
+print(("ok - " if ok else "not ok - ") + "a stream read as usual for longer than --write-timeout ends whole" + ("" if ok else ": " + repr(out[-200:])))
+# the client that stops reading after the status line, its receive buffer small
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("127.0.0.1", port))
+s.sendall(request(2000))
+s.recv(12)
+t0 = time.time()
+while time.time() - t0 < 30 and busy():
+    time.sleep(0.25)
+t, freed = time.time() - t0, not busy()
+ok = freed and t < 20
+print(("ok - " if ok else "not ok - ") + "a stream nobody reads frees its slot within 20 s (--write-timeout 2): " +
+      ("freed in %.1f s" % t if freed else "still busy after %.1f s" % t))
+time.sleep(0.5)
+c, w = metric("pocketbrain_requests_cancelled_total"), metric("pocketbrain_write_stalls_total")
+print(("ok - " if c == ["1"] and w == ["1"] else "not ok - ") +
+      "/metrics: requests_cancelled_total %s, write_stalls_total %s (1 each)" % (c, w))
+s.close()
+PY
+cat "$OUT/stall"
+grep -q 'POST /v1/chat/completions 200 .* (reset: the client took no bytes for 2 s; its generation cancelled)' "$OUT/stderr2" \
+  && echo "ok - the request log says the stream was reset and its generation cancelled" \
+  || echo "not ok - no reset line in the request log: $(grep 'POST /v1' "$OUT/stderr2" | tail -2)"
+kill -TERM $PID2
+wait $PID2

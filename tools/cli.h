@@ -89,8 +89,8 @@ void cli_progress_init(cli_progress *p, const char *label);
 void cli_progress_update(cli_progress *p, double done, double total);
 void cli_progress_done(cli_progress *p);
 
-/* Path of the embedded default model (models/<name>.gguf next to the binary's repo, or $PB_MODEL),
- * or NULL when none is found. */
+/* Path of the default model: $PB_MODEL (a path, or a library name: see lib_resolve), else the embedded
+ * models/default.gguf next to the binary's repo (or in the working directory); NULL when none is found. */
 const char *cli_default_model(void);
 
 /* llama.cpp's general.file_type value as a name ("Q4_K_M"), "unknown" when not known (tools/cmd_info.c). */

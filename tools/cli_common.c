@@ -21,7 +21,7 @@
 
 const char *const cli_opts_help =
     "model and context:\n"
-    "  -m, --model FILE|NAME  GGUF model file or library name (default: models/default.gguf or $PB_MODEL)\n"
+    "  -m, --model FILE|NAME  GGUF model file or library name (default: $PB_MODEL, else models/default.gguf)\n"
     "  -t, --threads N        threads (default: physical cores)\n"
     "  -c, --ctx N            context length in tokens (default: min(model, 4096))\n"
     "  -b, --batch N          prefill chunk size (default 512)\n"
@@ -301,6 +301,8 @@ int cli_open(const char *cmd, const cli_opts *o, pb_model **m, pb_session **s, d
         cli_err(cmd, "not enough memory for '%s': %s", path, pb_last_error());
         return 1;
     }
+    /* the file was read; an option is what it refuses ("n_ctx 8192 exceeds the model's training context 512") */
+    if (st == PB_ERR_INVALID_ARG) return cli_fail(cmd, st, "cannot use these options with this model");
     if (st != PB_OK) return cli_fail(cmd, st, "cannot read model");
     if (e.adjusted)
         cli_err(cmd, "--fit: using a %s KV cache and n_ctx %d (%.0f MiB of %.0f MiB available)",

@@ -21,7 +21,8 @@ static const char *const usage =
 static const char *const help =
     "pocketbrain bench -- measure load time, time to first token, prefill and decode speed\n\n"
     "usage: pocketbrain bench [-m MODEL] [-t 1,2,...] [-p 512] [-n 128] [-d 0] [-b N] [-r 5] [--kv-type T]\n"
-    "                         [--gpu|--no-gpu] [--ttft-prompt 32] [--sample greedy] [--parallel 1,8,32] [--json]\n\n"
+    "                         [--gpu|--no-gpu] [--cold] [--ttft-prompt 32] [--sample greedy] [--parallel 1,8,32]\n"
+    "                         [--no-pack-cache] [--json]\n\n"
     "  -m, --model FILE   GGUF model (default: models/default.gguf)\n"
     "  -t, --threads L    comma-separated thread counts (default: physical cores)\n"
     "  -p, --n-prompt N   prompt tokens of the prefill test ppN (default 512; 0 = skip)\n"

@@ -90,9 +90,10 @@ typedef struct chat {
     bool tty, stats, ends_nl;
     pb_gen_stats last;
     const char *session_file;
-    char *last_text; /* the last question typed in this run (/retry), NULL before one or after /undo, /reset, /load */
-    bool last_in;    /* its turn is in the conversation (not when its prompt could not be fed: context full, Ctrl-C) */
-    int n_failed;    /* /save and /load commands that failed: a piped chat then exits 1 (a script's save was lost) */
+    char *last_text;  /* the last question typed in this run (/retry), NULL before one or after /undo, /reset, /load */
+    bool last_in;     /* its turn is in the conversation (not when its prompt could not be fed: context full, Ctrl-C) */
+    uint64_t n_retry; /* /retry of that question so far: each samples with seed + n_retry, so it gives a new answer */
+    int n_failed;     /* /save and /load commands that failed: a piped chat then exits 1 (a script's save was lost) */
 } chat;
 
 static bool on_piece(const char *p, size_t n, void *user) {
@@ -194,7 +195,7 @@ static void print_stats(chat *c) {
 }
 
 /* Returns false when the chat should end. */
-static void turn(chat *c, const char *text);
+static void turn(chat *c, const char *text, bool retry);
 
 static void forget_last(chat *c) {
     free(c->last_text);
@@ -223,7 +224,7 @@ static bool command(chat *c, char *line) {
         else if (retry && !c->last_in) { /* nothing of it to take out: undoing would take the exchange before */
             char *text = c->last_text;
             c->last_text = NULL;
-            turn(c, text);
+            turn(c, text, true);
             free(text);
         } else if (pb_session_n_turns(c->s) == 0)
             printf("[nothing to %s: the conversation is empty]\n", retry ? "retry" : "undo");
@@ -237,7 +238,7 @@ static bool command(chat *c, char *line) {
             if (retry) {
                 char *text = c->last_text;
                 c->last_text = NULL;
-                turn(c, text); /* remembers it again */
+                turn(c, text, true); /* remembers it again */
                 free(text);
             } else {
                 forget_last(c);
@@ -288,10 +289,18 @@ static bool command(chat *c, char *line) {
     return true;
 }
 
-static void turn(chat *c, const char *text) {
+static void turn(chat *c, const char *text, bool retry) {
     free(c->last_text);
     c->last_text = strdup(text); /* NULL on no memory: /retry then says there is nothing to retry */
     pb_gen_params gp = cli_opts_gen(&c->o);
+    /* every call seeds the sampler afresh (same seed -> same text), so /retry with the same seed would sample the
+     * same answer again; the seed moves on by one per retry instead (greedy needs none: it has one answer) */
+    c->n_retry = retry ? c->n_retry + 1 : 0;
+    if (c->n_retry && gp.sampler.temperature > 0.0f && gp.sampler.seed != PB_SEED_RANDOM) {
+        gp.sampler.seed += c->n_retry;
+        if (gp.sampler.seed == PB_SEED_RANDOM) gp.sampler.seed = 0; /* wrapped onto "from the clock" */
+        printf("[retry %llu: seed %llu]\n", (unsigned long long)c->n_retry, (unsigned long long)gp.sampler.seed);
+    }
     c->ends_nl = true;
     const int n_turns = pb_session_n_turns(c->s);
     g_generating = 1;
@@ -404,7 +413,7 @@ PB_CMD(chat) {
         if (line[0] == '/')
             go = command(&c, line);
         else
-            turn(&c, line);
+            turn(&c, line, false);
         free(line);
         if (!go || g_hangup) break;
     }

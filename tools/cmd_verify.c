@@ -106,7 +106,7 @@ PB_CMD(verify) {
     struct stat st;
     lib_entry e;
     static char want_lib[65];
-    if (stat(path, &st) != 0 && !strchr(path, '/') && lib_get(path, &e)) { /* a library name */
+    if (lib_resolve(path, &e)) { /* a library name, or a catalog name as -m takes it */
         path = e.file;
         if (!want && e.sha256[0]) {
             snprintf(want_lib, sizeof want_lib, "%s", e.sha256);

@@ -229,6 +229,56 @@ lib_entry *lib_list(int *n) {
     return v;
 }
 
+static int by_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+void lib_each_file(void (*fn)(void *user, const char *name, const char *file), void *user) {
+    DIR *d = opendir(lib_dir());
+    if (!d) return;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l <= 5 || strcmp(de->d_name + l - 5, ".gguf") != 0 || l - 5 > LIB_NAME_MAX) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nv = realloc(names, cap * sizeof *nv);
+            if (!nv) break;
+            names = nv;
+        }
+        if (!(names[n] = malloc(l - 4))) break;
+        memcpy(names[n], de->d_name, l - 5);
+        names[n++][l - 5] = 0;
+    }
+    closedir(d);
+    if (n) qsort(names, n, sizeof *names, by_str);
+    char file[PATH_MAX];
+    struct stat st;
+    for (size_t i = 0; i < n; i++) {
+        if (lib_name_ok(names[i]) && lib_path(names[i], ".gguf", file, sizeof file) && stat(file, &st) == 0 &&
+            S_ISREG(st.st_mode))
+            fn(user, names[i], file);
+        free(names[i]);
+    }
+    free(names);
+}
+
+uint64_t lib_dir_stamp(void) {
+    struct stat st;
+    if (stat(lib_dir(), &st) != 0) return 1;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const struct timespec *t = st.st_ctim.tv_sec > st.st_mtim.tv_sec ? &st.st_ctim : &st.st_mtim;
+    double age = (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
+    if (age < 2.0) return 0; /* racy: a listing in the same tick as a change sees times that stay as they are */
+    const uint64_t f[6] = {(uint64_t)st.st_dev,          (uint64_t)st.st_ino,         (uint64_t)st.st_mtim.tv_sec,
+                           (uint64_t)st.st_mtim.tv_nsec, (uint64_t)st.st_ctim.tv_sec, (uint64_t)st.st_ctim.tv_nsec};
+    uint64_t h = 14695981039346656037ull; /* FNV-1a over the fields' bytes */
+    for (int i = 0; i < 6; i++)
+        for (int b = 0; b < 8; b++) h = (h ^ ((f[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+    return h < 2 ? h + 2 : h; /* 0 and 1 have their own meanings */
+}
+
 int lib_lock(const char *name, bool wait) {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/.%s.lock", lib_dir(), name) >= (int)sizeof path) {
@@ -263,6 +313,18 @@ void lib_unlock(int fd) {
     if (fd >= 0) close(fd); /* closing the last descriptor releases the flock */
 }
 
+bool lib_resolve(const char *arg, lib_entry *e) {
+    struct stat st;
+    /* a folder does not hide a model: "./gemma-2-2b-it" is the Hugging Face checkout that convert reads */
+    if (!arg || strchr(arg, '/') || (stat(arg, &st) == 0 && !S_ISDIR(st.st_mode))) return false;
+    if (lib_get(arg, e)) return true;
+    catalog_hit h;
+    char why[512], tagged[LIB_NAME_MAX + 40];
+    if (strchr(arg, ':') || catalog_find(arg, &h, why, sizeof why) != 1) return false;
+    snprintf(tagged, sizeof tagged, "%s:%s", h.name, h.quant); /* "gemma-2-2b-it" -> "gemma-2-2b-it:q4_k_m" */
+    return lib_get(tagged, e);
+}
+
 const char *cli_model_arg(const char *cmd, const char *arg) {
     /* a buffer per call: a command resolves several models (perplexity -m A --kl-model B, ask -m A
      * --embed-model B), and each result must outlive the next call */
@@ -272,21 +334,14 @@ const char *cli_model_arg(const char *cmd, const char *arg) {
     const size_t cap = sizeof paths[0];
     struct stat st;
     if (!arg) return NULL;
-    if (stat(arg, &st) == 0 || strchr(arg, '/')) return arg; /* a path (a missing one fails at open, named) */
     lib_entry e;
-    if (lib_get(arg, &e)) {
+    if (lib_resolve(arg, &e)) {
         snprintf(path, cap, "%s", e.file);
         return path;
     }
+    if (stat(arg, &st) == 0 || strchr(arg, '/')) return arg; /* a path (a missing one or a folder fails at open) */
     catalog_hit h;
-    char why[512], tagged[LIB_NAME_MAX + 40];
-    if (!strchr(arg, ':') && catalog_find(arg, &h, why, sizeof why) == 1) { /* "gemma-2-2b-it" -> ":q4_k_m" */
-        snprintf(tagged, sizeof tagged, "%s:%s", h.name, h.quant);
-        if (lib_get(tagged, &e)) {
-            snprintf(path, cap, "%s", e.file);
-            return path;
-        }
-    }
+    char why[512];
     cli_err(cmd, "model '%s' is neither a file nor a model in the library (%s); see 'pocketbrain models'%s", arg,
             lib_dir(), catalog_find(arg, &h, why, sizeof why) == 1 ? ", or get it with 'pocketbrain pull'" : "");
     return NULL;

@@ -46,6 +46,15 @@ bool lib_get(const char *name, lib_entry *e);
 /* Every model in the library, sorted by name (malloc'd array, *n entries; free() it). NULL + *n = 0 when
  * the directory does not exist or is empty. */
 lib_entry *lib_list(int *n);
+/* Every model file of the library, sorted by name: fn(user, name, file) once per <name>.gguf with a valid name that is
+ * a regular file (through a link too), as lib_list has them, without reading a manifest or a GGUF header (a server
+ * rescanning the library needs the names and files only). Nothing when the directory does not exist. */
+void lib_each_file(void (*fn)(void *user, const char *name, const char *file), void *user);
+/* A value that changes whenever the library directory's entries may have changed (a model pulled, removed,
+ * renamed): its device, inode, modification and change times folded together; 1 when it does not exist. 0 (not
+ * known: list again) while those times are less than 2 s old, since a change within the same timestamp tick as a
+ * listing would leave them as they were. */
+uint64_t lib_dir_stamp(void);
 /* true when the library directory is readable or does not exist yet (an empty library); false with a message
  * naming cmd, the directory and the reason when it is something else (a file, unreadable). */
 bool lib_dir_usable(const char *cmd);
@@ -55,9 +64,13 @@ bool lib_dir_usable(const char *cmd);
 int lib_lock(const char *name, bool wait);
 void lib_unlock(int fd);
 
+/* true when arg names a model of the library, filling e: arg has no '/' and is no existing file (a folder of that
+ * name, such as the Hugging Face checkout convert reads, does not hide the model), and is a library name or a catalog
+ * name without quantization whose default quantization is in the library ("gemma-2-2b-it" -> "...:q4_k_m"). */
+bool lib_resolve(const char *arg, lib_entry *e);
 /* Resolves a `-m` argument: an existing file path is returned as is; otherwise a library name (or a
- * catalog name without quantization: its default one) gives the library file. When nothing matches, prints
- * "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage that
+ * catalog name without quantization: its default one; see lib_resolve) gives the library file. When nothing matches,
+ * prints "pocketbrain <cmd>: ..." naming both places looked at and returns NULL. The result is static storage that
  * stays valid for the next 7 calls (one command resolves at most a few model arguments). */
 const char *cli_model_arg(const char *cmd, const char *arg);
 

@@ -1,6 +1,7 @@
 /* pocketbrain.c -- CLI entry: dispatches `pocketbrain <command>` to tools/cmd_<command>.c. */
 #include "cli.h"
 #include "base/base.h"
+#include "library.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +32,7 @@
     X(ingest, "add documents to a knowledge base")                                                                     \
     X(search, "search a knowledge base")                                                                               \
     X(ask, "answer a question from a knowledge base, with citations")                                                  \
-    X(faq, "manage the FAQ fallback (add, import, list)")                                                              \
+    X(faq, "manage the FAQ fallback (add, import, list, match)")                                                       \
     X(pull, "download a model into the library (catalog name, hf:OWNER/REPO/FILE, URL)")                               \
     X(models, "list the models in the library")                                                                        \
     X(rm, "remove a model from the library")
@@ -388,7 +389,10 @@ void cli_progress_done(cli_progress *p) {
 const char *cli_default_model(void) {
     static char path[PATH_MAX + 32];
     const char *env = getenv("PB_MODEL");
-    if (env && *env) return env;
+    if (env && *env) { /* a path, or a library name as -m takes it (PB_MODEL=gemma-2-2b-it after a pull) */
+        static lib_entry e;
+        return lib_resolve(env, &e) ? e.file : env;
+    }
     /* next to the binary: <repo>/build/pocketbrain -> <repo>/models/default.gguf */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

@@ -309,10 +309,11 @@ INLINE void q50_t1_chunk(const uint8_t *w, size_t w_row, int64_t nr, const pb_bl
     const int8x16_t s16 = vdupq_n_s8(16);
     const uint8x16_t bit = vld1q_u8(hbits_tab);
     int8x16_t A[16];
-    float32x4_t D[2];
+    /* plain floats, not the lanes of two vectors: clang (Apple's, the NDK's) wants a lane index that is a constant
+     * expression, and i % 4 is one only after unrolling, which GCC does first and clang does not */
+    float D[8];
     UNROLL8 for (int i = 0; i < CB; i++) A[2 * i] = vld1q_s8(x[b0 + i].qs), A[2 * i + 1] = vld1q_s8(x[b0 + i].qs + 16);
-    UNROLL8 for (int i = 0; i < CB; i++) D[i / 4] =
-        vsetq_lane_f32(h2f(x[b0 + i].d), i % 4 ? D[i / 4] : vdupq_n_f32(0), i % 4);
+    UNROLL8 for (int i = 0; i < CB; i++) D[i] = h2f(x[b0 + i].d);
     for (int64_t r = 0; r < nr; r++) {
         const pb_block_q5_0 *wb = (const pb_block_q5_0 *)(const void *)(w + (size_t)r * w_row) + b0;
         float sum = b0 ? y[r] : 0.0f;
@@ -323,7 +324,7 @@ INLINE void q50_t1_chunk(const uint8_t *w, size_t w_row, int64_t nr, const pb_bl
             const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), hlo)), s16);
             const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(v, 4), hhi)), s16);
             const int isum = vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, A[2 * i]), hi, A[2 * i + 1]));
-            const float dw = h2f(wb[i].d), da = vgetq_lane_f32(D[i / 4], i % 4);
+            const float dw = h2f(wb[i].d), da = D[i];
             sum += (float)isum * (dw * da);
         }
         y[r] = sum;

@@ -90,6 +90,7 @@ pb_server_params pb_server_default_params(void) {
     p.gpu = -1;
     p.header_timeout = 10;
     p.idle_timeout = 120;
+    p.write_timeout = 30;
     p.batch = true;
     return p;
 }
@@ -138,9 +139,9 @@ pb_status pb_server_start(pb_model *m, const pb_server_params *params, pb_server
         if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
         srv->daemon = MHD_start_daemon(
             flags, (uint16_t)srv->p.port, NULL, NULL, pb_server_on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-            srv, MHD_OPTION_UNESCAPE_CALLBACK, pb_server_unescape, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-            MHD_OPTION_NOTIFY_COMPLETED, pb_server_on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
-            pb_server_on_connection, srv, MHD_OPTION_CONNECTION_TIMEOUT,
+            srv, MHD_OPTION_URI_LOG_CALLBACK, pb_server_uri_log, srv, MHD_OPTION_UNESCAPE_CALLBACK, pb_server_unescape,
+            srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, pb_server_on_completed,
+            srv, MHD_OPTION_NOTIFY_CONNECTION, pb_server_on_connection, srv, MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(srv->p.idle_timeout > 0 ? srv->p.idle_timeout : 0), MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(srv->p.max_connections > 0 ? srv->p.max_connections : 512), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned)(srv->p.max_conn_per_client > 0 ? srv->p.max_conn_per_client : 0), MHD_OPTION_END);

@@ -57,6 +57,11 @@ typedef struct pb_server_params {
      * pb_server_start and the loaded one stay listed (the loaded one serves from memory even when its file
      * was removed). NULL: the list above is fixed. Called from request threads, one call at a time. */
     void (*list_models)(void *user, void (*add)(void *ctx, const char *name, const char *path), void *ctx);
+    /* Optional, with list_models: a value that changes whenever what list_models lists may have changed (the CLI: the
+     * library directory's identity and times); 0 = not known. The server lists again only when it differs from the
+     * value of its last listing (or is 0), so a request naming a model nobody has costs a call of this, not a
+     * rescan of the library. NULL: every occasion above lists again. Called like list_models. */
+    unsigned long long (*list_stamp)(void *user);
     void *list_user;
     /* Who may talk to the server. Requests whose Host header is not an address the server listens on (or
      * "localhost" when it listens on loopback) are refused with 403, so a web page cannot reach it through DNS
@@ -71,6 +76,10 @@ typedef struct pb_server_params {
                                 its connect or the previous response (default 10) */
     double idle_timeout;     /* seconds without a byte before a connection is closed (default 120); also the
                                 longest a request waits for the model it names (then 503 model_busy; 0: 120 s) */
+    double write_timeout;    /* seconds a connection may keep bytes waiting that its client takes none of (its TCP
+                                receive window full: a stream nobody reads) before it is reset, its generation
+                                cancelled and its slot freed (default 30; 0 = off: the generation then runs to its
+                                end, the kernel's socket buffers taking megabytes of a stream nobody reads) */
     /* One line per request (method, path, status, tokens, time), e.g. to stderr; NULL = no log. */
     void (*log)(void *user, const char *line);
     void *log_user;

@@ -1,13 +1,18 @@
 /* server_guard.c -- who may talk to the server and for how long: the Host check (DNS rebinding), the Origin /
  * Sec-Fetch-Site check and CORS headers (cross-site requests from pages the user visits), the per-connection
- * header deadline (slow clients), and noticing a client that went away. No routes here. */
+ * header deadline (slow clients), the write stall (a client that takes no bytes), and noticing a client that went
+ * away. No routes here. */
 #include "base/base.h"
 #include "server/server_internal.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#ifdef __linux__
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_acked / tcpi_notsent_bytes (glibc's lacks them) */
+#endif
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,7 +166,14 @@ void pb_server_guard_headers(pb_server *srv, struct MHD_Connection *c, struct MH
     if (origin && cors_allows(srv, origin)) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(r, "Vary", "Origin");
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    }
+}
+
+void pb_server_guard_preflight(pb_server *srv, struct MHD_Connection *c, struct MHD_Response *r, const char *methods) {
+    /* a browser reads these from the preflight only (Fetch standard, CORS-preflight fetch) */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && cors_allows(srv, origin)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
         MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
@@ -223,27 +235,76 @@ void pb_server_conn_idle(pb_server *srv, struct MHD_Connection *c) {
     set_deadline(srv, c, pb_time_ms() + srv->p.header_timeout * 1000.0);
 }
 
-/* Closes (shuts down; MHD then closes) every connection past its header deadline, four times a second. */
+bool pb_server_conn_stalled(pb_server *srv, struct MHD_Connection *c) {
+    conn *cn = pb_server_conn_of(c);
+    if (!cn) return false;
+    pthread_mutex_lock(&srv->conn_mu);
+    bool stalled = cn->stalled;
+    pthread_mutex_unlock(&srv->conn_mu);
+    return stalled;
+}
+
+/* True when bytes wait for the client of cn (sent and not acknowledged, or not sent: its receive window is full) and it
+ * acknowledged none for write_timeout. conn_mu held. The kernel's counters, not MHD's writes: its socket buffers take
+ * megabytes (tcp_wmem) before a write blocks, so a stream nobody reads never looks stuck to MHD until then. */
+static bool write_stalled(pb_server *srv, conn *cn, double now) {
+#ifndef __linux__
+    (void)srv, (void)cn, (void)now;
+    return false; /* no TCP_INFO counters to read: only --idle-timeout there */
+#else
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(cn->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_notsent_bytes) + sizeof ti.tcpi_notsent_bytes)
+        return false; /* a kernel before 4.6 does not say: only --idle-timeout then */
+    bool waiting = ti.tcpi_unacked > 0 || ti.tcpi_notsent_bytes > 0;
+    if (!waiting || cn->progress_at == 0 || ti.tcpi_bytes_acked != cn->acked) {
+        cn->acked = ti.tcpi_bytes_acked;
+        cn->progress_at = now;
+        return false;
+    }
+    return now - cn->progress_at > srv->p.write_timeout * 1000.0;
+#endif
+}
+
+/* Four times a second: closes (shuts down; MHD then closes) every connection past its header deadline, and resets
+ * every one whose client took no bytes for write_timeout: MHD's next write fails, the response ends and a stream's
+ * generation is cancelled (stream_free), freeing its slot. */
 static void *watchdog_main(void *arg) {
     pb_server *srv = arg;
     while (!atomic_load(&srv->watchdog_stop)) {
         struct timespec ts = {0, 250 * 1000000L};
         nanosleep(&ts, NULL);
         double now = pb_time_ms();
+        int n_stalled = 0;
         pthread_mutex_lock(&srv->conn_mu);
         for (conn *cn = srv->conns; cn; cn = cn->next) {
-            if (cn->deadline > 0 && now > cn->deadline) {
+            if (srv->p.header_timeout > 0 && cn->deadline > 0 && now > cn->deadline) {
                 shutdown(cn->fd, SHUT_RDWR);
                 cn->deadline = 0;
+            } else if (srv->p.write_timeout > 0 && !cn->stalled && write_stalled(srv, cn, now)) {
+                /* an abortive close (RST at MHD's close): the bytes queued for a client that takes none are dropped,
+                 * not kept by the kernel for minutes of zero-window probes */
+                struct linger lg = {1, 0};
+                setsockopt(cn->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+                shutdown(cn->fd, SHUT_RDWR);
+                cn->stalled = true;
+                n_stalled++;
             }
         }
         pthread_mutex_unlock(&srv->conn_mu);
+        if (n_stalled) {
+            pthread_mutex_lock(&srv->m.mu);
+            srv->m.write_stalls += (uint64_t)n_stalled;
+            pthread_mutex_unlock(&srv->m.mu);
+        }
     }
     return NULL;
 }
 
 pb_status pb_server_watchdog_start(pb_server *srv) {
-    if (srv->p.header_timeout <= 0) return PB_OK;
+    if (srv->p.header_timeout <= 0 && srv->p.write_timeout <= 0) return PB_OK;
     if (pthread_create(&srv->watchdog, NULL, watchdog_main, srv) != 0)
         return pb_error(PB_ERR_INTERNAL, "server: cannot start the connection watchdog");
     srv->watchdog_started = true;

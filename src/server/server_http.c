@@ -135,12 +135,14 @@ static enum MHD_Result send_405(pb_server *srv, struct MHD_Connection *c, const 
     return send_error_hdr(srv, c, 405, "method_not_allowed", text, "Allow", allow);
 }
 
-/* 204 for an allowed CORS preflight (the guard already refused origins --cors does not name). */
+/* 204 for OPTIONS: Allow, and for an origin --cors names the CORS preflight headers with the same methods (the guard
+ * already refused origins --cors does not name). */
 static enum MHD_Result send_preflight(pb_server *srv, struct MHD_Connection *c, const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Allow", allow);
     pb_server_guard_headers(srv, c, r);
+    pb_server_guard_preflight(srv, c, r, allow);
     enum MHD_Result ret = MHD_queue_response(c, 204, r);
     MHD_destroy_response(r);
     pb_server_count_response(srv, 204);
@@ -154,6 +156,17 @@ static int hexval(char ch) {
            : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
            : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
                                     : -1;
+}
+
+void *pb_server_uri_log(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls;
+    conn *cn = pb_server_conn_of(c);
+    if (!cn) return NULL;
+    bool slash = false;
+    for (const char *p = uri ? uri : ""; *p && *p != '?' && !slash; p++)
+        slash = p[0] == '%' && p[1] == '2' && (p[2] == 'F' || p[2] == 'f');
+    cn->slash_in_target = slash;
+    return NULL; /* the request's context stays NULL until pb_server_on_request's first call */
 }
 
 size_t pb_server_unescape(void *cls, struct MHD_Connection *c, char *s) {
@@ -211,10 +224,16 @@ static unsigned framing_check(struct MHD_Connection *c, const char *version, cha
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_field, &fs);
     *code = "bad_request";
     conn *cn = pb_server_conn_of(c);
-    bool nul = cn && cn->nul_in_target;
-    if (cn) cn->nul_in_target = false; /* the next request on the connection starts clean */
+    bool nul = cn && cn->nul_in_target, slash = cn && cn->slash_in_target;
+    if (cn) cn->nul_in_target = cn->slash_in_target = false; /* the next request on the connection starts clean */
     if (nul) {
         snprintf(why, cap, "the request target holds %%00 (a NUL byte), which no path or query may contain");
+        return 400;
+    }
+    if (slash) {
+        snprintf(why, cap,
+                 "the request path holds %%2F, an encoded '/': decoded it would name another path (/v1%%2Fmodels "
+                 "routed as /v1/models), so it is refused; send '/' itself");
         return 400;
     }
     if (fs.bad_name[0]) {
@@ -285,6 +304,20 @@ static enum MHD_Result route_health(pb_server *srv, struct MHD_Connection *c, bo
     return pb_server_send_json(srv, c, stopping ? 503 : 200, o);
 }
 
+/* The methods a route answers (its Allow header; a CORS preflight's Access-Control-Allow-Methods), or NULL when url is
+ * no route. "*" is OPTIONS * (RFC 9110 9.3.7: the server in general): every method the server answers somewhere. */
+static const char *route_methods(const char *url) {
+    if (strcmp(url, "*") == 0) return "GET, HEAD, POST, OPTIONS";
+    if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
+        strcmp(url, "/tokenize") == 0)
+        return "POST, OPTIONS";
+    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
+    if (strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0 ||
+        strcmp(url, "/stats") == 0 || (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url)))
+        return "GET, HEAD, OPTIONS"; /* HEAD is GET without the body (MHD drops it) */
+    return NULL;
+}
+
 /* What is decided from the request line and headers alone, before the body is read (an unauthorized or misrouted
  * request never makes the server buffer up to max_body): the Host / Origin guard (403), the routes (404, 405), OPTIONS
  * (answered here), the API key (401). True with *ret set when the request was answered; false when it goes on to its
@@ -297,22 +330,27 @@ static bool answer_before_body(pb_server *srv, struct MHD_Connection *c, const c
         *ret = pb_server_send_error(srv, c, refused, "invalid_request_error", NULL, "forbidden", "%s", why);
         return true;
     }
-    /* HEAD is GET without the body (MHD drops it) */
-    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, is_post = strcmp(method, "POST") == 0;
     bool is_options = strcmp(method, "OPTIONS") == 0;
-    bool post_route = strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
-                      strcmp(url, "/tokenize") == 0;
-    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11]; /* GET /v1/models/ID (retrieve) */
-    bool get_route = strcmp(url, "/v1/models") == 0 || model_route || strcmp(url, "/health") == 0 ||
-                     strcmp(url, "/metrics") == 0 || strcmp(url, "/stats") == 0 ||
-                     (strncmp(url, "/v1/", 4) != 0 && pb_server_static_exists(url));
     /* 405 only where GET answers: another method (OPTIONS too) on a path that does not exist is a 404, as GET of it
      * is */
-    if (!post_route && !get_route) {
+    const char *allow = route_methods(url);
+    if (!allow) {
         *ret = pb_server_send_error(srv, c, 404, "invalid_request_error", NULL, "not_found",
                                     "no route for %.10s %.200s", method, url);
         return true;
     }
+    if (strcmp(url, "*") == 0) { /* the asterisk form is for OPTIONS only (RFC 9112 3.2.4) */
+        if (is_options)
+            *ret = send_preflight(srv, c, allow);
+        else
+            *ret = pb_server_send_error(srv, c, 400, "invalid_request_error", NULL, "bad_request",
+                                        "the request target '*' is only for OPTIONS (it asks about the server in "
+                                        "general); %.10s needs a path",
+                                        method);
+        return true;
+    }
+    bool post_route = strncmp(allow, "POST", 4) == 0;
+    bool model_route = strncmp(url, "/v1/models/", 11) == 0 && url[11];
     bool authed = auth_ok(srv, c);
     if (is_options) {
         /* /v1/models/ID of a model not in the library: 404, as its GET. Said only to a caller the key admits (or with
@@ -320,7 +358,7 @@ static bool answer_before_body(pb_server *srv, struct MHD_Connection *c, const c
         if (model_route && (authed || !srv->api_key) && !pb_server_model_listed(srv, url + 11))
             *ret = pb_server_send_model_404(srv, c, url + 11);
         else
-            *ret = send_preflight(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+            *ret = send_preflight(srv, c, allow);
         return true;
     }
     /* /metrics and /stats tell what is asked and how busy the server is: behind the key like the API */
@@ -331,8 +369,9 @@ static bool answer_before_body(pb_server *srv, struct MHD_Connection *c, const c
                                     "missing or wrong API key (send 'Authorization: Bearer KEY')");
         return true;
     }
+    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, is_post = strcmp(method, "POST") == 0;
     if (post_route ? is_post : is_get) return false;
-    *ret = send_405(srv, c, post_route ? "POST, OPTIONS" : "GET, HEAD, OPTIONS", method, url);
+    *ret = send_405(srv, c, allow, method, url);
     return true;
 }
 
@@ -431,20 +470,28 @@ static void log_request(pb_server *srv, struct MHD_Connection *c, request *rq) {
     const union MHD_ConnectionInfo *si = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
     unsigned status = si ? si->http_status : 0;
     char tokens[64] = "";
+    bool running = false; /* its generation still runs (a stream whose connection ends first) */
     if (rq->job) {
         pthread_mutex_lock(&rq->job->mu);
+        running = !rq->job->done;
+        /* the stats come when the generation ends; until then the pieces sent (a piece per token, but for a
+         * character's bytes held back) */
         snprintf(tokens, sizeof tokens, " %lld+%lld tokens", (long long)rq->job->n_prompt,
-                 (long long)rq->job->stats.n_generated);
+                 (long long)(running ? rq->job->n_pieces : rq->job->stats.n_generated));
         pthread_mutex_unlock(&rq->job->mu);
     }
+    char stall[128] = "";
+    if (pb_server_conn_stalled(srv, c))
+        snprintf(stall, sizeof stall, " (reset: the client took no bytes for %g s%s)", srv->p.write_timeout,
+                 running ? "; its generation cancelled" : "");
     /* the method and path as sent, made printable: a log line never carries control bytes (a method is any token
      * libmicrohttpd reads up to the space, escape sequences included) */
     char method[sizeof rq->method], path[sizeof rq->path];
     printable(rq->method, method, sizeof method);
     printable(rq->path, path, sizeof path);
     char line[512];
-    snprintf(line, sizeof line, "%s %s %s %u%s %.3f s", addr, method, path, status, tokens,
-             (pb_time_ms() - rq->t_start) / 1000.0);
+    snprintf(line, sizeof line, "%s %s %s %u%s %.3f s%s", addr, method, path, status, tokens,
+             (pb_time_ms() - rq->t_start) / 1000.0, stall);
     srv->p.log(srv->p.log_user, line);
 }
 

@@ -38,6 +38,7 @@ typedef struct metrics {
     uint64_t tokens_prompt, tokens_prompt_reused, tokens_generated;
     uint64_t tokens_prompt_reread; /* of tokens_prompt: a kept prefix computed again (a ring could not go back) */
     uint64_t cancelled, rejected, fallbacks;
+    uint64_t write_stalls; /* connections reset by the watchdog: their client took no bytes for write_timeout */
     uint64_t ttft_hist[N_TTFT_BUCKETS + 1];
     double ttft_sum;
     uint64_t ttft_count;
@@ -104,11 +105,16 @@ struct slot {
     bool busy;
 };
 
-/* One TCP connection (MHD's socket context): its fd and when its request headers must be complete. */
+/* One TCP connection (MHD's socket context): its fd, when its request headers must be complete, and whether its client
+ * takes the bytes sent to it (the watchdog's write stall check; those fields under conn_mu). */
 typedef struct conn {
     int fd;
-    double deadline;    /* ms (pb_time_ms); 0 = none (a request is being served) */
-    bool nul_in_target; /* the request line's target held %00 (pb_server_unescape); read by its request */
+    double deadline;      /* ms (pb_time_ms); 0 = none (a request is being served) */
+    bool nul_in_target;   /* the request line's target held %00 (pb_server_unescape); read by its request */
+    bool slash_in_target; /* its path held %2F (pb_server_uri_log); read by its request */
+    uint64_t acked;       /* bytes the client acknowledged (TCP_INFO) when progress_at was set */
+    double progress_at;   /* ms: the client last took bytes, or none waited for it; 0 = not looked at yet */
+    bool stalled;         /* reset by the watchdog: no byte taken for write_timeout */
     struct conn *prev, *next;
 } conn;
 
@@ -138,10 +144,11 @@ struct pb_server {
     pb_batch_stats batch_prev; /* counters of the batches of models loaded before (a switch makes a new one) */
     pb_server_model *lib;      /* names and paths (copies) */
     int n_lib;
-    int cur;                /* index of the loaded model in lib, -1 when none is */
-    pb_model *caller_model; /* the model given to pb_server_start: never closed here */
-    size_t caller_weights;  /* its tensor bytes (memory admission of the others under a mem_limit) */
-    int n_ctx;              /* context of each slot for the loaded model */
+    unsigned long long lib_stamp; /* params.list_stamp of the listing in lib (0: none, or not known) */
+    int cur;                      /* index of the loaded model in lib, -1 when none is */
+    pb_model *caller_model;       /* the model given to pb_server_start: never closed here */
+    size_t caller_weights;        /* its tensor bytes (memory admission of the others under a mem_limit) */
+    int n_ctx;                    /* context of each slot for the loaded model */
     pthread_mutex_t model_mu;
     pthread_cond_t model_cv;
     int model_users;   /* jobs (and /tokenize calls) using the loaded model */
@@ -258,7 +265,8 @@ void pb_server_models_close(pb_server *srv);
 void pb_server_models_free(pb_server *srv);
 /* GET /v1/models: every model requests may name, with the loaded one marked. */
 enum MHD_Result pb_server_route_models(pb_server *srv, struct MHD_Connection *c);
-/* True when id is the exact name of a library entry, as GET /v1/models/ID matches it (the list rescanned first). */
+/* True when id is the exact name of a library entry, as GET /v1/models/ID matches it (the list refreshed first when
+ * the library changed). */
 bool pb_server_model_listed(pb_server *srv, const char *id);
 /* GET /v1/models/ID: the model object of library entry ID, or 404 model_not_found. */
 enum MHD_Result pb_server_route_model(pb_server *srv, struct MHD_Connection *c, const char *id);
@@ -292,15 +300,22 @@ pb_status pb_server_guard_init(pb_server *srv, const struct sockaddr *bound);
 void pb_server_guard_deinit(pb_server *srv);
 /* 0 when the request's Host and Origin are acceptable, else 403 with the reason in msg. */
 unsigned pb_server_guard_check(pb_server *srv, struct MHD_Connection *c, char *msg, size_t cap);
-/* Headers every response carries: nosniff, and the CORS headers when the request's Origin is allowed by --cors. */
+/* Headers every response carries: nosniff, and Access-Control-Allow-Origin when the request's Origin is allowed by
+ * --cors. */
 void pb_server_guard_headers(pb_server *srv, struct MHD_Connection *c, struct MHD_Response *r);
+/* A preflight's CORS headers when the request's Origin is allowed by --cors: Access-Control-Allow-Methods (methods: the
+ * route's own), -Allow-Headers, -Max-Age. */
+void pb_server_guard_preflight(pb_server *srv, struct MHD_Connection *c, struct MHD_Response *r, const char *methods);
 /* MHD's connection notice: tracks each connection for the header deadline. */
 void pb_server_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                              enum MHD_ConnectionNotificationCode toe);
+/* True when the watchdog reset the connection because its client took no bytes for write_timeout. */
+bool pb_server_conn_stalled(pb_server *srv, struct MHD_Connection *c);
 /* The request's headers arrived (deadline off) / the response is done (the next request's deadline starts). */
 void pb_server_conn_busy(pb_server *srv, struct MHD_Connection *c);
 void pb_server_conn_idle(pb_server *srv, struct MHD_Connection *c);
-/* Starts / stops the thread that closes connections past their header deadline. */
+/* Starts / stops the thread that closes connections past their header deadline and resets those whose client takes no
+ * bytes for write_timeout. */
 pb_status pb_server_watchdog_start(pb_server *srv);
 void pb_server_watchdog_stop(pb_server *srv);
 /* True when the client closed its side of the connection (checked without reading its bytes). */
@@ -329,5 +344,9 @@ void pb_server_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
  * left as it is and marks the connection (conn.nul_in_target) so the request is refused: decoded, the NUL would cut
  * the path ("/health%00.js" read as "/health"). */
 size_t pb_server_unescape(void *cls, struct MHD_Connection *c, char *s);
+/* MHD's URI log callback (MHD_OPTION_URI_LOG_CALLBACK), called with the request target as sent, before it is split and
+ * unescaped: marks the connection (conn.slash_in_target) when the path (not the query) holds %2F, so the request is
+ * refused: decoded, "/v1%2Fmodels" would route as "/v1/models". Returns NULL (the request's context). */
+void *pb_server_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
 
 #endif

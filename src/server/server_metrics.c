@@ -102,6 +102,10 @@ enum MHD_Result pb_server_route_metrics(pb_server *srv, struct MHD_Connection *c
       (unsigned long long)m->tokens_generated);
     P("# TYPE pocketbrain_requests_cancelled_total counter\npocketbrain_requests_cancelled_total %llu\n",
       (unsigned long long)m->cancelled);
+    P("# HELP pocketbrain_write_stalls_total Connections reset because their client took no bytes for --write-timeout "
+      "(a stream nobody reads).\n"
+      "# TYPE pocketbrain_write_stalls_total counter\npocketbrain_write_stalls_total %llu\n",
+      (unsigned long long)m->write_stalls);
     P("# TYPE pocketbrain_requests_rejected_total counter\npocketbrain_requests_rejected_total %llu\n",
       (unsigned long long)m->rejected);
     P("# TYPE pocketbrain_fallbacks_total counter\npocketbrain_fallbacks_total %llu\n",

@@ -88,11 +88,14 @@ static void lib_free(pb_server_model *v, int n) {
     free(v);
 }
 
-/* Replaces lib[] with entry 0 + what list_models lists now (+ the loaded model when it is no longer listed).
- * Called with model_mu held and no switch running: switch_to reads lib[] without the lock. On failure the old
- * list stays. */
+/* Replaces lib[] with entry 0 + what list_models lists now (+ the loaded model when it is no longer listed), unless
+ * list_stamp says nothing changed since the last listing. Called with model_mu held and no switch running: switch_to
+ * reads lib[] without the lock. On failure the old list stays. */
 static void refresh(pb_server *srv) {
     if (!srv->p.list_models || srv->switching) return;
+    unsigned long long stamp = srv->p.list_stamp ? srv->p.list_stamp(srv->p.list_user) : 0;
+    if (stamp && stamp == srv->lib_stamp) return;
+    srv->lib_stamp = 0; /* until this listing is in */
     lib_build b = {0};
     lib_add(&b, srv->lib[0].name, srv->lib[0].path ? srv->lib[0].path : "");
     if (b.oom) {
@@ -113,6 +116,7 @@ static void refresh(pb_server *srv) {
     srv->lib = b.v;
     srv->n_lib = b.n;
     srv->cur = cur;
+    srv->lib_stamp = stamp;
 }
 
 /* Index of the model a request names, or -1 with err filled (404). Called with model_mu held. */

@@ -114,6 +114,19 @@ run "$PB" verify tiny
 check "verify NAME: a file that no longer matches its manifest fails (rc=$rc)" [ "$rc" = 1 ]
 check "verify NAME: the mismatch is named" has "SHA-256 mismatch" "$T/err"
 
+# a manifest whose numbers are garbled (hand-edited): context -5 and size 1e30 were shown / cast as they were (a
+# negative context in `models`, undefined behaviour in the size's cast); now the file's own facts are shown
+rm -f "$T/lib/tiny.json"
+run "$PB" models --json
+tiny_of() { node -e 'const m = JSON.parse(require("fs").readFileSync(0, "utf8")).models.find((x) => x.name === "tiny");
+console.log(m ? m.context + " " + m.architecture : "none")' <"$T/out"; }
+c0=$(tiny_of | cut -d" " -f1)
+printf '{"name": "tiny", "context": -5, "size": 1e30}\n' >"$T/lib/tiny.json"
+run "$PB" models --json
+c1=$(tiny_of)
+check "models: a manifest's context -5 gives way to the file's ($c0 gemma2), got '$c1'" [ "$c0" -gt 0 -a "$c1" = "$c0 gemma2" ]
+rm -f "$T/lib/tiny.json"
+
 for c in "run -m nope -p hi" "bench -m nope" "info nope" "tokenize -m nope hi" "detokenize -m nope 2" \
   "logits -m nope --tokens ids.bin -o x.f32" "perplexity -m nope -f text.txt" "quantize nope x.gguf Q4_0" \
   "ingest --db kb.sqlite --embed-model nope text.txt" "search --db kb.sqlite --embed-model nope fox" \

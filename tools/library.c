@@ -159,10 +159,16 @@ static void read_manifest(const char *name, lib_entry *e) {
     GET("sha256_checked_against", verified_by);
     GET("source", source);
 #undef GET
+    /* numbers as pull wrote them: whole and in range, else left unknown (the file itself then says its context); a
+     * hand-edited 1e30 was cast to uint64_t (undefined behaviour) and -5 shown as the context */
     const cJSON *c = cJSON_GetObjectItem(o, "context");
-    if (cJSON_IsNumber(c)) e->n_ctx = c->valueint;
+    if (cJSON_IsNumber(c) && c->valuedouble >= 1 && c->valuedouble <= 2147483647.0 &&
+        c->valuedouble == (double)(int)c->valuedouble)
+        e->n_ctx = (int)c->valuedouble;
     const cJSON *sz = cJSON_GetObjectItem(o, "size");
-    if (cJSON_IsNumber(sz) && sz->valuedouble > 0) e->pulled_size = (uint64_t)sz->valuedouble;
+    if (cJSON_IsNumber(sz) && sz->valuedouble >= 1 && sz->valuedouble <= 9007199254740992.0 &&
+        sz->valuedouble == (double)(uint64_t)sz->valuedouble)
+        e->pulled_size = (uint64_t)sz->valuedouble;
     cJSON_Delete(o);
 }
 
@@ -176,6 +182,16 @@ bool lib_get(const char *name, lib_entry *e) {
     char mpath[PATH_MAX];
     if (lib_path(name, ".json", mpath, sizeof mpath) && access(mpath, R_OK) == 0) {
         read_manifest(name, e);
+        if (e->n_ctx <= 0 || !e->arch[0] || !e->quant[0]) { /* what the manifest lacks (or garbled): the file's own */
+            lib_entry g;
+            char why[256];
+            memset(&g, 0, sizeof g);
+            if (lib_probe(e->file, &g, why, sizeof why)) {
+                if (e->n_ctx <= 0) e->n_ctx = g.n_ctx;
+                if (!e->arch[0]) snprintf(e->arch, sizeof e->arch, "%s", g.arch);
+                if (!e->quant[0]) snprintf(e->quant, sizeof e->quant, "%s", g.quant);
+            }
+        }
     } else { /* put here by hand: what the file says, and its time as "pulled" */
         char why[256];
         lib_probe(e->file, e, why, sizeof why);

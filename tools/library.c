@@ -202,10 +202,6 @@ bool lib_get(const char *name, lib_entry *e) {
     return true;
 }
 
-static int by_name(const void *a, const void *b) {
-    return strcmp(((const lib_entry *)a)->name, ((const lib_entry *)b)->name);
-}
-
 bool lib_dir_usable(const char *cmd) {
     const char *dir = lib_dir();
     DIR *d = opendir(dir);
@@ -217,32 +213,6 @@ bool lib_dir_usable(const char *cmd) {
     cli_err(cmd, "cannot read the model library '%s': %s%s", dir, strerror(errno),
             getenv("PB_MODELS") && *getenv("PB_MODELS") ? " (set by $PB_MODELS)" : "");
     return false;
-}
-
-lib_entry *lib_list(int *n) {
-    *n = 0;
-    DIR *d = opendir(lib_dir());
-    if (!d) return NULL;
-    lib_entry *v = NULL;
-    int cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l <= 5 || strcmp(de->d_name + l - 5, ".gguf") != 0 || l - 5 > LIB_NAME_MAX) continue;
-        char name[LIB_NAME_MAX + 1];
-        memcpy(name, de->d_name, l - 5);
-        name[l - 5] = 0;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            lib_entry *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) break;
-            v = nv;
-        }
-        if (lib_get(name, &v[*n])) (*n)++;
-    }
-    closedir(d);
-    if (*n) qsort(v, (size_t)*n, sizeof *v, by_name);
-    return v;
 }
 
 static int by_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -277,6 +247,36 @@ void lib_each_file(void (*fn)(void *user, const char *name, const char *file), v
         free(names[i]);
     }
     free(names);
+}
+
+typedef struct list_acc {
+    lib_entry *v;
+    int n, cap;
+    bool full; /* out of memory: the entries so far */
+} list_acc;
+
+static void list_add(void *user, const char *name, const char *file) {
+    (void)file;
+    list_acc *a = user;
+    if (a->full) return;
+    if (a->n == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 16;
+        lib_entry *nv = realloc(a->v, (size_t)cap * sizeof *nv);
+        if (!nv) {
+            a->full = true;
+            return;
+        }
+        a->v = nv, a->cap = cap;
+    }
+    if (lib_get(name, &a->v[a->n])) a->n++;
+}
+
+/* lib_each_file's models (sorted by name), each as lib_get reads it. */
+lib_entry *lib_list(int *n) {
+    list_acc a = {NULL, 0, 0, false};
+    lib_each_file(list_add, &a);
+    *n = a.n;
+    return a.v;
 }
 
 uint64_t lib_dir_stamp(void) {

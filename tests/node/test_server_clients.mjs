@@ -56,7 +56,12 @@ try {
   const before = await metric('pocketbrain_requests_cancelled_total');
   const ac = new AbortController();
   const p = generateText({ model, prompt: 'Go on.', maxOutputTokens: 120, abortSignal: ac.signal, maxRetries: 0 }).catch((e) => e);
-  setTimeout(() => ac.abort(), 30);
+  // aborted once the server holds it (a slot or the queue), not after a fixed 30 ms: on a loaded machine the client
+  // could abort before its request reached the server, which then had nothing to cancel (a flake seen in make test)
+  // (polled back to back: the answer takes ~0.1 s here, waitFor's 100 ms step would miss it)
+  for (const t0 = Date.now(); Date.now() - t0 < 10000;)
+    if ((await metric('pocketbrain_slots_busy')) + (await metric('pocketbrain_queue_depth')) > 0) break;
+  ac.abort();
   await p;
   const after = await waitFor(() => metric('pocketbrain_requests_cancelled_total'), (v) => v > before, 10000);
   check(after > before, `AI SDK abort of a non-streaming request cancels it on the server (${before} -> ${after})`);

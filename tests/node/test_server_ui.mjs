@@ -1,6 +1,6 @@
 // test_server_ui.mjs -- Playwright (playwright-core + Debian chromium) through the web UI: send a message and
-// see streamed text grow, stop mid-answer, switch style, reload and find the history. Screenshots go to
-// $PB_BUILD/test-artifacts/.
+// see streamed text grow, stop mid-answer, switch style, reload and find the history; storage full, two tabs,
+// unreadable stored values, cut and refused answers. Screenshots go to $PB_BUILD/test-artifacts/.
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { check, note, startServer, stopServer, done, peerModel } from './server_lib.mjs';
@@ -165,6 +165,176 @@ try {
   await page.screenshot({ path: art + '/ui-dark.png' });
   check(errors.length === 0, 'no page errors ' + errors.join('; '));
   check(failedUrls.length === 0 && consoleErrors.length === 0, 'no failed request, nothing in the console: ' + failedUrls.concat(consoleErrors).join('; '));
+
+  // ---- nothing the user saved is lost: storage full, two tabs, stored values this page cannot read, a reload,
+  // a switch or a delete mid-answer; a cut answer and a refused one say so. Each browser context has its own
+  // localStorage; answers are stood in for (page.route, or a stream fed from here) unless the server's own is meant.
+  const pageErrors = [];
+  const open = async (ctx) => {
+    const p = await (ctx || (await browser.newContext())).newPage();
+    p.setDefaultTimeout(60000);
+    p.on('pageerror', (e) => pageErrors.push(e.message));
+    await p.goto(srv.url + '/');
+    return p;
+  };
+  const storedConvs = (p) => p.evaluate(() => JSON.parse(localStorage.getItem('pocketbrain.conversations.v1')));
+  const idle = (p) => p.waitForFunction(() => !document.querySelector('#send').disabled, null, { timeout: 15000 }).then(() => true, () => false);
+  const ask = async (p, text) => { await p.fill('#input', text); await p.press('#input', 'Enter'); };
+  const userTexts = (p) => p.$$eval('.msg.user', (els) => els.map((e) => e.textContent));
+  const answerWith = (p, text) => p.route('**/v1/chat/completions', (r) => r.fulfill({ status: 200, headers: { 'Content-Type': 'text/event-stream' },
+    body: 'data: ' + JSON.stringify({ choices: [{ index: 0, delta: { content: text } }] }) + '\n\ndata: [DONE]\n\n' }));
+  // window.fetch answers the chat with a stream this test feeds: __feed(text) adds a piece (or a raw "data: ..."
+  // event), __feed('') ends it; an abort (Stop) errors it as fetch's own stream does
+  const feedable = (p) => p.evaluate(() => {
+    const real = window.fetch, enc = new TextEncoder();
+    window.fetch = (url, opts) => {
+      if (!String(url).endsWith('/v1/chat/completions')) return real(url, opts);
+      const body = new ReadableStream({ start(c) {
+        window.__feed = (t) => (t === '' ? c.close() : c.enqueue(enc.encode(t.startsWith('data: ') ? t
+          : 'data: ' + JSON.stringify({ choices: [{ index: 0, delta: { content: t } }] }) + '\n\n')));
+        opts.signal.addEventListener('abort', () => c.error(new DOMException('aborted', 'AbortError')));
+      } });
+      return Promise.resolve(new Response(body, { headers: { 'Content-Type': 'text/event-stream' } }));
+    };
+  });
+  const notice = (p) => p.evaluate(() => { const n = document.querySelector('#notice'); return n && !n.hidden ? n.textContent : ''; });
+  const lastAnswer = (p) => p.$$eval('.msg.assistant', (els) => (els.length ? els[els.length - 1].textContent : ''));
+
+  // two tabs: each keeps the other's conversations (a save wrote this tab's whole list over the other's)
+  const tabs = await browser.newContext();
+  const ta = await open(tabs), tb = await open(tabs);
+  await answerWith(ta, 'answer in A');
+  await answerWith(tb, 'answer in B');
+  await ask(ta, 'asked in tab A');
+  await idle(ta);
+  await tb.click('#new-chat');
+  await ask(tb, 'asked in tab B');
+  await idle(tb);
+  await ask(ta, 'tab A again');
+  await idle(ta);
+  const both = (await storedConvs(ta)).map((c) => c.title + ':' + c.messages.length);
+  check(both.includes('asked in tab B:2') && both.includes('asked in tab A:4'), 'two tabs: both conversations kept: ' + JSON.stringify(both));
+  check((await ta.$$('#conv-list li')).length === 2, "tab A lists tab B's conversation without a reload");
+
+  // storage full: the message is shown and answered, the user told, what was stored kept; the next save stores it
+  const before = await ta.evaluate(() => localStorage.getItem('pocketbrain.conversations.v1'));
+  await ta.evaluate(() => {
+    window.__setItem = Storage.prototype.setItem;
+    Storage.prototype.setItem = function (k, v) {
+      if (k === 'pocketbrain.conversations.v1') throw new DOMException('quota', 'QuotaExceededError');
+      return window.__setItem.call(this, k, v);
+    };
+  });
+  await ask(ta, 'asked with storage full');
+  const freed = await idle(ta);
+  const full = { notice: await notice(ta), users: await userTexts(ta),
+    same: (await ta.evaluate(() => localStorage.getItem('pocketbrain.conversations.v1'))) === before };
+  check(freed && /storage .*is full/.test(full.notice) && full.users.includes('asked with storage full') && full.same &&
+    /answer in A/.test(await lastAnswer(ta)), 'storage full: shown, answered, told, the stored list untouched: ' + JSON.stringify(full));
+  await ta.evaluate(() => { Storage.prototype.setItem = window.__setItem; });
+  await ta.click('#new-chat');
+  const kept = (await storedConvs(ta)).find((c) => c.title === 'asked in tab A');
+  check(kept && kept.messages.length === 6 && (await notice(ta)) === '', 'storage free again: the exchange saved, the message gone');
+  await tabs.close();
+
+  // values this page cannot read: not a list -> set aside and said; unusable entries -> kept as they are
+  const pc = await open();
+  await pc.evaluate(() => {
+    localStorage.setItem('pocketbrain.conversations.v1', '{"conversations": "from another version"}');
+    localStorage.setItem('pocketbrain.settings.v1', '"dark"');
+  });
+  await pc.reload();
+  await pc.click('#new-chat');
+  const aside = await pc.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith('pocketbrain.conversations.v1.unreadable'))
+    .map((k) => localStorage.getItem(k)));
+  const said = await notice(pc);
+  check(aside.length === 1 && aside[0] === '{"conversations": "from another version"}' && /could not be read/.test(said) &&
+    (await pc.$$('#conv-list li')).length === 1, 'a stored value that is no list is set aside, said, and the UI works: ' + said);
+  await pc.evaluate(() => localStorage.setItem('pocketbrain.conversations.v1', JSON.stringify([5, { id: 'x' },
+    { id: 'ok', title: 'kept', messages: [null, { role: 'user', content: 'hello' }, { role: 'user' }] }])));
+  await pc.reload();
+  const oddSaid = await notice(pc);
+  await answerWith(pc, 'an answer');
+  await ask(pc, 'more');
+  await idle(pc);
+  const odd = await storedConvs(pc);
+  check(odd.length === 3 && odd[0] === 5 && odd[1].id === 'x' && odd[2].messages.length === 5 && odd[2].messages[0] === null &&
+    JSON.stringify(await userTexts(pc)) === '["hello","more"]' && /^4 saved entries .*could not be read/.test(oddSaid),
+    'entries this page cannot use are kept and counted, the rest shown and continued: ' + oddSaid + ' ' + JSON.stringify(odd).slice(0, 160));
+  await pc.close();
+
+  // mid-answer: a reload keeps the answer so far (as Stop does); switching away and back shows the answer still
+  // coming; deleting its conversation stops it
+  const pm = await open();
+  await feedable(pm);
+  await ask(pm, 'tell a story');
+  await pm.waitForFunction(() => window.__feed);
+  await pm.evaluate(() => window.__feed('the first words'));
+  await pm.waitForFunction(() => /the first words/.test(document.querySelector('.msg.assistant .body').textContent));
+  await pm.reload();
+  const afterReload = (await storedConvs(pm))[0].messages;
+  check(afterReload.length === 2 && afterReload[1].content === 'the first words', 'a reload mid-answer keeps the answer so far: ' +
+    JSON.stringify(afterReload));
+  await feedable(pm);
+  await ask(pm, 'and then?');
+  await pm.waitForFunction(() => window.__feed);
+  await pm.evaluate(() => window.__feed('still coming'));
+  await pm.click('#new-chat');
+  await pm.click('#conv-list li:nth-child(2) span');
+  await pm.evaluate(() => window.__feed(' and more'));
+  await pm.waitForFunction(() => /and more/.test(document.querySelector('#messages').textContent), null, { timeout: 5000 }).catch(() => {});
+  check(/still coming and more/.test(await lastAnswer(pm)), 'switching back mid-answer shows the answer coming: ' + JSON.stringify(await lastAnswer(pm)));
+  await pm.click('#conv-list li:nth-child(2) button');
+  const stopped = await idle(pm);
+  check(stopped && (await pm.textContent('#status')) === 'stopped' && (await storedConvs(pm)).length === 1,
+    'deleting the conversation being answered stops its answer');
+
+  // a stream that ends without [DONE] is a cut answer (error, not stored); finish_reason "length" is said
+  await pm.close();
+  const pr = await open();
+  await feedable(pr);
+  await ask(pr, 'cut me');
+  await pr.waitForFunction(() => window.__feed);
+  await pr.evaluate(() => { window.__feed('partial'); window.__feed(''); });
+  await idle(pr);
+  const cut = (await storedConvs(pr)).find((c) => c.title === 'cut me');
+  check(/cut off/.test(await lastAnswer(pr)) && cut.messages.length === 1, 'a stream closed before [DONE]: an error, not a stored answer: ' +
+    JSON.stringify(await lastAnswer(pr)));
+  await ask(pr, 'long answer');
+  await pr.waitForFunction(() => document.querySelectorAll('.msg.user').length === 2);
+  await pr.evaluate(() => {
+    window.__feed('the start');
+    window.__feed('data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n');
+    window.__feed('data: [DONE]\n\n');
+    window.__feed('');
+  });
+  await idle(pr);
+  const lengthNote = await pr.$$eval('.msg.assistant .note', (els) => els.map((e) => e.textContent));
+  await pr.reload();
+  const noteAfter = await pr.$$eval('.msg.assistant .note', (els) => els.length);
+  check(lengthNote.length === 1 && /length limit/.test(lengthNote[0]) && noteAfter === 1, 'an answer cut at the length limit says so, also after a reload: ' +
+    JSON.stringify(lengthNote));
+
+  // refused before any answer: the server unreachable, a message longer than the context (the server's own 400)
+  await pr.route('**/v1/chat/completions', (r) => r.abort('connectionrefused'));
+  await ask(pr, 'anyone there?');
+  await idle(pr);
+  check(/cannot reach the server/.test(await lastAnswer(pr)), 'an unreachable server is named: ' + JSON.stringify(await lastAnswer(pr)));
+  await pr.unroute('**/v1/chat/completions');
+  await pr.fill('#api-key', 'ключ');
+  await pr.dispatchEvent('#api-key', 'change');
+  await ask(pr, 'with an odd key');
+  await idle(pr);
+  check(/API key/.test(await lastAnswer(pr)), 'an API key no header can carry is named: ' + JSON.stringify(await lastAnswer(pr)));
+  await pr.fill('#api-key', '');
+  await pr.dispatchEvent('#api-key', 'change');
+  await pr.click('#new-chat');
+  const huge = 'harbor '.repeat(5000).trim();
+  await ask(pr, huge);
+  await pr.waitForSelector('.msg.assistant .error', { timeout: 60000 });
+  check(/longer than the model's context.*back in the input box/.test(await lastAnswer(pr)) && (await pr.inputValue('#input')) === huge,
+    'a message longer than the context: said, and its text back in the input box: ' + JSON.stringify((await lastAnswer(pr)).slice(0, 160)));
+  check(pageErrors.length === 0, 'no page errors in these probes ' + pageErrors.join('; '));
 } catch (e) {
   check(false, 'unexpected error: ' + e.stack + '\nserver stderr: ' + srv.stderr());
 }

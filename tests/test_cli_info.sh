@@ -71,6 +71,17 @@ run "$PB" info "$T/renamed.gguf"
 check "info: missing blk.0.attn_q.weight fails the architecture check with status 1 (rc=$rc)" \
   sh -c "[ $rc = 1 ] && grep -q 'arch check:    FAILED' '$T/out' && grep -q 'blk.0.attn_q.weight' '$T/out'"
 
+# a gemma2 file whose header run refuses (a required key renamed): info fails too, not "skipped" with status 0
+python3 - "$M" "$T/nokey.gguf" <<'EOF'
+import sys
+b = open(sys.argv[1], 'rb').read()
+i = b.index(b'\x1b\0\0\0\0\0\0\0gemma2.attention.head_count') + 8  # length 27: not head_count_kv
+open(sys.argv[2], 'wb').write(b[:i] + b'gemma2.attention.head_counX' + b[i + 27:])
+EOF
+run "$PB" info "$T/nokey.gguf"
+check "info: a gemma2 header run refuses fails with status 1, naming the key (rc=$rc)" \
+  sh -c "[ $rc = 1 ] && grep -q \"arch check:    FAILED (model: required key 'gemma2.attention.head_count' is missing)\" '$T/out' && grep -q 'hyperparameter check' '$T/err'"
+
 run "$PB" info "$M" --bogus
 check "info --bogus: exit 2 naming the flag (rc=$rc)" sh -c "[ $rc = 2 ] && grep -q \"unknown flag '--bogus'\" '$T/err'"
 run "$PB" info

@@ -156,5 +156,11 @@ int main(void) {
     s = pb_session_admit(path, &req, (size_t)64 << 30, true, &e);
     CHECK(s == PB_OK && !e.adjusted && req.n_ctx == 8192 && req.kv_type == PB_KV_F16, "64 GiB: admitted as asked");
     CHECK(pb_estimate_memory("/nonexistent.gguf", NULL, 0, &e) == PB_ERR_IO, "missing model file -> PB_ERR_IO");
+    /* the default n_ctx of a model trained on 1 position: its own number, not the request's 0 ("n_ctx 0 ...") */
+    pb_hparams hp1 = {.n_ctx_train = 1};
+    int c1 = 0;
+    CHECK(pb_engine_resolve_n_ctx(&hp1, 0, &c1) == PB_ERR_INVALID_ARG &&
+              strcmp(pb_last_error(), "n_ctx 1 (the model's context_length) is too small (at least 2)") == 0,
+          "context_length 1: %s", pb_last_error());
     TEST_DONE();
 }

@@ -219,6 +219,9 @@ static void malformed(void) {
          0, "rope_freqs.weight"},
         {"value_length differs from key_length", NULL, "gemma4.attention.value_length_swa", NULL, 8, 0,
          "gemma4.attention.value_length_swa"},
+        {"PLE tables without their width (was: opened, ran without them)", NULL,
+         "gemma4.embedding_length_per_layer_input", NULL, 0, 0,
+         "present but key 'gemma4.embedding_length_per_layer_input' is 0 or missing"},
     };
     char path[256];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -605,6 +608,35 @@ static void corpus(void) {
     CHECK(total > 0 && total < 100 * 1024, "gemma4 seeds total %zu bytes (< 100 KB)", total);
 }
 
+/* expert_used_count past the router's top-k tables (64) is refused at open; it wrote past them on the stack in the
+ * first MoE token. 64 of 65 experts (the limit) opens and runs. */
+static void many_experts(void) {
+    static const micro m65 = {2, 0, 0, 65, 4, {2, 1}, {8, 8}, true, {1, 0}, false};
+    char tmp[256], path[256];
+    snprintf(tmp, sizeof tmp, "/tmp/pb_g4_e65_%d.micro", (int)getpid());
+    snprintf(path, sizeof path, "/tmp/pb_g4_e65_%d.gguf", (int)getpid());
+    bool made = micro_write(&m65, tmp);
+    for (uint32_t k = 64; k <= 65; k++) {
+        pb_model *m = NULL;
+        pb_status st = made && mutate(tmp, path, NULL, "gemma4.expert_used_count", NULL, k, 0)
+                           ? pb_model_open(path, NULL, &m)
+                           : PB_ERR_IO;
+        if (k == 64) {
+            int32_t toks[3] = {2, 5, 6};
+            float lg[3 * MV];
+            bool ok = st == PB_OK && run(m, toks, 3, 3, PB_KV_F32, 1, lg) == PB_OK, finite = ok;
+            for (int i = 0; ok && i < 3 * MV; i++) finite = finite && isfinite(lg[i]);
+            CHECK(finite, "MoE top-64 of 65 experts opens and runs 3 tokens (%s)", st ? pb_last_error() : "ok");
+        } else {
+            CHECK(st == PB_ERR_UNSUPPORTED && !m && strstr(pb_last_error(), "'gemma4.expert_used_count' = 65"),
+                  "MoE expert_used_count 65 refused at open (%s)", st ? pb_last_error() : "opened");
+        }
+        pb_model_close(m);
+        remove(path);
+    }
+    remove(tmp);
+}
+
 typedef struct text_buf {
     char s[256];
     size_t n;
@@ -772,6 +804,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) test_model(bin, names[i]);
     malformed();
     corpus();
+    many_experts();
     think_chat();
     bigram_chat();
     TEST_DONE();

@@ -241,8 +241,8 @@ static void arch_check(const pb_gguf *g, problems *pr, const char **status, char
     pb_hparams hp;
     memset(&hp, 0, sizeof hp);
     pb_status s = pb_hparams_from_gguf(g, &hp);
-    if (s) {
-        *status = "skipped";
+    if (s) { /* a gemma file whose header run / serve refuse fails; only another kind of GGUF is skipped */
+        *status = hp.arch ? "failed" : "skipped";
         snprintf(detail, cap, "%s", pb_last_error()[0] ? pb_last_error() : pb_status_name(s));
         return;
     }
@@ -386,6 +386,8 @@ static void print_check(const summary *S) {
     if (strcmp(S->check_status, "ok") == 0) {
         printf("arch check:    ok (every tensor %s needs is present with the right shape and a supported type)\n",
                S->arch);
+    } else if (strcmp(S->check_status, "failed") == 0 && S->pr.n == 0) { /* the hyperparameters */
+        printf("arch check:    FAILED (%s)\n", S->check_detail);
     } else if (strcmp(S->check_status, "failed") == 0) {
         printf("arch check:    FAILED (%d problems)\n", S->pr.n);
         for (int k = 0; k < cJSON_GetArraySize(S->pr.list); k++) {
@@ -393,7 +395,6 @@ static void print_check(const summary *S) {
             printf("  %s: %s\n", cJSON_GetStringValue(cJSON_GetObjectItem(o, "tensor")),
                    cJSON_GetStringValue(cJSON_GetObjectItem(o, "problem")));
         }
-        if (S->pr.n == 0) printf("  %s\n", S->check_detail);
     } else {
         printf("arch check:    skipped (%s)\n", S->check_detail);
     }
@@ -501,7 +502,8 @@ PB_CMD(info) {
     if (mem_refused) rc = 1;
     if (strcmp(S.check_status, "failed") == 0) {
         rc = 1;
-        if (!json) cli_err("info", "'%s' does not pass the %s tensor check", path, S.arch);
+        if (!json)
+            cli_err("info", "'%s' does not pass the %s %s check", path, S.arch, S.pr.n ? "tensor" : "hyperparameter");
     }
     cJSON_Delete(S.pr.list);
     pb_gguf_close(g);

@@ -72,7 +72,9 @@ size_t pb_engine_scratch_estimate(const pb_hparams *hp, int n_ctx, int n_batch) 
 pb_status pb_engine_resolve_n_ctx(const pb_hparams *hp, int requested, int *n_ctx) {
     int c = requested > 0 ? requested : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     *n_ctx = c;
-    if (requested < 0 || c < 2) return pb_error(PB_ERR_INVALID_ARG, "n_ctx %d is too small (at least 2)", requested);
+    if (requested < 0 || c < 2) /* the default from a model's context_length of 1 too, named as such */
+        return pb_error(PB_ERR_INVALID_ARG, "n_ctx %d%s is too small (at least 2)", requested ? requested : c,
+                        requested ? "" : " (the model's context_length)");
     if (hp->n_ctx_train > 0 && c > hp->n_ctx_train)
         return pb_error(PB_ERR_INVALID_ARG, "n_ctx %d exceeds the model's training context %d", c, hp->n_ctx_train);
     return PB_OK;

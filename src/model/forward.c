@@ -665,8 +665,8 @@ static pb_status moe(pb_forward_ctx *fc, pb_pool *pool, const pb_layer_w *w, int
         for (int e = 1; e < E; e++) mx = PB_MAX(mx, p[e]);
         for (int e = 0; e < E; e++) sum += (p[e] = expf(p[e] - mx));
         for (int e = 0; e < E; e++) p[e] /= sum;
-        int idx[64];
-        float wt[64], wsum = 0.0f;
+        int idx[PB_MAX_EXPERT_USED];
+        float wt[PB_MAX_EXPERT_USED], wsum = 0.0f;
         for (int k = 0; k < K; k++) { /* top-k, ties to the lower index as torch.topk */
             int best = -1;
             for (int e = 0; e < E; e++) {

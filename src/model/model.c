@@ -185,6 +185,9 @@ static pb_status hparams_gemma4(const pb_gguf *g, pb_hparams *hp) {
                         "model: gemma4 MoE keys: expert_count %d, expert_used_count %d, "
                         "expert_feed_forward_length %d",
                         hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
+    if (hp->n_expert > 0 && hp->n_expert_used > PB_MAX_EXPERT_USED) /* forward.c's top-k tables */
+        return pb_error(PB_ERR_UNSUPPORTED, "model: key 'gemma4.expert_used_count' = %d is not supported (at most %d)",
+                        hp->n_expert_used, PB_MAX_EXPERT_USED);
     /* sliding pattern: one bool per layer (true = sliding) */
     {
         char k[128];
@@ -456,6 +459,12 @@ static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c
     const pb_gguf_tensor *te = check_one(c, g, "token_embd.weight", d, V, true, false);
     const pb_gguf_tensor *out = check_one(c, g, "output.weight", d, V, true, true);
     const pb_gguf_tensor *on = check_one(c, g, "output_norm.weight", d, 1, false, false);
+    /* One row per token id, as llama.cpp requires: ids the tokenizer makes past the rows, or rows it has no piece
+     * for (a sampled id), would fail only in the middle of a prompt or an answer. */
+    uint64_t n_tok;
+    if (te && pb_gguf_get_arr(g, "tokenizer.ggml.tokens", NULL, &n_tok, NULL) == PB_OK && n_tok != (uint64_t)V)
+        problem(c, PB_ERR_FORMAT, "token_embd.weight", "%lld rows, but tokenizer.ggml.tokens lists %llu tokens",
+                (long long)V, (unsigned long long)n_tok);
     if (m) {
         m->tok_embd = wm(te);
         m->output = out ? wm(out) : m->tok_embd; /* tied: HF tie_word_embeddings */
@@ -468,6 +477,13 @@ static pb_status bind_tensors(const pb_gguf *g, const pb_hparams *hp, checker *c
             const pb_gguf_tensor *pp = check_one(c, g, "per_layer_model_proj.weight", d, L * P, true, false);
             check_one(c, g, "per_layer_proj_norm.weight", P, 1, false, false);
             if (m) m->ple_tok = wm(pt), m->ple_proj = wm(pp);
+        } else { /* the tables without their width would be ignored: another model, silently */
+            static const char *const ple[] = {"per_layer_token_embd.weight", "per_layer_model_proj.weight",
+                                              "per_layer_proj_norm.weight"};
+            for (int i = 0; i < 3; i++)
+                if (pb_gguf_find_tensor(g, ple[i]))
+                    problem(c, PB_ERR_FORMAT, ple[i],
+                            "present but key 'gemma4.embedding_length_per_layer_input' is 0 or missing");
         }
     }
     char name[96];
@@ -668,12 +684,18 @@ static void copy_norm(const pb_gguf_tensor *t, float *dst) {
     pb_kernels_type(t->type)->to_float(t->data, dst, t->ne[0]);
 }
 
-/* Copies one norm-like vector when present (NULL otherwise); advances *p. */
-static float *norm_opt(pb_model *m, const char *name, float **p) {
+/* Copies one norm-like vector when present (NULL otherwise); advances *p. Only names bind_tensors checked (shape,
+ * type). A value that is not finite sets *bad (the first only): a NaN gain or layer scale opens fine and then turns
+ * every logit into NaN, which Gemma 2/4's soft-cap hides as an answer of token 0. */
+static float *norm_opt(pb_model *m, const char *name, float **p, pb_status *bad) {
     const pb_gguf_tensor *t = pb_gguf_find_tensor(m->g, name);
     if (!t) return NULL;
     float *dst = *p;
     copy_norm(t, dst);
+    for (int64_t i = 0; i < t->ne[0] && *bad == PB_OK; i++)
+        if (!isfinite(dst[i]))
+            *bad = pb_error(PB_ERR_FORMAT, "model: tensor '%s'[%lld] = %g is not finite", name, (long long)i,
+                            (double)dst[i]);
     *p += t->ne[0] * t->ne[1] * t->ne[2];
     return dst;
 }
@@ -690,12 +712,13 @@ static pb_status copy_norms(pb_model *m) {
     m->ones = p;
     for (int i = 0; i < PB_MAX_HEAD_DIM; i++) p[i] = 1.0f;
     p += PB_MAX_HEAD_DIM;
-    m->output_norm = norm_opt(m, "output_norm.weight", &p);
-    m->ple_proj_norm = norm_opt(m, "per_layer_proj_norm.weight", &p);
+    pb_status bad = PB_OK;
+    m->output_norm = norm_opt(m, "output_norm.weight", &p, &bad);
+    if (P > 0) m->ple_proj_norm = norm_opt(m, "per_layer_proj_norm.weight", &p, &bad); /* else unchecked, unused */
     char name[96];
     for (int il = 0; il < hp->n_layer; il++) {
         pb_layer_w *w = &m->layers[il];
-#define NORM(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), norm_opt(m, name, &p))
+#define NORM(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), norm_opt(m, name, &p, &bad))
         w->attn_norm = NORM("attn_norm.weight");
         w->ffn_norm = NORM("ffn_norm.weight");
         if (hp->has_post_norms) {
@@ -722,7 +745,7 @@ static pb_status copy_norms(pb_model *m) {
 #undef NORM
     }
     PB_ASSERT(p <= m->norm_mem + total);
-    return PB_OK;
+    return bad;
 }
 
 typedef struct {

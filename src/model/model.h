@@ -38,7 +38,9 @@ typedef struct pb_hparams {
     int n_expert, n_expert_used, n_ff_exp; /* Gemma 4 MoE block (0 = none) */
 } pb_hparams;
 
-/* Reads hyperparameters from metadata (llama.cpp's defaults where keys are absent). */
+/* Reads hyperparameters from metadata (llama.cpp's defaults where keys are absent). On failure hp->arch is still
+ * set when general.architecture names a supported architecture (0 when it does not): a malformed model, not
+ * another kind of file. */
 pb_status pb_hparams_from_gguf(const pb_gguf *g, pb_hparams *hp);
 
 /* Checks that every tensor the architecture needs is present with the right shape and a supported

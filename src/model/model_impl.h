@@ -11,6 +11,7 @@
 #define PB_FWD_MAX_THREADS 64  /* threads a forward pass uses at most in exact mode */
 #define PB_MAX_GQA         64  /* query heads per kv head */
 #define PB_ATT_MAX_BLOCKS  256 /* key blocks per attention row (decode splits work over them) */
+#define PB_MAX_EXPERT_USED 64  /* Gemma 4 MoE: experts a token is routed to (26B-A4B: 8) */
 
 /* A weight matrix: its GGUF tensor and the bytes kernels read: t->data (the file layout) or, when open()
  * repacked the rows for the packed kernels (kernels/matmul.h), the model's packed copy. */

@@ -162,3 +162,28 @@ n=$("$PB" search --db "$T/pr.sqlite" pangolin 2>/dev/null | grep -c "locked/a.tx
 chk "$([ $rc = 3 ] && [ "$n" = 1 ] && grep -q "skipped $T/pr/locked/a.txt: cannot examine it: Permission denied" "$T/err" \
   && ! grep -q removed "$T/err" && echo 0)" \
   "an entry of a folder without search permission is named, exit 3, --prune keeps it (rc=$rc $(cat "$T/err"))"
+
+# ---- a database write that fails mid-ingest (a full disk; here the file size limit, with SIGXFSZ ignored so the
+# write fails instead of the signal ending the process): one line naming the file once and saying what is kept; the
+# documents committed before are intact and a second run finishes ----
+mkdir -p "$T/big/a" "$T/big/b"
+cp tests/data/kb/corpus/sched_setaffinity.2.md "$T/big/a/"
+ls tests/data/kb/corpus/*.md | head -120 | while read -r f; do cp "$f" "$T/big/b/"; done
+"$PB" ingest -q --db "$T/big.sqlite" "$T/big/a" >/dev/null 2>&1
+(trap '' XFSZ; ulimit -f 1024; exec "$PB" ingest -q --db "$T/big.sqlite" "$T/big/b") >"$T/out" 2>"$T/err"; rc=$?
+n=$("$PB" search --db "$T/big.sqlite" "CPU affinity mask" 2>/dev/null | grep -c "sched_setaffinity.2.md")
+chk "$([ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^pocketbrain ingest: store '$T/big.sqlite': .*; the files committed before it are kept: run the same ingest again to finish$" "$T/err" \
+  && [ "$n" = 1 ] && echo 0)" "a write failing mid-ingest: one line, the file once, what is kept; earlier documents intact (rc=$rc n=$n $(cat "$T/err"))"
+"$PB" ingest -q --db "$T/big.sqlite" "$T/big/b" >/dev/null 2>&1; rc=$?
+n=$(python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute("PRAGMA integrity_check").fetchone()[0], c.execute("SELECT count(*) FROM documents").fetchone()[0])' "$T/big.sqlite")
+chk "$([ $rc = 0 ] && [ "$n" = "ok 121" ] && echo 0)" "... and the next run finishes the job ($n)"
+
+# ---- another program writing the knowledge base (here python's sqlite3 holding the write lock): ingest and faq add
+# say what "database is locked" means, once, with the file named once ("faq: add: store 'F': faq add: ...") ----
+python3 -c 'import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1],isolation_level=None); c.execute("BEGIN IMMEDIATE"); print("locked",flush=True); time.sleep(4); c.execute("ROLLBACK")' "$T/big.sqlite" >"$T/lock" &
+lpid=$!; i=0; while ! grep -q locked "$T/lock" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+"$PB" ingest -q --db "$T/big.sqlite" "$T/big/a" >/dev/null 2>"$T/err"; rc1=$?
+"$PB" faq --db "$T/big.sqlite" add "Where is the key?" "Under the mat." >/dev/null 2>>"$T/err"; rc2=$?
+wait $lpid
+chk "$([ $rc1 = 1 ] && [ $rc2 = 1 ] && [ "$(grep -c "^pocketbrain \(ingest\|faq\): store '$T/big.sqlite': .*database is locked (another program is writing this knowledge base; try again when it has finished)" "$T/err")" = 2 ] \
+  && [ "$(grep -c "big.sqlite" "$T/err")" = 2 ] && ! grep -q "faq: add:" "$T/err" && echo 0)" "a knowledge base another program is writing: ingest and faq add say so (rc $rc1 $rc2 $(cat "$T/err"))"

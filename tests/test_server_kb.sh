@@ -86,3 +86,25 @@ code=$(curl -s -o "$OUT/r7" -w '%{http_code}' "$URL/v1/chat/completions" -H 'Con
 [ "$code" = 400 ] && grep -q 'no room for sources' "$OUT/r7" && echo "ok - max_tokens leaving no room for sources: 400 naming it" \
   || echo "not ok - no room: $code $(head -c 300 "$OUT/r7")"
 stop
+
+# a knowledge base kept up to date while serve runs: an ingest beside it adds a document, edits one and renames one;
+# the next request finds the new text at its current place (the corpus makes it large enough for the C scorer, whose
+# cached row lengths missed every chunk committed by another process: new and edited documents were not found)
+mkdir -p "$OUT/live"
+cp tests/data/kb/corpus/sched_setaffinity.2.md tests/data/kb/corpus/pipe.7.md "$OUT/live/"
+"$BIN" ingest --db "$OUT/live.sqlite" -q tests/data/kb/corpus "$OUT/live" >/dev/null 2>&1
+start --db "$OUT/live.sqlite"
+ask_live() { # question -> the first source's location
+  curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"}],\"use_documents\":true,\"max_tokens\":2}" |
+    node -e 'let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{const s=JSON.parse(d).sources||[];console.log(s.length?s[0].location:"none")})'
+}
+ask_live "zorblax fennimore" >/dev/null # the statistics are cached by now
+printf '# Zorblax\n\nThe zorblax fennimore is a flux capacitor.\n' >"$OUT/live/zorblax.md"
+printf '# Pipes\n\nA quuxified pipe carries wibble.\n' >"$OUT/live/pipe.7.md"
+"$BIN" ingest --db "$OUT/live.sqlite" -q "$OUT/live" >/dev/null 2>&1
+loc=$(ask_live "zorblax fennimore")
+[ "$loc" = "$OUT/live/zorblax.md:1-3" ] && echo "ok - serve finds a document ingested while it runs" || echo "not ok - new document while serving: $loc"
+loc=$(ask_live "quuxified wibble")
+[ "$loc" = "$OUT/live/pipe.7.md:1-3" ] && echo "ok - serve finds the edited text of a re-ingested document" || echo "not ok - edited document while serving: $loc"
+stop

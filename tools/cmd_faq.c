@@ -46,6 +46,12 @@ static void remove_new_db(const char *db) {
         if (snprintf(path, sizeof path, "%s%s", db, suffixes[i]) < (int)sizeof path) unlink(path);
 }
 
+/* A database error names the file ("store 'kb.sqlite': faq add: database is locked"): said once, without the action
+ * in front ("faq: add: store ...: faq add: ..."); another (the import file's line) keeps it. */
+static int faq_fail(pb_status s, const char *db, const char *what) {
+    return strstr(pb_last_error(), db) ? cli_store_fail("faq", s, db) : cli_fail("faq", s, what);
+}
+
 PB_CMD(faq) {
     const char *db = NULL;
     const char *pos[4] = {0};
@@ -97,19 +103,19 @@ PB_CMD(faq) {
     if (!strcmp(act, "add")) {
         int64_t id;
         if ((s = pb_store_faq_add(st, pos[1], pos[2], &id)))
-            rc = cli_fail("faq", s, "add");
+            rc = faq_fail(s, db, "add");
         else
             printf("added FAQ #%lld\n", (long long)id);
     } else if (!strcmp(act, "import")) {
         int64_t n;
         if ((s = pb_store_faq_import(st, pos[1], &n)))
-            rc = cli_fail("faq", s, "import");
+            rc = faq_fail(s, db, "import");
         else
             printf("imported %lld FAQ pairs from %s\n", (long long)n, pos[1]);
     } else if (!strcmp(act, "list")) {
         list_ctx c = {json, json ? cJSON_CreateArray() : NULL};
         if ((s = pb_store_faq_list(st, print_pair, &c)))
-            rc = cli_fail("faq", s, "list");
+            rc = faq_fail(s, db, "list");
         else if (json) {
             cli_json_print(c.arr, false);
             c.arr = NULL;
@@ -122,7 +128,7 @@ PB_CMD(faq) {
             cli_err("faq", "no FAQ entry matches \"%s\"", pos[1]);
             rc = 1;
         } else if (s) {
-            rc = cli_fail("faq", s, "match");
+            rc = faq_fail(s, db, "match");
         } else {
             if (json) {
                 cJSON *o = cJSON_CreateObject();

@@ -19,10 +19,10 @@ static const char usage[] =
     "  Adds text (.txt .md .rst), HTML and PDF files (folders are walked) to KB.sqlite; files without an\n"
     "  extension (README, NEWS) when they are text; FILE.gz decompressed. Text in another charset is\n"
     "  converted to UTF-8 (HTML: the declared charset; else Windows-1252). A missing PATH with no database\n"
-    "  yet is an error and creates none. Unchanged files are skipped by SHA-256, changed ones replaced;\n"
-    "  --prune removes documents under PATH whose files are gone. Token counts use MODEL's tokenizer\n"
-    "  when given, else ceil(words * 1.3). --embed-model\n"
-    "  also stores a vector per chunk (mean-pooled hidden states of M) for `search --embed-model M`.\n"
+    "  yet is an error and creates none. Unchanged files are skipped by SHA-256, changed ones replaced, a\n"
+    "  renamed or moved one replaces its old entry; --prune removes documents under PATH whose files are\n"
+    "  gone. Token counts use MODEL's tokenizer when given, else ceil(words * 1.3). --embed-model also\n"
+    "  stores a vector per chunk (mean-pooled hidden states of M) for `search --embed-model M`.\n"
     "  Exit status: 0 all done, 3 done but some files were skipped (see messages), 1 error, 2 usage.";
 
 typedef struct {
@@ -35,6 +35,12 @@ static void on_sigint(int sig) {
     (void)sig;
     if (cancel_flag) _exit(130); /* second ^C: leave now (WAL keeps the last committed batch) */
     cancel_flag = 1;
+}
+
+static bool embed_progress(void *user, int64_t done) {
+    (void)user;
+    (void)done;
+    return !cancel_flag;
 }
 
 static void clear_bar(ingest_ui *ui) {
@@ -200,9 +206,13 @@ PB_CMD(ingest) {
     s = pb_store_ingest(st, paths, n_paths, &p, &stats);
     if (!ui.quiet) cli_progress_done(&ui.bar);
     int rc = 0;
-    if (s && s != PB_ERR_CANCELLED)
-        rc = cli_fail("ingest", s, "ingest");
-    else {
+    if (s && s != PB_ERR_CANCELLED) {
+        /* a database error mid-way (a full disk, a file size limit): the batches committed before it are in the
+         * file, and the next run skips them by hash. Said once, the file named once ("ingest: ingest: store ...") */
+        cli_err("ingest", "%s; the files committed before it are kept: run the same ingest again to finish",
+                pb_last_error());
+        rc = 1;
+    } else {
         double mb = (double)stats.bytes / 1e6, sec = stats.ms / 1000.0;
         if (!ui.quiet || stats.skipped)
             printf("%s%lld files: %lld added, %lld updated, %lld unchanged, %lld skipped, %lld removed; %lld chunks;"
@@ -223,8 +233,14 @@ PB_CMD(ingest) {
         if ((s = pb_embedder_open(embed, 512, 0, &e)))
             rc = cli_fail("ingest", s, "embedding model");
         else {
-            if ((s = pb_store_embed_missing(st, e, NULL, NULL, &n_emb))) rc = cli_fail("ingest", s, "embeddings");
-            if (!ui.quiet)
+            s = pb_store_embed_missing(st, e, embed_progress, NULL, &n_emb);
+            if (s == PB_ERR_CANCELLED) { /* Ctrl-C or kill: the first one stops here too, not only a second */
+                printf("interrupted (the vectors made are kept; re-run to resume): ");
+                rc = 130;
+            } else if (s) {
+                rc = cli_fail("ingest", s, "embeddings");
+            }
+            if (!ui.quiet || s == PB_ERR_CANCELLED)
                 printf("embedded %lld chunks with %s in %.1f s\n", (long long)n_emb, pb_embedder_name(e),
                        (pb_time_ms() - t0) / 1000.0);
             pb_embedder_free(e);

@@ -145,13 +145,24 @@ pb_status pb_store_doc_touch(pb_store *st, int64_t doc_id, int64_t mtime);
 pb_status pb_store_doc_delete(pb_store *st, const char *path);
 
 /* Prune support: paths seen during this run are recorded in a temporary table; pb_store_prune_unseen
- * removes every document at or under one of the roots that was not seen, calling on_removed(path). */
+ * removes every document at or under one of the roots that was not seen and whose file is gone (or is a link to a
+ * file seen under its own name), calling on_removed(path, why); an unseen file that is still there is kept. */
 pb_status pb_store_seen_reset(pb_store *st);
 pb_status pb_store_seen_add(pb_store *st, const char *path);
 /* Marks every document under folder dir as seen (a folder that could not be read keeps its documents). */
 pb_status pb_store_seen_add_under(pb_store *st, const char *dir);
 pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_roots,
-                                void (*on_removed)(void *user, const char *path), void *user, int64_t *n_removed);
+                                void (*on_removed)(void *user, const char *path, const char *why), void *user,
+                                int64_t *n_removed);
+/* Moved files: every document written during a run is noted with its hash (a temporary table, emptied by
+ * pb_store_prune_moved). pb_store_prune_moved removes each other document with one of those hashes whose file is gone
+ * (lstat: no such file) or that is the same file under another name (a symbolic link, its path's realpath the noted
+ * one), calling on_moved(old path, new path): a file renamed or moved and ingested again (or a knowledge base whose
+ * folder moved) replaces its old entry instead of leaving it beside the new one, cited under a path that no longer
+ * opens. The bytes are the same, so nothing is lost. Call it inside the transaction that wrote the documents. */
+pb_status pb_store_added_note(pb_store *st, const char *path, const char *hash);
+pb_status pb_store_prune_moved(pb_store *st, void (*on_moved)(void *user, const char *old_path, const char *new_path),
+                               void *user, int64_t *n_removed);
 
 /* ---- SHA-256 (store_db.c, OpenSSL) -------------------------------------------------------------- */
 /* hex gets 64 lowercase hex digits + NUL. */
@@ -223,7 +234,7 @@ typedef enum pb_ingest_event {
     PB_INGEST_UPDATED,   /* content changed: replaced */
     PB_INGEST_UNCHANGED, /* same SHA-256: skipped */
     PB_INGEST_SKIPPED,   /* not ingestable (detail says why) */
-    PB_INGEST_REMOVED,   /* --prune: file gone */
+    PB_INGEST_REMOVED,   /* --prune: file gone; or moved (detail: "moved to 'NEW'") */
     PB_INGEST_PROGRESS,  /* bytes_done / bytes_total advanced (path may be NULL) */
 } pb_ingest_event;
 

@@ -82,20 +82,29 @@ static const char *const steps[PB_STORE_SCHEMA_VERSION] = {schema_v1, migrate_v2
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
 
+/* What "database is locked" means to the user, after SQLite's words: another writer kept the file past the busy
+ * timeout (or, with the file not yet in WAL mode, held a lock that cannot be waited for). "" for other errors. */
+static const char *busy_hint(pb_store *st) {
+    int rc = sqlite3_errcode(st->db);
+    return rc == SQLITE_BUSY || rc == SQLITE_LOCKED
+               ? " (another program is writing this knowledge base; try again when it has finished)"
+               : "";
+}
+
 pb_status pb_store_sql_error(pb_store *st, const char *what) {
     int rc = sqlite3_errcode(st->db);
     pb_status s = PB_ERR_IO;
     if (rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT) s = PB_ERR_FORMAT;
     if (rc == SQLITE_NOMEM) s = PB_ERR_NOMEM;
-    return pb_error(s, "store '%s': %s: %s", st->path, what, sqlite3_errmsg(st->db));
+    return pb_error(s, "store '%s': %s: %s%s", st->path, what, sqlite3_errmsg(st->db), busy_hint(st));
 }
 
 pb_status pb_store_exec(pb_store *st, const char *sql) {
     char *msg = NULL;
     if (sqlite3_strnicmp(sql, "SELECT", 6) != 0) pb_store_invalidate(st);
     if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        pb_status s = pb_error(sqlite3_errcode(st->db) == SQLITE_NOTADB ? PB_ERR_FORMAT : PB_ERR_IO, "store '%s': %s",
-                               st->path, msg ? msg : sqlite3_errmsg(st->db));
+        pb_status s = pb_error(sqlite3_errcode(st->db) == SQLITE_NOTADB ? PB_ERR_FORMAT : PB_ERR_IO, "store '%s': %s%s",
+                               st->path, msg ? msg : sqlite3_errmsg(st->db), busy_hint(st));
         sqlite3_free(msg);
         return s;
     }
@@ -364,8 +373,9 @@ static void reader_why(const char *path, const char *werr, char *why, size_t cap
                  errno == EROFS ? "its folder is on a read-only file system" : "this user may not write in its folder");
         return;
     }
+    const char *hint = strstr(werr, " (another program is writing"); /* busy_hint's: said here in front */
     if (strstr(werr, "database is locked"))
-        snprintf(why, cap, "another program is writing it (%s)", werr);
+        snprintf(why, cap, "another program is writing it (%.*s)", hint ? (int)(hint - werr) : (int)strlen(werr), werr);
     else
         snprintf(why, cap, "the upgrade failed: %s", werr);
 }
@@ -652,8 +662,36 @@ pb_status pb_store_seen_add_under(pb_store *st, const char *dir) {
     return s;
 }
 
+/* Whether a document the walk did not see is gone: its path leads to no file (or to a folder now), or it is a link
+ * whose file was seen under its own name (why says which). A file still there is kept: one named on an earlier command
+ * line with an extension the walk does not take (notes.log), or in a hidden folder, was removed as "file is gone". */
+static bool unseen_gone(pb_store *st, const char *path, char *why, size_t cap) {
+    struct stat sb, lsb;
+    if (stat(path, &sb) != 0) {
+        snprintf(why, cap, "file is gone");
+        return errno == ENOENT || errno == ENOTDIR;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(why, cap, "file is gone");
+        return true;
+    }
+    if (lstat(path, &lsb) != 0 || !S_ISLNK(lsb.st_mode)) return false;
+    char *real = pb_realpath(path);
+    sqlite3_stmt *q;
+    bool seen = false;
+    if (real && pb_store_prepare(st, "SELECT 1 FROM temp.seen WHERE path = ?", &q) == PB_OK) {
+        sqlite3_bind_text(q, 1, real, -1, SQLITE_STATIC);
+        seen = sqlite3_step(q) == SQLITE_ROW;
+        sqlite3_finalize(q);
+    }
+    if (seen) snprintf(why, cap, "a link to '%s', which is kept under that name", real);
+    free(real);
+    return seen;
+}
+
 pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_roots,
-                                void (*on_removed)(void *user, const char *path), void *user, int64_t *n_removed) {
+                                void (*on_removed)(void *user, const char *path, const char *why), void *user,
+                                int64_t *n_removed) {
     *n_removed = 0;
     for (int r = 0; r < n_roots; r++) {
         /* "under root": equal, or root + '/' as a prefix (compared with substr, not LIKE/GLOB, so that
@@ -702,10 +740,12 @@ pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_ro
         sqlite3_finalize(q);
         free(prefix);
         for (int64_t i = 0; i < n; i++) {
-            if (!s) s = delete_doc_id(st, ids[i]);
-            if (!s) {
+            char why[1200];
+            bool gone = !paths[i] || unseen_gone(st, paths[i], why, sizeof why);
+            if (!s && gone) s = delete_doc_id(st, ids[i]);
+            if (!s && gone) {
                 (*n_removed)++;
-                if (on_removed) on_removed(user, paths[i] ? paths[i] : "");
+                if (on_removed) on_removed(user, paths[i] ? paths[i] : "", why);
             }
             free(paths[i]);
         }
@@ -714,6 +754,97 @@ pb_status pb_store_prune_unseen(pb_store *st, const char *const *roots, int n_ro
         if (s) return s;
     }
     return PB_OK;
+}
+
+/* ---- moved files ------------------------------------------------------------------------------- */
+
+pb_status pb_store_added_note(pb_store *st, const char *path, const char *hash) {
+    pb_status s = pb_store_exec(st, "CREATE TEMP TABLE IF NOT EXISTS added(path TEXT PRIMARY KEY, hash TEXT NOT NULL);"
+                                    "CREATE INDEX IF NOT EXISTS temp.added_hash ON added(hash);");
+    if (s) return s;
+    sqlite3_stmt *q;
+    if ((s = pb_store_prepare(st, "INSERT OR REPLACE INTO temp.added(path, hash) VALUES (?, ?)", &q))) return s;
+    sqlite3_bind_text(q, 1, path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, hash, -1, SQLITE_STATIC);
+    if (sqlite3_step(q) != SQLITE_DONE) s = pb_store_sql_error(st, "note document");
+    sqlite3_finalize(q);
+    return s;
+}
+
+/* Whether the document at old_path is the file now at new_path under an old name: gone, or a link to it. */
+static bool moved_from(const char *old_path, const char *new_path) {
+    struct stat sb;
+    if (lstat(old_path, &sb) != 0) return errno == ENOENT || errno == ENOTDIR;
+    char *real = pb_realpath(old_path);
+    bool same = real && strcmp(real, new_path) == 0;
+    free(real);
+    return same;
+}
+
+pb_status pb_store_prune_moved(pb_store *st, void (*on_moved)(void *user, const char *old_path, const char *new_path),
+                               void *user, int64_t *n_removed) {
+    *n_removed = 0;
+    int64_t n_noted = 0;
+    pb_status s = pb_store_query_int(st, "SELECT count(*) FROM sqlite_temp_master WHERE name = 'added'", &n_noted);
+    if (s || n_noted == 0) return s; /* nothing written in this run */
+    /* one pass over documents per batch (there is no index on hash), probing the few noted hashes */
+    sqlite3_stmt *q;
+    if ((s = pb_store_prepare(st,
+                              "SELECT d.id, d.path, a.path FROM documents d JOIN temp.added a ON a.hash = d.hash"
+                              " WHERE d.path != a.path AND d.hash != '' ORDER BY d.id",
+                              &q)))
+        return s;
+    int64_t *ids = NULL, n = 0, cap = 0;
+    char **olds = NULL, **news = NULL;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (n > 0 && ids[n - 1] == sqlite3_column_int64(q, 0)) continue; /* moved to two names: removed once */
+        char *o = pb_store_col_dup(q, 1), *w = pb_store_col_dup(q, 2);
+        if (o && w && !moved_from(o, w)) { /* a copy that is still there: two documents */
+            free(o);
+            free(w);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *ni = realloc(ids, (size_t)cap * sizeof *ids);
+            if (ni) ids = ni;
+            char **no = ni ? realloc(olds, (size_t)cap * sizeof *olds) : NULL;
+            if (no) olds = no;
+            char **nw = no ? realloc(news, (size_t)cap * sizeof *news) : NULL;
+            if (nw) news = nw;
+            if (!nw) {
+                free(o);
+                free(w);
+                rc = SQLITE_NOMEM;
+                break;
+            }
+        }
+        ids[n] = sqlite3_column_int64(q, 0);
+        olds[n] = o;
+        news[n] = w;
+        n++;
+        if (!o || !w) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE)
+        s = rc == SQLITE_NOMEM ? pb_error(PB_ERR_NOMEM, "store: out of memory") : pb_store_sql_error(st, "moved files");
+    sqlite3_finalize(q);
+    for (int64_t i = 0; i < n; i++) {
+        if (!s) s = delete_doc_id(st, ids[i]);
+        if (!s) {
+            (*n_removed)++;
+            if (on_moved) on_moved(user, olds[i], news[i]);
+        }
+        free(olds[i]);
+        free(news[i]);
+    }
+    free(ids);
+    free(olds);
+    free(news);
+    return s ? s : pb_store_exec(st, "DELETE FROM temp.added");
 }
 
 /* ---- embeddings -------------------------------------------------------------------------------- */
@@ -776,7 +907,12 @@ pb_status pb_store_embedding_put(pb_store *st, int64_t chunk_id, const char *mod
     for (int i = 0; i < dim; i++) h[i] = pb_store_f32_to_f16(vec[i]);
     sqlite3_stmt *q;
     pb_status s =
-        pb_store_prepare(st, "INSERT OR REPLACE INTO embeddings(chunk_id, model, dim, vec) VALUES (?,?,?,?)", &q);
+        /* a chunk another writer replaced since its vector was computed (embedding runs outside a transaction) gets
+         * none: its successor is embedded by the next run */
+        pb_store_prepare(st,
+                         "INSERT OR REPLACE INTO embeddings(chunk_id, model, dim, vec) SELECT ?1, ?2, ?3, ?4"
+                         " WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?1)",
+                         &q);
     if (!s) {
         sqlite3_bind_int64(q, 1, chunk_id);
         sqlite3_bind_text(q, 2, model, -1, SQLITE_STATIC);

@@ -98,45 +98,64 @@ pb_status pb_embedder_embed(pb_embedder *e, const char *text, size_t len, float 
     return PB_OK;
 }
 
+#define EMBED_BATCH 32 /* vectors written per transaction */
+
 typedef struct {
     pb_store *st;
     pb_embedder *e;
-    float *vec;
+    float *vecs; /* EMBED_BATCH vectors of dim floats, computed outside any transaction */
+    int64_t ids[EMBED_BATCH];
+    int n;
     pb_status s;
-    int64_t done, in_tx;
-    void (*progress)(void *, int64_t);
+    int64_t done;
+    bool stopped;
+    bool (*progress)(void *, int64_t);
     void *user;
 } embed_job;
 
+/* Writes the vectors computed so far in one short transaction. The write lock is held for the inserts only, never
+ * while the model runs: held across 32 embeddings, and taken again right after each commit, it kept every other
+ * writer (faq add, a second ingest) out until its 10 s busy timeout ran out ("database is locked"). */
+static pb_status flush(embed_job *j) {
+    if (j->n == 0) return PB_OK;
+    pb_status s = pb_store_begin(j->st);
+    for (int i = 0; i < j->n && !s; i++)
+        s = pb_store_embedding_put(j->st, j->ids[i], pb_embedder_name(j->e), j->vecs + (size_t)i * (size_t)j->e->dim,
+                                   j->e->dim);
+    if (!s) s = pb_store_commit(j->st);
+    if (s)
+        pb_store_rollback(j->st);
+    else
+        j->done += j->n;
+    j->n = 0;
+    return s;
+}
+
 static bool embed_one(void *user, int64_t chunk_id, const char *text) {
     embed_job *j = user;
-    if (!j->in_tx) {
-        if ((j->s = pb_store_begin(j->st))) return false;
-        j->in_tx = 1;
+    if ((j->s = pb_embedder_embed(j->e, text, strlen(text), j->vecs + (size_t)j->n * (size_t)j->e->dim))) return false;
+    j->ids[j->n++] = chunk_id;
+    if (j->n == EMBED_BATCH && (j->s = flush(j))) return false;
+    if (j->progress && !j->progress(j->user, j->done + j->n)) {
+        j->stopped = true;
+        return false;
     }
-    if ((j->s = pb_embedder_embed(j->e, text, strlen(text), j->vec))) return false;
-    if ((j->s = pb_store_embedding_put(j->st, chunk_id, pb_embedder_name(j->e), j->vec, j->e->dim))) return false;
-    j->done++;
-    if (j->done % 32 == 0) {
-        if ((j->s = pb_store_commit(j->st))) return false;
-        j->in_tx = 0;
-    }
-    if (j->progress) j->progress(j->user, j->done);
     return true;
 }
 
-pb_status pb_store_embed_missing(pb_store *st, pb_embedder *e, void (*progress)(void *user, int64_t done), void *user,
+pb_status pb_store_embed_missing(pb_store *st, pb_embedder *e, bool (*progress)(void *user, int64_t done), void *user,
                                  int64_t *n_done) {
-    embed_job j = {st, e, pb_malloc((size_t)e->dim * sizeof(float)), PB_OK, 0, 0, progress, user};
-    if (!j.vec) return PB_ERR_NOMEM;
+    embed_job j = {.st = st, .e = e, .progress = progress, .user = user};
+    j.vecs = pb_malloc((size_t)EMBED_BATCH * (size_t)e->dim * sizeof(float));
+    *n_done = 0;
+    if (!j.vecs) return PB_ERR_NOMEM;
     pb_status s = pb_store_chunks_without_embedding(st, pb_embedder_name(e), embed_one, &j);
     if (!s) s = j.s;
-    if (j.in_tx) {
-        if (!s) s = pb_store_commit(st);
-        if (s) pb_store_rollback(st);
-    }
-    free(j.vec);
+    if (!s) s = flush(&j); /* the last, partial batch; also when stopped: what was computed is kept */
+    free(j.vecs);
     *n_done = j.done;
+    if (!s && j.stopped)
+        s = pb_error(PB_ERR_CANCELLED, "embeddings: stopped after %lld vectors (they are kept)", (long long)j.done);
     return s;
 }
 

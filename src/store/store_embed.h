@@ -17,9 +17,10 @@ const char *pb_embedder_name(const pb_embedder *e);
  * L2-normalized. Allocates nothing per call beyond what open sized. */
 pb_status pb_embedder_embed(pb_embedder *e, const char *text, size_t len, float *vec);
 
-/* Embeds every chunk that has no vector for this model yet; progress(user, done, total) may be NULL.
- * Commits every 32 vectors. */
-pb_status pb_store_embed_missing(pb_store *st, pb_embedder *e, void (*progress)(void *user, int64_t done), void *user,
+/* Embeds every chunk that has no vector for this model yet. progress(user, done) after each vector may be NULL;
+ * returning false stops: the vectors made so far are written and PB_ERR_CANCELLED returned. Vectors are computed
+ * outside any transaction and written 32 at a time in short ones, so other writers are not locked out meanwhile. */
+pb_status pb_store_embed_missing(pb_store *st, pb_embedder *e, bool (*progress)(void *user, int64_t done), void *user,
                                  int64_t *n_done);
 /* BM25-independent vector search for a query string with the model at model_path. */
 pb_status pb_store_embed_search(pb_store *st, const char *model_path, const char *query, int k, pb_store_hit **out,

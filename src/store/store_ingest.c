@@ -77,6 +77,49 @@ static void list_add_unreadable(file_list *l, const char *path, int err, bool fo
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+typedef struct {
+    const char *path;
+    size_t i;
+} list_key;
+
+static int cmp_key(const void *a, const void *b) {
+    const list_key *x = a, *y = b;
+    int c = strcmp(x->path, y->path);
+    return c ? c : x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* A file reached twice (named and inside a named folder, a folder named twice, a link beside its target) is one
+ * document, read once: the first place keeps it, named if either was. */
+static void list_dedup(file_list *l) {
+    if (l->n < 2 || l->oom) return;
+    list_key *k = pb_malloc(l->n * sizeof *k);
+    if (!k) return; /* then the second visit finds it unchanged */
+    for (size_t i = 0; i < l->n; i++) k[i] = (list_key){l->f[i].path, i};
+    qsort(k, l->n, sizeof *k, cmp_key);
+    for (size_t a = 0, b; a < l->n; a = b) {
+        for (b = a + 1; b < l->n && strcmp(k[a].path, k[b].path) == 0; b++) {
+            file_ent *keep = &l->f[k[a].i], *drop = &l->f[k[b].i];
+            keep->named |= drop->named;
+            l->total -= drop->size;
+            if (drop->bad_errno) l->n_unreadable--;
+            free(drop->path);
+            drop->path = NULL;
+        }
+    }
+    free(k);
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->f[i].path) l->f[n++] = l->f[i];
+    l->n = n;
+}
+
+/* A walked file is taken for its extension, or without one when it sniffs as text (ingest_file). */
+static bool ingestable(const char *path) {
+    bool known;
+    pb_store_kind_from_path(path, &known);
+    return known || pb_store_path_has_no_extension(path);
+}
+
 /* Recursive walk in name order; hidden entries and symlinked directories are not followed. */
 static void walk(file_list *l, const char *dir, int depth) {
     if (depth > 64) return;
@@ -117,10 +160,12 @@ static void walk(file_list *l, const char *dir, int depth) {
             } else if (lr == 0 && stat(path, &sb) == 0) {
                 if (S_ISDIR(sb.st_mode)) {
                     if (!S_ISLNK(lsb.st_mode)) walk(l, path, depth + 1);
-                } else if (S_ISREG(sb.st_mode)) {
-                    bool known;
-                    pb_store_kind_from_path(path, &known);
-                    if (known || pb_store_path_has_no_extension(path)) list_add(l, path, &sb, false);
+                } else if (S_ISREG(sb.st_mode) && ingestable(path)) {
+                    /* a link to a file is the file: its canonical path, as for a file named on the command line
+                     * (stored under the link's name it was a second copy of a document, both cited) */
+                    char *real = S_ISLNK(lsb.st_mode) ? pb_realpath(path) : NULL;
+                    list_add(l, real && ingestable(real) ? real : path, &sb, false);
+                    free(real);
                 }
             }
         }
@@ -129,19 +174,36 @@ static void walk(file_list *l, const char *dir, int depth) {
     free(names);
 }
 
-/* Absolute path without resolving (for a named path that no longer exists): cwd + '/' + path. */
+/* The canonical absolute path of a named path, as documents are stored. One that no longer exists (a folder deleted,
+ * named to --prune it) is resolved component by component: each one that exists through realpath (symbolic links
+ * followed), the rest as written with "." and "" dropped and ".." taking one back. cwd + '/' + path unresolved kept
+ * "./old", "a/../old", "old/" and a link in the path, matched no stored document and so pruned nothing. */
 static char *absolute(const char *path) {
-    char buf[PATH_MAX];
+    char buf[PATH_MAX], res[PATH_MAX] = "", full[PATH_MAX * 2];
     if (realpath(path, buf)) return pb_strdup(buf);
-    if (path[0] == '/') return pb_strdup(path);
-    char cwd[PATH_MAX];
-    if (!getcwd(cwd, sizeof cwd)) return pb_strdup(path);
-    size_t n = strlen(cwd) + strlen(path) + 2;
-    char *r = pb_malloc(n);
-    if (r) snprintf(r, n, "%s/%s", cwd, path);
-    size_t rl = r ? strlen(r) : 0;
-    while (rl > 1 && r[rl - 1] == '/') r[--rl] = 0;
-    return r;
+    if (path[0] == '/')
+        snprintf(full, sizeof full, "%s", path);
+    else if (getcwd(buf, sizeof buf))
+        snprintf(full, sizeof full, "%s/%s", buf, path);
+    else
+        return pb_strdup(path);
+    size_t rl = 0;
+    for (char *save = NULL, *c = strtok_r(full, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, ".")) continue;
+        if (!strcmp(c, "..")) {
+            while (rl > 0 && res[rl - 1] != '/') rl--;
+            rl = rl > 0 ? rl - 1 : 0;
+            res[rl] = 0;
+            continue;
+        }
+        if (rl + 1 + strlen(c) >= sizeof res) return pb_strdup(path);
+        rl += (size_t)snprintf(res + rl, sizeof res - rl, "/%s", c);
+        if (realpath(res, buf)) { /* "/" itself is kept as "" (the next component adds its own slash) */
+            snprintf(res, sizeof res, "%s", strcmp(buf, "/") ? buf : "");
+            rl = strlen(res);
+        }
+    }
+    return pb_strdup(rl ? res : "/");
 }
 
 static void event(const pb_ingest_params *p, pb_ingest_event ev, const char *path, const char *detail, size_t done,
@@ -149,9 +211,31 @@ static void event(const pb_ingest_params *p, pb_ingest_event ev, const char *pat
     if (p->on_event) p->on_event(p->user, ev, path, detail, done, total);
 }
 
-static void on_pruned(void *user, const char *path) {
+static void on_pruned(void *user, const char *path, const char *why) {
     const pb_ingest_params *p = user;
-    event(p, PB_INGEST_REMOVED, path, "file is gone", 0, 0);
+    event(p, PB_INGEST_REMOVED, path, why, 0, 0);
+}
+
+typedef struct {
+    const pb_ingest_params *p;
+    pb_ingest_stats *stats;
+} moved_ctx;
+
+static void on_moved(void *user, const char *old_path, const char *new_path) {
+    moved_ctx *m = user;
+    size_t n = strlen(new_path) + 16;
+    char *msg = pb_malloc(n);
+    if (msg) snprintf(msg, n, "moved to '%s'", new_path);
+    m->stats->removed++;
+    event(m->p, PB_INGEST_REMOVED, old_path, msg ? msg : "moved", 0, 0);
+    free(msg);
+}
+
+/* Before each commit: the documents this batch wrote replace their old entries under a name that is gone. */
+static pb_status prune_moved(pb_store *st, const pb_ingest_params *p, pb_ingest_stats *stats) {
+    moved_ctx m = {p, stats};
+    int64_t n = 0;
+    return pb_store_prune_moved(st, on_moved, &m, &n);
 }
 
 /* Decompresses a gzip file (zlib) into a heap buffer of at most MAX_DOC_BYTES. PB_ERR_FORMAT naming the
@@ -296,6 +380,7 @@ static pb_status ingest_file(pb_store *st, const file_ent *f, const pb_ingest_pa
     if (s == PB_OK) {
         pb_store_doc doc = {f->path, hash, f->mtime, (int64_t)m.size, ex.title};
         s = pb_store_doc_put(st, &doc, chunks, n_chunks, NULL);
+        if (s == PB_OK) s = pb_store_added_note(st, f->path, hash);
         if (s == PB_OK) {
             *changed = true;
             stats->n_chunks += n_chunks;
@@ -353,6 +438,7 @@ pb_status pb_store_ingest(pb_store *st, const char *const *paths, int n_paths, c
         }
     }
     if (!s && l.oom) s = pb_error(PB_ERR_NOMEM, "ingest: out of memory listing files");
+    list_dedup(&l);
     stats->n_files = (int64_t)(l.n - l.n_unreadable);
     if (!s && p->prune) s = pb_store_seen_reset(st);
     size_t done = 0, batch_bytes = 0;
@@ -377,18 +463,24 @@ pb_status pb_store_ingest(pb_store *st, const char *const *paths, int n_paths, c
         }
         /* A batch is one transaction: a kill -9 loses at most the current batch, never half a document. */
         if (batch_files >= p->batch_files || batch_bytes >= p->batch_bytes) {
-            if ((s = pb_store_commit(st))) break;
+            if ((s = prune_moved(st, p, stats)) || (s = pb_store_commit(st))) break;
             in_tx = false;
             batch_files = 0;
             batch_bytes = 0;
         }
         event(p, PB_INGEST_PROGRESS, l.f[i].path, NULL, done, l.total);
     }
+    if (in_tx && (s == PB_OK || s == PB_ERR_CANCELLED)) {
+        /* the last batch's moved files, before --prune would call them gone (a cancel keeps its message: success
+         * sets none) */
+        pb_status ms = prune_moved(st, p, stats);
+        if (ms) s = ms;
+    }
     if (!s && p->prune) {
         if (!in_tx && !(s = pb_store_begin(st))) in_tx = true;
         int64_t removed = 0;
         if (!s) s = pb_store_prune_unseen(st, (const char *const *)roots, n_roots, on_pruned, (void *)p, &removed);
-        stats->removed = removed;
+        stats->removed += removed;
     }
     if (in_tx) {
         /* cancellation keeps what was done; a database error rolls the current batch back */

@@ -24,6 +24,8 @@ struct pb_store {
     sqlite3_stmt *put_chunk;
     bool vocab_ready;        /* temp fts5vocab tables for query-term statistics exist */
     int64_t n_chunks_cached; /* chunk count for term statistics; -1 = unknown (reset by every write) */
+    int64_t data_version;    /* PRAGMA data_version when the statistics were last checked: another connection's
+                                commit (an ingest while serve runs) changes it, and the caches below are dropped */
     /* C BM25 scorer: row lengths (tokens over all FTS columns) indexed by rowid, and a score array of the
      * same size (all zero between searches); dropped by writes */
     uint32_t *ds_len;

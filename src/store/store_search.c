@@ -151,6 +151,21 @@ typedef struct {
     bool have;                          /* statistics were looked up */
 } term_stats;
 
+/* Drops the cached chunk count and row lengths when another connection committed since they were read: this
+ * connection's own writes drop them at once (pb_store_invalidate), but a long-lived reader (serve --db) never saw an
+ * ingest that ran beside it, so the C scorer ignored every chunk added since (ids past its cached row lengths): a new
+ * or edited document was not found until a restart. PRAGMA data_version changes exactly on others' commits. */
+static pb_status forget_if_changed(pb_store *st) {
+    int64_t v = 0;
+    pb_status s = pb_store_query_int(st, "PRAGMA data_version", &v);
+    if (s) return s;
+    if (v != st->data_version) {
+        pb_store_invalidate(st);
+        st->data_version = v;
+    }
+    return PB_OK;
+}
+
 /* Document frequencies come from fts5vocab; query words are stemmed by FTS5 itself (a scratch FTS5 table
  * with the same tokenizer), so the lookup sees exactly the indexed terms. Marks common terms as dropped. */
 static pb_status get_term_stats(pb_store *st, const terms *t, term_stats *ts) {
@@ -169,6 +184,7 @@ static pb_status get_term_stats(pb_store *st, const terms *t, term_stats *ts) {
             return s;
         st->vocab_ready = true;
     }
+    if ((s = forget_if_changed(st))) return s;
     if (st->n_chunks_cached < 0 && (s = pb_store_query_int(st, "SELECT count(*) FROM chunks", &st->n_chunks_cached)))
         return s;
     if (st->n_chunks_cached < 50) return PB_OK; /* small bases: FTS5 ranks them fast enough */

@@ -194,6 +194,7 @@ void pb_server_stop(pb_server *srv) {
             cJSON *eo = cJSON_AddObjectToObject(e, "error");
             cJSON_AddStringToObject(eo, "message", "the server is shutting down");
             cJSON_AddStringToObject(eo, "type", "server_error");
+            cJSON_AddStringToObject(eo, "code", "shutting_down");
             pb_server_sse_event(j, e);
             pb_server_job_append(j, "data: [DONE]\n\n", 14);
         }

@@ -177,11 +177,23 @@ static void run_job(slot *sl, job *j) {
     j->stats.n_prompt = j->n_prompt;
     j->status = s;
     if (s != PB_OK && s != PB_ERR_CANCELLED) snprintf(j->err, sizeof j->err, "%s", pb_last_error());
+    /* Cut short by the server's stop (halt, not stopping: stopping belongs to srv->mu, which this thread does not
+     * hold here): no "stop" calls it a whole answer. A stream ends with the error a queued one gets, a whole answer
+     * is a 503 (pb_server_stop's shut_down); a job that ended on its own before the cancel reached it is answered
+     * as usual. */
+    const bool cut = !j->fell_back && atomic_load(&srv->halt) &&
+                     (s == PB_ERR_CANCELLED || st.stop_reason == PB_STOP_CALLBACK || st.stop_reason == PB_STOP_CANCELLED);
+    if (cut) j->shut_down = true;
     if (j->stream && !j->fell_back) {
-        if (s == PB_OK || s == PB_ERR_CANCELLED) {
-            /* halt, not stopping: stopping belongs to srv->mu, which this thread does not hold here */
-            cJSON *fin = pb_server_sse_chunk(j, srv->model_id, NULL, 0, false,
-                                             atomic_load(&srv->halt) ? "stop" : pb_server_finish_reason(&st));
+        if (cut) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON *eo = cJSON_AddObjectToObject(e, "error");
+            cJSON_AddStringToObject(eo, "message", "the server is shutting down: this answer was cut short");
+            cJSON_AddStringToObject(eo, "type", "server_error");
+            cJSON_AddStringToObject(eo, "code", "shutting_down");
+            pb_server_sse_event(j, e);
+        } else if (s == PB_OK || s == PB_ERR_CANCELLED) {
+            cJSON *fin = pb_server_sse_chunk(j, srv->model_id, NULL, 0, false, pb_server_finish_reason(&st));
             pb_server_sse_event(j, fin);
             /* as OpenAI sends it: the usage in a chunk of its own, after the finish, with empty choices */
             if (j->include_usage) pb_server_sse_event(j, pb_server_sse_usage_chunk(j, srv->model_id));

@@ -202,10 +202,12 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // ---- 9: a request queued at shutdown gets the error a stream gets, not an empty success -----------------------
 {
-  const srv = await startServer(['--quiet', '--parallel', '1', '--max-tokens', '4096'], {}, peerModel());
+  const srv = await startServer(['--quiet', '--parallel', '2', '--max-tokens', '4096'], {}, peerModel());
   try {
+    // two answers running when the server stops, cut short: neither may look whole ("finish_reason": "stop")
     const running = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 1900 }) });
-    await waitFor(() => metric(srv.port, 'pocketbrain_slots_busy'), (v) => v === 1, 10000);
+    const runningStream = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 1900, stream: true }) });
+    await waitFor(() => metric(srv.port, 'pocketbrain_slots_busy'), (v) => v === 2, 10000);
     const queued = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 8 }) });
     await waitFor(() => metric(srv.port, 'pocketbrain_queue_depth'), (v) => v === 1, 10000);
     const queuedStream = raw(srv.port, { method: 'POST', path: '/v1/chat/completions', headers: J, body: chat({ max_tokens: 8, stream: true }) });
@@ -213,7 +215,13 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     const code = await stopServer(srv);
     const q = await queued;
     const qs = await queuedStream;
-    await running;
+    const r = await running;
+    const rs = await runningStream;
+    check(r.status === 503 && /shutting down/.test(r.body) && /"code":"shutting_down"/.test(r.body),
+      `running non-streaming request at shutdown -> ${r.status} ${r.body.slice(0, 120)}`);
+    check(/"content":/.test(rs.body) && /"error":\{"message":"the server is shutting down: this answer was cut short"/.test(rs.body) &&
+      /\[DONE\]/.test(rs.body) && !/finish_reason":"stop"/.test(rs.body),
+      'running stream at shutdown: its text so far, then an error event, no "stop" ' + JSON.stringify(rs.body.slice(-200)));
     check(q.status === 503 && /shutting down/.test(q.body), `queued non-streaming request at shutdown -> ${q.status} ${q.body.slice(0, 100)}`);
     check(/"error":\{"message":"the server is shutting down"/.test(qs.body) && /\[DONE\]/.test(qs.body) && !/finish_reason":"stop"/.test(qs.body),
       'queued stream at shutdown: an error event, then [DONE] ' + qs.body.slice(-160));

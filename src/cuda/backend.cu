@@ -31,6 +31,7 @@ enum {
 #define WIDE_EPL   16 // Gemma 4's wide attention form: head_dim <= 512 (E2B's full layers) ...
 #define WIDE_REP   4  // ... with 4 query heads a block (a kv head's heads over gridDim.z blocks)
 #define MAX_SPLITS 64 // key splits of one attention row
+#define AKV_DEFAULT 8 // key rows a k_attn_cl warp keeps in flight through shared memory (pb_cu_model.akv)
 
 namespace cg = cooperative_groups;
 #define MV_WARPS   4  // warps per mat-vec block (32 x MV_WARPS / sw rows a block)
@@ -128,6 +129,8 @@ struct pb_cu_model {
     // A/B of the 2026-12-05 changes, the same bits: 32 no key rows before the wait, 64 pos's row from the cache, 128
     // no L1 prefetch of k / v): diagnostics and A/B runs
     int adiag;
+    int akv; // key rows a k_attn_cl warp keeps in flight through shared memory (cp.async; PB_CUDA_AKV=0|4|8, 0: the
+             // two register rows of before, A/B; the same bits either way)
     int pf_spb;   // PB_CUDA_PF_SPB: key splits a prompt-path attention block takes in turn (1-16; default 4)
     int arep_max; // PB_CUDA_AREP=8: Gemma 1-3's attention (token step and prompt path) sized for 8 query heads (A/B)
     int n_sm;     // multiprocessors of device 0
@@ -542,6 +545,9 @@ extern "C" int pb_cu_model_open(const pb_cu_desc *d, pb_cu_model **out, char *er
         g->empty = em && atoi(em) == 1;
         const char *ad = getenv("PB_CUDA_ADIAG");
         g->adiag = ad ? atoi(ad) : 0;
+        const char *ak = getenv("PB_CUDA_AKV");
+        g->akv = ak ? atoi(ak) : AKV_DEFAULT;
+        if (g->akv != 0 && g->akv != 4 && g->akv != 8) g->akv = AKV_DEFAULT;
         const char *ar = getenv("PB_CUDA_AREP");
         g->arep_max = ar && atoi(ar) == 8;
         const char *sp = getenv("PB_CUDA_PF_SPB");
@@ -1521,6 +1527,62 @@ static __device__ __forceinline__ void split_walk(const LR &load_row, const floa
     }
 }
 
+// 16 bytes from global to shared memory without a register (cp.async, L2 only), its group's end, and the wait until
+// at most N of this thread's groups are still in flight.
+static __device__ __forceinline__ void cp16(void *sdst, const void *gsrc) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gsrc) : "memory");
+}
+static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// split_walk with the key rows streamed through shared memory (k_attn_cl's D > 0 form): the warp's keys kf, kf + 4,
+// ... (nkw of them) were requested D rows ahead by issue(t) (row t into slot t % D of rb, one group a row, rows
+// 0..D-1 before the wait), so D rows are in flight while a key is summed, not two; pos's row (the block's own
+// copy) comes through load_pos. The same keys in the same order into the same split_key: split_walk's bits.
+template <int EPL, int REP, int D, class IS, class LP>
+static __device__ __forceinline__ void split_walk_cp(const IS &issue, const LP &load_pos, const __half *rb,
+                                                     const float (*qs)[32 * EPL], int nr, int hd, int kf, int nkw,
+                                                     int pos, bool own, float scale, float softcap,
+                                                     float (&mx)[REP], float (&l)[REP], float (&acc)[REP][EPL]) {
+    const int lane = threadIdx.x & 31;
+    float qr[REP][EPL];
+#pragma unroll
+    for (int r = 0; r < REP; r++) {
+        mx[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) {
+            const int e = lane + 32 * i;
+            qr[r][i] = r < nr && e < hd ? qs[r][e] : 0.0f;
+            acc[r][i] = 0.0f;
+        }
+    }
+    float kv[EPL], vv[EPL];
+    for (int t = 0; t < nkw; t++) {
+        cp_wait<D - 1>(); // row t is in (this lane's part); the warp's barrier shows every lane's
+        __syncwarp();
+        const int kk = kf + 4 * t;
+        if (own && kk == pos)
+            load_pos(kv, vv);
+        else {
+            const __half *sk = rb + (size_t)(t % D) * 64 * EPL;
+#pragma unroll
+            for (int i = 0; i < EPL; i++) {
+                const int e = lane + 32 * i;
+                kv[i] = e < hd ? __half2float(sk[e]) : 0.0f;
+                vv[i] = e < hd ? __half2float(sk[32 * EPL + e]) : 0.0f;
+            }
+        }
+        __syncwarp(); // every lane has read slot t % D before row t + D is copied into it
+        issue(t + D);
+        split_key<EPL, REP>(qr, kv, vv, nr, scale, softcap, mx, l, acc);
+    }
+}
+
 // Attention of one kv head's n_rep query heads over one split of the visible keys (flash-decoding): each warp
 // walks keys warp, warp + 4, ... with an online softmax; the 4 warps' states are merged into
 // part[((g * S + s) * n_rep + r) * (hd + 2)] = {max, sum, sum of exp * v}. Each block first ropes its n_rep query
@@ -1626,7 +1688,7 @@ __global__ void __launch_bounds__(128)
 // same bits as k_attn: each split's keys, order and per-warp softmax are k_attn's (split_key, split_write), and the
 // merge is merge_heads_t's, only its loads come from the cluster. A block whose splits hold no key writes their
 // empty states ({-inf, 0, ...}, what a pass over no keys gives) without roping.
-template <int EPL, int REP, int P>
+template <int EPL, int REP, int P, int D>
 __global__ void __launch_bounds__(128 * P)
     k_attn_cl(const float *q, const float *k, const float *v, __half *kc, __half *vc, const float *qn,
               const float *kn, const float *inv, float eps, const int *params, int n_rep, int hd, int cap, int ring,
@@ -1654,11 +1716,32 @@ __global__ void __launch_bounds__(128 * P)
         kv_row<EPL>(kv[jj], vv[jj], sh ? kh : kc + ((size_t)g * cap + sl) * hd,
                     sh ? vh : vc + ((size_t)g * cap + sl) * hd, lane, hd);
     };
-    // the warp's first two keys, requested before the wait (k_attn's)
+    // the warp's first two keys, requested before the wait (k_attn's); in the D form its first D rows, into the
+    // warp's ring of D slots in dynamic shared memory (K row, then V row; 32 EPL halves each): rows below pos were
+    // written by earlier steps, pos's own is never copied (the block's copy in kh / vh, or, under dbg 64, the cache
+    // row read after this block wrote it)
     const int kf = k0 + wl, kf2 = kf + 4 <= k1 ? kf + 4 : kf;
-    const bool pre0 = !(dbg & 32) && kf <= k1 && kf != pos, pre1 = !(dbg & 32) && kf <= k1 && kf2 != pos;
+    const int nkw = kf <= k1 ? (k1 - kf) / 4 + 1 : 0; // the warp's keys
+    extern __shared__ __align__(16) unsigned char akv_sm[];
+    __half *rb = (__half *)akv_sm + (size_t)w * (D > 0 ? D : 1) * 64 * EPL;
+    auto issue = [&](int t) {
+        if (t < nkw) {
+            const int kk = kf + 4 * t, o = 8 * lane;
+            if (kk != pos && o < hd) {
+                const size_t row = ((size_t)g * cap + (ring ? kk % cap : kk)) * hd;
+                __half *dst = rb + (size_t)(t % (D > 0 ? D : 1)) * 64 * EPL;
+                cp16(dst + o, kc + row + o);
+                cp16(dst + 32 * EPL + o, vc + row + o);
+            }
+        }
+        cp_commit();
+    };
+    const bool pre0 = D == 0 && !(dbg & 32) && kf <= k1 && kf != pos,
+               pre1 = D == 0 && !(dbg & 32) && kf <= k1 && kf2 != pos;
     if (pre0) load_row(0, kf);
     if (pre1) load_row(1, kf2);
+    if constexpr (D > 0)
+        for (int t = 0; t < D; t++) issue(t);
     if (has && !(dbg & 128)) { // the RoPE's inverse frequencies and the q / k norm weights (constants) into L1
         const int nl = (hd / 2 + 31) / 32, t = threadIdx.x;
         if (t < nl) asm volatile("prefetch.global.L1 [%0];" ::"l"(inv + 32 * t));
@@ -1667,7 +1750,10 @@ __global__ void __launch_bounds__(128 * P)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(nwp + 32 * (t & 31)));
     }
     pdl_wait();
-    if (dbg & 1) return; // a diagnostic (pb_cu_model.adiag): wrong results, timing only (every block returns)
+    if (dbg & 1) { // a diagnostic (pb_cu_model.adiag): wrong results, timing only (every block returns)
+        if constexpr (D > 0) cp_wait<0>(); // no copy may land after the block is gone
+        return;
+    }
     if (!has) {
         for (int idx = threadIdx.x; idx < P * (int)srow; idx += blockDim.x)
             st[idx] = idx % (hd + 2) == 0 ? -INFINITY : 0.0f;
@@ -1693,7 +1779,18 @@ __global__ void __launch_bounds__(128 * P)
                                  vc + ((size_t)g * cap + slot) * hd, kh, vh, hd);
         }
         float acc[REP][EPL], mx[REP], l[REP];
-        split_walk<EPL, REP>(load_row, kv, vv, qs, n_rep, hd, k0, k1, wl, kf, pre0, pre1, scale, softcap, mx, l, acc);
+        if constexpr (D > 0) {
+            auto load_pos = [&](float (&kr)[EPL], float (&vr)[EPL]) { // pos's row: load_row's choice of source
+                const int sl = ring ? pos % cap : pos;
+                const bool sh = !(dbg & 64);
+                kv_row<EPL>(kr, vr, sh ? kh : kc + ((size_t)g * cap + sl) * hd,
+                            sh ? vh : vc + ((size_t)g * cap + sl) * hd, lane, hd);
+            };
+            split_walk_cp<EPL, REP, D>(issue, load_pos, rb, qs, n_rep, hd, kf, nkw, pos, own, scale, softcap, mx, l,
+                                       acc);
+        } else
+            split_walk<EPL, REP>(load_row, kv, vv, qs, n_rep, hd, k0, k1, wl, kf, pre0, pre1, scale, softcap, mx, l,
+                                 acc);
         split_write<EPL, REP, 128>(sm[j], wM[j], wW[j], mx, l, acc, n_rep, hd, st + j * srow);
     }
     const int r = c; // the query head this block merges (r < n_rep)
@@ -1713,23 +1810,35 @@ typedef void (*attn_cl_fn)(const float *, const float *, const float *, __half *
                            const float *, const float *, float, const int *, int, int, int, int, int, float, float,
                            float *, const qout, int, int);
 
-// k_attn_cl's form for n_rep query heads a kv head and P splits a block (NULL: none instantiated).
-static attn_cl_fn attn_cl_kernel(int n_rep, int P) {
+// k_attn_cl's form for n_rep query heads a kv head, P splits a block and D key rows in flight a warp through shared
+// memory (0: two in registers; NULL: none instantiated).
+template <int D>
+static attn_cl_fn attn_cl_kernel_d(int n_rep, int P) {
     if (n_rep <= 2)
-        return P == 1   ? k_attn_cl<MAX_EPL, 2, 1>
-               : P == 2 ? k_attn_cl<MAX_EPL, 2, 2>
-               : P == 4 ? k_attn_cl<MAX_EPL, 2, 4>
+        return P == 1   ? k_attn_cl<MAX_EPL, 2, 1, D>
+               : P == 2 ? k_attn_cl<MAX_EPL, 2, 2, D>
+               : P == 4 ? k_attn_cl<MAX_EPL, 2, 4, D>
                         : NULL;
-    return P == 1 ? k_attn_cl<MAX_EPL, 4, 1> : NULL; // (4 query heads, 2 splits a block: past 48 KB of shared memory)
+    return P == 1 ? k_attn_cl<MAX_EPL, 4, 1, D> : NULL; // (4 query heads, 2 splits a block: past 48 KB of shared memory)
 }
+static attn_cl_fn attn_cl_kernel(int n_rep, int P, int D) {
+    return D == 8   ? attn_cl_kernel_d<8>(n_rep, P)
+           : D == 4 ? attn_cl_kernel_d<4>(n_rep, P)
+                    : attn_cl_kernel_d<0>(n_rep, P);
+}
+
+// The dynamic shared memory of k_attn_cl's D form with P splits a block: each warp's ring of D K + V rows.
+static size_t attn_cl_smem(int P, int D) { return (size_t)4 * P * D * 64 * MAX_EPL * sizeof(__half); }
 
 // k_attn_cl's cluster size C for S key splits of a Gemma 1-3 step (0: k_attn; S / C splits a block): 16 blocks a
 // kv head (a non-portable size, opted into) or else 8, the first that divides S into 1, 2 or 4 splits a block with
 // a form for the model's query heads a kv head (2 query heads, Gemma 2 and Gemma 3 from 4b: 16, 32 or 64 splits,
-// n_ctx up to 2,175, 4,096-4,223 and from 8,192 by the default split count; 4 query heads: 16 splits), a block for
+// 32 or 64 by pb_cu_ctx_new's rule; 4 query heads: 16 splits, n_ctx up to 2,175 by k_attn's rule), a block for
 // each query head to merge, and that the device can place (cudaOccupancyMaxActiveClusters). PB_CUDA_CL=0 | 8 | 16
 // (read at context creation) turns it off or asks for one size (A/B runs). Any refusal leaves k_attn (the same bits).
-static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd) {
+// *akv (in: the model's PB_CUDA_AKV rows, out: the form's) falls back to 0 where the D form has no place (head_dim
+// not a multiple of 8, or its shared memory refused).
+static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd, int *akv) {
     const char *e = getenv("PB_CUDA_CL");
     const int want = e ? atoi(e) : -1;
     if (want == 0 || g->g4 || g->arep_max || n_rep > 4 || hd > 32 * MAX_EPL) return 0;
@@ -1740,27 +1849,37 @@ static int choose_cl(const pb_cu_model *g, int S, int n_rep, int hd) {
     const char *qe = getenv("PB_CUDA_CL_QK");
     const bool qk = (g->layers[0].q_norm || g->layers[0].k_norm) && qe && atoi(qe) == 0;
     const cudaError_t before = cudaPeekAtLastError(); // an earlier error stays for its own check
-    for (int C = 16; C >= 8; C /= 2) {
-        const int p = S / C;
-        attn_cl_fn k = S % C ? NULL : attn_cl_kernel(n_rep, p);
-        if ((want > 0 && C != want) || !k || n_rep > C || (qk && p > 1)) continue;
-        if (C > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-            continue;
-        cudaLaunchAttribute at[1] = {};
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = C, at[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(g->hp.n_head_kv, C);
-        cfg.blockDim = dim3(128 * p);
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, (void *)k, &cfg) == cudaSuccess && n >= 1) {
-            if (before == cudaSuccess) cudaGetLastError(); // a refused size tried first leaves no error behind
-            return C;
+    const int d0 = hd % 8 == 0 ? *akv : 0;
+    for (int D = d0;; D = 0) {
+        for (int C = 16; C >= 8; C /= 2) {
+            const int p = S / C;
+            attn_cl_fn k = S % C ? NULL : attn_cl_kernel(n_rep, p, D);
+            if ((want > 0 && C != want) || !k || n_rep > C || (qk && p > 1)) continue;
+            if (C > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+                continue;
+            const size_t dyn = D ? attn_cl_smem(p, D) : 0;
+            if (dyn && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn) != cudaSuccess)
+                continue;
+            cudaLaunchAttribute at[1] = {};
+            at[0].id = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = C, at[0].val.clusterDim.z = 1;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(g->hp.n_head_kv, C);
+            cfg.blockDim = dim3(128 * p);
+            cfg.dynamicSmemBytes = dyn;
+            cfg.attrs = at;
+            cfg.numAttrs = 1;
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, (void *)k, &cfg) == cudaSuccess && n >= 1) {
+                if (before == cudaSuccess) cudaGetLastError(); // a refused size tried first leaves no error behind
+                *akv = D;
+                return C;
+            }
         }
+        if (D == 0) break;
     }
     if (before == cudaSuccess) cudaGetLastError(); // only this function's errors are cleared
+    *akv = 0;
     return 0;
 }
 
@@ -1843,6 +1962,7 @@ struct pb_cu_ctx {
     int *gcnt;                    // k_mv_geglu's blocks done per group of rows (gcnt_mem; zero between launches)
     int *acnt;                    // k_attn's blocks done per kv head (acnt_mem; zero between launches)
     int cl;                       // k_attn_cl's cluster size (blocks a kv head; 0: k_attn): S / cl splits a block
+    int akv;                      // k_attn_cl's key rows in flight a warp through shared memory (0: two in registers)
     int *ncnt;                    // blocks done of a mat-vec with the add + norm in its last block (ncnt_mem)
     float *aq0, *ad0, *aqK, *adK; // the current mat-vec input's int8 forms (qout; aq0/aqK hold int8_t)
     // The GeGLU output's int8 forms, made by the GeGLU mat-vec's blocks while others of that launch still read its
@@ -1903,21 +2023,25 @@ extern "C" int pb_cu_ctx_new(pb_cu_model *g, int n_ctx, const int *cap_in, pb_cu
     c->g = g;
     c->n_ctx = n_ctx;
     c->max_tok = 512; /* tokens per staged chunk (hidden rows kept on the device) */
-    /* key splits per attention row: enough blocks to keep the chip busy at short contexts too */
+    /* key splits per attention row. k_attn (its splits merged through L2, where more splits cost more): n_ctx / 128
+     * in 16..64, enough blocks to keep the chip busy at short contexts too. The cluster form (k_attn_cl) takes 32
+     * splits up to n_ctx 1,024 and 64 above, where the model has one: measured 2026-12-07 on an H100 (gemma-2-2b
+     * Q4_K_M, the cp.async key rows), tg128 at depth 0 680 / 690 / 676 tok/s with 16 / 32 / 64 splits and at depth
+     * 2,048 503 / 558 with 32 / 64 (docs/CUDA.md "Decode at depth"); every path of the context uses c->S, so the
+     * bits stay one context's */
+    const int n_rep_i = hp->n_head / hp->n_head_kv;
     c->S = n_ctx / 128 < 16 ? 16 : n_ctx / 128 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 128;
     const char *sp = getenv("PB_CUDA_SPLITS"); /* tuning switch (A/B runs): key splits a kv head, 1..64 */
     if (sp && atoi(sp) >= 1 && atoi(sp) <= MAX_SPLITS) c->S = atoi(sp);
-    const int n_rep_i = hp->n_head / hp->n_head_kv;
-    c->cl = choose_cl(g, c->S, n_rep_i, hp->head_dim);
-    /* a split count between 16, 32 and 64 (n_ctx 2,176-4,095 or 4,224-8,191) has no cluster form: the next of them
-     * up where the model has one (the cluster form ran faster at 32 and 64 splits than k_attn at 16; every path of
-     * the context uses c->S, so the bits stay one context's) */
-    for (int up = 32; !c->cl && !sp && up <= MAX_SPLITS; up *= 2)
-        if (c->S < up) {
-            c->cl = choose_cl(g, up, n_rep_i, hp->head_dim);
-            if (c->cl) c->S = up;
-            break;
-        }
+    c->akv = g->akv;
+    const int deep = n_ctx > 1024 ? 64 : 32;
+    c->cl = sp ? 0 : choose_cl(g, deep, n_rep_i, hp->head_dim, &c->akv);
+    if (c->cl)
+        c->S = deep;
+    else {
+        c->akv = g->akv;
+        c->cl = choose_cl(g, c->S, n_rep_i, hp->head_dim, &c->akv);
+    }
     const size_t hd = (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * hd, qd = (size_t)hp->n_head * hd;
     const size_t n_rep = (size_t)(hp->n_head / hp->n_head_kv);
     size_t kmax = (size_t)hp->n_embd > qd ? (size_t)hp->n_embd : qd;
@@ -2099,7 +2223,8 @@ static void launch_k(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStrea
 
 // launch_k for a kernel of clusters of 1 x C x 1 blocks of `threads` (k_attn_cl), with PDL as launch_k.
 template <typename... P, typename... A>
-static void launch_cl(bool pdl, void (*k)(P...), dim3 grid, int threads, int C, cudaStream_t s, A... args) {
+static void launch_cl(bool pdl, void (*k)(P...), dim3 grid, int threads, int C, size_t smem, cudaStream_t s,
+                      A... args) {
     if (tl_empty) {
         tl_empty = false;
         launch_k(pdl, k_nop, grid, threads, s);
@@ -2114,6 +2239,7 @@ static void launch_cl(bool pdl, void (*k)(P...), dim3 grid, int threads, int C, 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 2 : 1;
@@ -2341,7 +2467,8 @@ static void enqueue_step(pb_cu_ctx *c, bool with_output) {
         // splits' merge in a cluster where choose_cl found one (k_attn_cl: the same bits)
         if (g->skip & 2) {
         } else if (c->cl) {
-            launch_cl(pdl, attn_cl_kernel(n_rep, c->S / c->cl), dim3(Hkv, c->cl), 128 * (c->S / c->cl), c->cl, s,
+            launch_cl(pdl, attn_cl_kernel(n_rep, c->S / c->cl, c->akv), dim3(Hkv, c->cl), 128 * (c->S / c->cl), c->cl,
+                      c->akv ? attn_cl_smem(c->S / c->cl, c->akv) : 0, s,
                       (const float *)c->q, (const float *)c->k,
                       (const float *)c->v, c->kc[il], c->vc[il], (const float *)L->q_norm, (const float *)L->k_norm,
                       (const float *)(L->swa ? g->rope_l : g->rope_g), hp->norm_eps, (const int *)c->params, n_rep,

@@ -3,8 +3,8 @@
  * Data flow, top to bottom (follow one token):
  *   pb_model_open (GGUF -> hparams -> weight views, vocab)
  *   -> pb_session_new (KV cache + scratch sized once)
- *   -> pb_tokenize -> pb_session_prefill
- *   -> loop { pb_session_next -> sampler -> piece -> callback(piece) returns false to stop }
+ *   -> pb_session_chat (or pb_tokenize -> pb_session_prefill / pb_session_generate)
+ *   -> loop { forward -> sampler -> piece -> callback(piece) returns false to stop }
  *
  * Conventions:
  *   - Every function that can fail returns pb_status; PB_OK is 0. The detail is a thread-local text
@@ -17,7 +17,8 @@
  *     Getters given NULL return 0 (counts, sizes), -1 (token ids), NULL (pointers), false; void calls given
  *     a NULL handle or out pointer do nothing (an out struct with a NULL handle is zeroed). docs/API.md, "Misuse".
  *   - A pb_model is immutable after open and may be shared by any number of sessions and threads.
- *     A pb_session is used by one thread at a time, except pb_session_cancel(), callable from any. A call on a
+ *     A pb_session is used by one thread at a time, except pb_session_cancel() and pb_session_thermal(), callable
+ *     from any while it works (and pb_session_free, see there). A call on a
  *     session while another runs on it -- from that call's piece callback, or from another thread -- is refused
  *     with PB_ERR_INVALID_ARG naming both calls, the session unchanged (see pb_piece_fn for what a callback may
  *     call). Teardown in the wrong order is survived: see pb_model_close and pb_session_free.
@@ -93,15 +94,16 @@ typedef struct pb_model_params {
                           1: GPU required (open fails with the reason, e.g. "built without CUDA").
                           On the GPU: weights uploaded once, F16 KV cache in GPU memory (kv_type f16 only). */
     /* Packed-weights cache (docs/ARCHITECTURE.md "Packed-weights cache"): NULL (default) = none. Else a directory
-     * (created when missing, 0700) keeping one file per model path, "<model file name>-<16 hex>.pbpack", about the
-     * size of the model file: the first open repacks and writes it (atomically: temp file, fsync, rename); later
-     * opens map it read-only instead of repacking -- open in a fraction of a second, and the weights are clean
-     * file pages the OS can drop under pressure instead of this process's dirty memory. A stale (the model file's
-     * size, inode or mtime changed), truncated, foreign or corrupt file (header hash, size, and the first and last
-     * 16 rows of every matrix compared with the model) is rebuilt; a directory that cannot be written only costs
-     * the repack (pb_model_info.pack_cache_note says why). Used with use_mmap and repack on the CPU only. Read
-     * during pb_model_open only: the string may be freed after. Like the model file, the cache file must not be
-     * truncated in place while a model using it is open (SIGBUS); replacing it by rename is safe. */
+     * (created when missing, 0700) keeping one file per model path, "<model file name without .gguf>-<16 hex>.pbpack"
+     * (the name cut at 40 bytes), about the size of the model file: the first open repacks and writes it
+     * (atomically: temp file, fsync, rename); later opens map it read-only instead of repacking -- open in a fraction
+     * of a second, and the weights are clean file pages the OS can drop under pressure instead of this process's
+     * dirty memory. A stale (the model file's size, inode or mtime changed), truncated, foreign or corrupt file
+     * (header hash, size, and the first and last 16 rows of every matrix compared with the model) is rebuilt; a
+     * directory that cannot be written only costs the repack (pb_model_info.pack_cache_note says why). Used with
+     * use_mmap and repack on the CPU only. Read during pb_model_open only: the string may be freed after. Like the
+     * model file, the cache file must not be truncated in place while a model using it is open (SIGBUS); replacing
+     * it by rename is safe. */
     const char *pack_cache_dir;
     /* With pack_cache_dir: write a new cache file on a thread of its own instead of inside pb_model_open, so the
      * model is usable at once (the first open of a 2B model waited ~7 s here for its 1.6 GB write); the write then
@@ -112,7 +114,7 @@ typedef struct pb_model_params {
 
 pb_model_params pb_model_default_params(void);
 
-/* Opens a GGUF model (architectures gemma, gemma2, gemma3). The file is untrusted: any malformed
+/* Opens a GGUF model (architectures gemma, gemma2, gemma3, gemma4). The file is untrusted: any malformed
  * field gives PB_ERR_FORMAT, an unknown architecture or tensor type PB_ERR_UNSUPPORTED.
  * With use_mmap (the default) the file stays mapped while the model is open. Replacing it by rename
  * (how pocketbrain writes files) is safe: the open model keeps the old file. Truncating or rewriting it
@@ -345,15 +347,17 @@ typedef enum pb_kv_type { PB_KV_F16 = 0, PB_KV_Q8_0 = 1, PB_KV_F32 = 2 } pb_kv_t
  *   PB_CTX_ERROR (default): the call fails with PB_ERR_CONTEXT_FULL; nothing is dropped.
  *   PB_CTX_SHIFT: the oldest whole turns are dropped while the system prompt (the head of the first
  *   chat turn) is kept, then the kept tokens are re-prefilled at their new positions. Outside chat
- *   turns (plain generate) the oldest half of the tokens after BOS is dropped. When even that cannot
- *   make room (one turn longer than the window) the call fails with PB_ERR_CONTEXT_FULL.
+ *   turns (plain prefill / generate) the oldest half of the tokens after BOS is dropped, never a token
+ *   the running generate call sampled. When even that cannot make room (one turn longer than the
+ *   window; a plain generate whose own output fills it) the call fails with PB_ERR_CONTEXT_FULL.
  * Text is never truncated silently: each shift is counted in pb_gen_stats.n_shifts. */
 typedef enum pb_ctx_policy { PB_CTX_ERROR = 0, PB_CTX_SHIFT = 1 } pb_ctx_policy;
 
 typedef struct pb_session_params {
-    int n_ctx;                /* context length in tokens; 0 = min(model's, 4096) */
+    int n_ctx;                /* context length in tokens; 0 = min(model's, 4096); above the model's training
+                                 context (pb_model_info.n_ctx_train): PB_ERR_INVALID_ARG */
     int n_threads;            /* 0 = the model's default */
-    int n_batch;              /* prefill chunk size (default 256: scratch ~0.16 MB a token on a 2B) */
+    int n_batch;              /* prefill chunk size (default 256: scratch ~0.2 MB a token on a 2B) */
     pb_kv_type kv_type;       /* default F16 */
     pb_ctx_policy ctx_policy; /* full context: error (default) or shift (keep system, drop oldest turns) */
     bool warmup;              /* run a one-token decode at creation so the first answer is not cold */
@@ -566,9 +570,10 @@ typedef struct pb_mem_estimate {
 /* Estimates the memory a session with these params would need, reading only the GGUF header (no
  * weights are touched): weights = tensor bytes; kv = K and V for n_ctx positions (sliding-window
  * layers: the window only) in the KV type; scratch = forward buffers for n_batch tokens, logits and
- * the sampler. available = mem_limit when > 0, else pb_mem_available() (MemAvailable and cgroup
- * v1/v2 limits). params may be NULL (defaults); a negative n_ctx / n_batch or an unknown kv_type is
- * PB_ERR_INVALID_ARG, as pb_session_new refuses it. */
+ * the sampler. available = mem_limit when > 0, else what the system says is available (MemAvailable
+ * and cgroup v1/v2 limits; 0 where there is no /proc/meminfo, as on iOS: pass mem_limit there).
+ * params may be NULL (defaults); a negative n_ctx / n_batch, an n_ctx above the model's training
+ * context or an unknown kv_type is PB_ERR_INVALID_ARG, as pb_session_new refuses it. */
 pb_status pb_estimate_memory(const char *model_path, const pb_session_params *params, size_t mem_limit,
                              pb_mem_estimate *out);
 
@@ -576,7 +581,8 @@ pb_status pb_estimate_memory(const char *model_path, const pb_session_params *pa
  * giving the numbers (MiB) and the largest n_ctx that would fit. With fit = true it instead adapts
  * params: first a Q8_0 KV cache (when F16/F32 was asked), then the largest fitting n_ctx (a multiple
  * of 256 when >= 256), sets out->adjusted and still fails when not even n_ctx 256 (or the weights)
- * fit. out may be NULL. */
+ * fit. With available 0 (mem_limit 0 and nothing detected) nothing is compared: PB_OK, params
+ * unchanged. out may be NULL. */
 pb_status pb_session_admit(const char *model_path, pb_session_params *params, size_t mem_limit, bool fit,
                            pb_mem_estimate *out);
 

@@ -226,6 +226,24 @@ int main(void) {
         st = pb_session_generate(s, ids, 150, &gp, NULL, NULL, &gs);
         CHECK(st == PB_OK && gs.n_shifts >= 1 && gs.n_generated == 30 && s->tokens[0] == ids[0],
               "plain generate past n_ctx shifts (%d) and keeps BOS: %s", gs.n_shifts, pb_last_error());
+        /* the tokens a plain generate sampled are never dropped by its own shifts (pocketbrain.h, PB_CTX_SHIFT: the
+         * current turn is kept), also after the first shift moved them down: 100 tokens of history, a 2-token
+         * prompt, then more than the context can hold. Was: the second shift dropped the prompt and the first
+         * sampled tokens (the protected position was not moved with them) and the call went on. */
+        pb_session_truncate(s, 0);
+        pb_session_prefill(s, ids, 100);
+        const int32_t prompt2[2] = {3000, 3001};
+        gp = greedy(400);
+        gp.stop_at_eos = false;
+        st = pb_session_generate(s, prompt2, 2, &gp, NULL, NULL, &gs);
+        int64_t n_in = 0, at = -1;
+        const int32_t *in = pb_session_tokens(s, &n_in);
+        for (int64_t i = 0; i + 1 < n_in; i++)
+            if (in[i] == prompt2[0] && in[i + 1] == prompt2[1]) at = i;
+        CHECK(st == PB_ERR_CONTEXT_FULL && gs.n_shifts == 1 && at > 0 && n_in - (at + 2) == gs.n_generated - 1,
+              "plain generate with PB_CTX_SHIFT keeps its prompt and all it sampled (prompt at %lld, %lld after it, "
+              "%lld sampled, %d shifts): %s",
+              (long long)at, (long long)(n_in - at - 2), (long long)gs.n_generated, gs.n_shifts, pb_last_error());
         pb_session_free(s);
     }
 

@@ -85,7 +85,11 @@ static pb_status decode_loop(pb_session *s, const pb_gen_params *gp, pb_piece_fn
             break;
         }
         if (s->pending >= 0) {
+            int64_t before = s->n_past;
             status = pb_engine_make_room(s, 0, protect, st);
+            /* a shift moved the kept tokens down: so did the first one this call sampled (plain generate; a chat
+             * turn's start is taken from its record below). A stale protect let the next shift drop them. */
+            if (s->n_turns == 0 && s->n_past < before) protect -= before - s->n_past;
             if (status == PB_OK) status = s->batch ? pb_engine_batch_feed(s) : pb_engine_feed_pending(s, NULL);
             if (status != PB_OK) break;
             if (s->n_turns > 0 && protect > s->turns[s->n_turns - 1].content)

@@ -219,6 +219,52 @@ grep -q "removed $L/notes/old/memo.md (file is gone)" "$T/err"; check $? "--prun
 "$BIN" ingest --db "$L/kb.sqlite" --prune "$L/notes" >"$T/out" 2>"$T/err"
 check "$(docs | grep -q 'notes/field.log' && docs | grep -q '.private/hint.md' && echo 0)" "--prune of the folder keeps files named before that its walk skips (notes.log, a hidden folder): $(cat "$T/err")"
 
+# citations of files edited or deleted since they were ingested say so (the text shown is what the file held then, and
+# the user opening the path found other text or nothing): a stat per source, a SHA-256 only when the mtime alone moved
+F="$T/fresh"; mkdir -p "$F"
+printf '# Ocelot\n\nThe ocelot roams the pampas at night.\n' >"$F/edited.md"
+printf '# Ocelot kin\n\nAn ocelot cousin, the margay, climbs trees.\n' >"$F/deleted.md"
+printf '# Ocelot diet\n\nThe ocelot eats rodents and birds.\n' >"$F/touched.md"
+printf '# Ocelot range\n\nOcelot range: Texas to Argentina.\n' >"$F/samesize.md"
+"$BIN" ingest --db "$F/kb.sqlite" -q "$F" >/dev/null 2>&1
+printf '# Ocelot\n\nRewritten: nothing about cats here any more.\n' >"$F/edited.md"
+rm "$F/deleted.md"
+touch -d 2001-01-01 "$F/touched.md"                                        # the mtime alone: same bytes
+printf '# Ocelot range\n\nOcelot range: Mexico to Paraguay.\n' >"$F/samesize.md" # same size, other bytes
+touch -d 2001-01-01 "$F/samesize.md"
+"$BIN" search --db "$F/kb.sqlite" ocelot -k 10 --json >"$T/out"
+st=$(python3 -c 'import json,sys; print(" ".join(h["path"].rsplit("/",1)[1]+"="+h["file_state"] for h in sorted(json.load(open(sys.argv[1]))["hits"], key=lambda h: h["path"])))' "$T/out" 2>&1)
+check "$([ "$st" = "deleted.md=gone edited.md=changed samesize.md=changed touched.md=unchanged" ] && echo 0)" "search --json: each hit's file_state against the file now: $st"
+"$BIN" search --db "$F/kb.sqlite" ocelot -k 10 >"$T/out" 2>"$T/err"
+check "$(grep -q "edited.md:1-3  -- changed since ingest$" "$T/out" && grep -q "deleted.md:1-3  -- file is gone$" "$T/out" &&
+  grep -q "touched.md:1-3$" "$T/out" && grep -q "note: 2 files changed since ingest .*, 1 file is gone: \`pocketbrain ingest --db $F/kb.sqlite --prune " "$T/err" && echo 0)" \
+  "search marks a changed and a deleted file and says the ingest that updates them: $(cat "$T/out" "$T/err")"
+"$BIN" ask --db "$F/kb.sqlite" --dry-run "ocelot" -k 10 >"$T/out" 2>"$T/err"
+check "$(grep -q "^\[[0-9]\] $F/edited.md:1-3  (Ocelot)  -- changed since ingest$" "$T/out" && grep -q "^\[[0-9]\] $F/deleted.md:1-3  (Ocelot kin)  -- file is gone$" "$T/out" &&
+  grep -q "note: .* file is gone: .pocketbrain ingest" "$T/err" && echo 0)" "ask marks its sources the same way: $(tail -5 "$T/out") $(cat "$T/err")"
+"$BIN" ask --db "$F/kb.sqlite" --dry-run --json "ocelot" -k 10 | grep -q '"path":"[^"]*/deleted.md","location":"[^"]*","file_state":"gone"'
+check $? "ask --json: the citation's file_state"
+cmd=$(sed -n 's/.*`pocketbrain \(ingest [^`]*\)`.*/\1/p' "$T/err")
+"$BIN" $cmd >/dev/null 2>&1; "$BIN" search --db "$F/kb.sqlite" ocelot -k 10 >"$T/out" 2>"$T/err"
+check "$([ -n "$cmd" ] && ! grep -q -- ' -- ' "$T/out" && [ ! -s "$T/err" ] && echo 0)" "the suggested ingest ($cmd) leaves nothing marked: $(cat "$T/out" "$T/err")"
+
+# SIGTERM (a kill, a service stopped) and SIGHUP (the terminal closed) stop an ingest like Ctrl-C: the current file
+# committed, the "interrupted" line said with -q too; then the command ends by the signal (143, 129), not with Ctrl-C's
+# 130 (SIGTERM gave 130, and -q printed nothing at all)
+S="$T/sig"; mkdir -p "$S"
+for i in 1 2 3 4 5 6 7 8; do mkdir "$S/c$i"; cp tests/data/kb/corpus/*.md "$S/c$i/"; done
+for sig in TERM:143 INT:130 HUP:129; do
+  rm -f "$S/kb.sqlite"*
+  "$BIN" ingest --db "$S/kb.sqlite" -q "$S" >"$T/out" 2>"$T/err" & ipid=$!
+  i=0; while [ ! -s "$S/kb.sqlite" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; sleep 0.3
+  kill -"${sig%:*}" $ipid; wait $ipid; rc=$?
+  name=$([ "${sig%:*}" = INT ] && echo Ctrl-C || echo "SIG${sig%:*}")
+  check "$([ $rc = "${sig#*:}" ] && grep -q "^interrupted by $name (committed work is kept; re-run to resume): 2544 files" "$T/out" && echo 0)" \
+    "ingest -q stopped by SIG${sig%:*}: exit $rc (want ${sig#*:}), the interrupted line: $(cat "$T/out" "$T/err")"
+done
+ok=$(python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute("PRAGMA integrity_check").fetchone()[0], c.execute("SELECT count(*) FROM documents WHERE id NOT IN (SELECT doc_id FROM chunks)").fetchone()[0])' "$S/kb.sqlite")
+check "$([ "$ok" = "ok 0" ] && echo 0)" "after SIGHUP the knowledge base is whole: $ok"
+
 # faq
 "$BIN" faq --db "$T/kb.sqlite" add "How do I reset my password?" "Use Settings, then Account, then Reset." >/dev/null
 check $? "faq add"
@@ -288,7 +334,7 @@ if [ -f models/default.gguf ]; then
   while kill -0 $epid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
   kill -KILL $epid 2>/dev/null; wait $epid; rc=$?
   n=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM embeddings").fetchone()[0])' "$T/emb.sqlite")
-  check "$([ $rc = 130 ] && [ "$n" -gt 0 ] && grep -q "^interrupted (the vectors made are kept" "$T/eout" && echo 0)" \
+  check "$([ $rc = 130 ] && [ "$n" -gt 0 ] && grep -q "^interrupted by Ctrl-C (the vectors made are kept" "$T/eout" && echo 0)" \
     "one Ctrl-C stops the embedding within 10 s, exit 130, the $n vectors made kept (rc $rc $(cat "$T/eout" "$T/eerr"))"
 else
   echo "# skip: models/default.gguf not present: ask with a real model not run"

@@ -107,4 +107,56 @@ loc=$(ask_live "zorblax fennimore")
 [ "$loc" = "$OUT/live/zorblax.md:1-3" ] && echo "ok - serve finds a document ingested while it runs" || echo "not ok - new document while serving: $loc"
 loc=$(ask_live "quuxified wibble")
 [ "$loc" = "$OUT/live/pipe.7.md:1-3" ] && echo "ok - serve finds the edited text of a re-ingested document" || echo "not ok - edited document while serving: $loc"
+# a source whose file was edited or deleted after its ingest says so: the answer quotes text the file no longer has
+ask_state() { # question -> the first source's location and file_state
+  curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"}],\"use_documents\":true,\"max_tokens\":2}" |
+    node -e 'let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{const s=JSON.parse(d).sources||[];console.log(s.length?s[0].location+" "+s[0].file_state:"none")})'
+}
+st=$(ask_state "zorblax fennimore")
+[ "$st" = "$OUT/live/zorblax.md:1-3 unchanged" ] || echo "not ok - file_state of an unchanged source: $st"
+printf '# Zorblax\n\nNo longer about capacitors at all.\n' >"$OUT/live/zorblax.md"
+st1=$(ask_state "zorblax fennimore"); rm "$OUT/live/zorblax.md"; st2=$(ask_state "zorblax fennimore")
+[ "$st1" = "$OUT/live/zorblax.md:1-3 changed" ] && [ "$st2" = "$OUT/live/zorblax.md:1-3 gone" ] \
+  && echo "ok - a source's file edited, then deleted, since its ingest: file_state changed, then gone" || echo "not ok - file_state: '$st1' '$st2'"
+stop
+
+# the knowledge-base file itself replaced while serve runs: a backup renamed over it, or deleted and made anew by ingest.
+# The server read the old file (its open inode) until a restart. And an ingest beside it left its frames in
+# kb.sqlite-wal, which SQLite then replayed over the backup put at that name: once serve stopped, search found the old
+# knowledge base again, now written into the backup's file
+mkdir -p "$OUT/swap" "$OUT/bk"
+cp tests/data/kb/corpus/*.md "$OUT/swap/"
+printf '# Quokka\n\nThe quokka backup note.\n' >"$OUT/bk/quokka.md"
+printf '# Narwhal\n\nThe narwhal fresh note.\n' >"$OUT/bk/narwhal.md"
+"$BIN" ingest --db "$OUT/backup.sqlite" -q "$OUT/bk/quokka.md" >/dev/null 2>&1
+"$BIN" ingest --db "$OUT/swap.sqlite" -q "$OUT/bk/narwhal.md" >/dev/null 2>&1
+start --db "$OUT/swap.sqlite"
+"$BIN" ingest --db "$OUT/swap.sqlite" -q "$OUT/swap" >/dev/null 2>&1 & ipid=$!
+i=0; while kill -0 $ipid 2>/dev/null && [ $i -lt 600 ]; do ask_live "pipe capacity" >/dev/null; i=$((i + 1)); done # read while it writes
+wait $ipid
+cp "$OUT/backup.sqlite" "$OUT/restore.tmp"; mv "$OUT/restore.tmp" "$OUT/swap.sqlite"
+loc=$(ask_live "quokka backup"); old=$(ask_live "pipe capacity atomic")
+[ "$loc" = "$OUT/bk/quokka.md:1-3" ] && [ "$old" = none ] && grep -q "note: '$OUT/swap.sqlite' was replaced by another file: reading the new one" "$OUT/stderr" \
+  && echo "ok - a backup renamed over the kb file under serve: the next request reads the backup, the log says so" || echo "not ok - restored backup: '$loc' '$old' $(tail -3 "$OUT/stderr")"
+stop
+n=$("$BIN" search --db "$OUT/swap.sqlite" "pipe capacity quokka" --json -k 10 | grep -o '"rank":' | wc -l)
+[ "$n" = 1 ] && echo "ok - the restored backup stays the backup once serve stops ($n hit)" || echo "not ok - search after the restore and the server's stop: $n hits"
+
+start --db "$OUT/swap.sqlite"
+ask_live "quokka backup" >/dev/null
+rm "$OUT/swap.sqlite"
+health=$(curl -s "$URL/health"); loc=$(ask_live "quokka backup")
+echo "$health" | grep -q "\"knowledge_base_note\":\"'$OUT/swap.sqlite' is gone (No such file or directory): answering from the one read before" && [ "$loc" = "$OUT/bk/quokka.md:1-3" ] \
+  && echo "ok - kb file deleted under serve: /health says so, answers come from the one read before" || echo "not ok - deleted kb: $loc $health"
+"$BIN" ingest --db "$OUT/swap.sqlite" -q "$OUT/bk/narwhal.md" >/dev/null 2>&1
+loc=$(ask_live "narwhal fresh"); old=$(ask_live "quokka backup"); health=$(curl -s "$URL/health")
+[ "$loc" = "$OUT/bk/narwhal.md:1-3" ] && [ "$old" = none ] && ! echo "$health" | grep -q knowledge_base_note \
+  && echo "ok - kb file made anew by ingest under serve: the next request reads the new one" || echo "not ok - re-created kb: '$loc' '$old' $health"
+printf 'not a database\n' >"$OUT/junk"; mv "$OUT/junk" "$OUT/swap.sqlite"
+code=$(curl -s -o "$OUT/r8" -w '%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"narwhal"}],"use_documents":true,"max_tokens":2}')
+[ "$code" = 500 ] && grep -q "the knowledge base could not be searched: replaced by a file that cannot be read: store '$OUT/swap.sqlite': not a knowledge base" "$OUT/r8" \
+  && curl -s "$URL/health" | grep -q '"knowledge_base_note":"replaced by a file that cannot be read' \
+  && echo "ok - a kb file replaced by one that is no knowledge base: the request and /health say so" || echo "not ok - junk kb: $code $(cat "$OUT/r8")"
 stop

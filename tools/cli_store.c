@@ -3,6 +3,8 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -44,4 +46,51 @@ int cli_store_fail(const char *cmd, pb_status s, const char *path) {
         return 1;
     }
     return cli_fail(cmd, s, path);
+}
+
+/* Appends s to the command line in b, in single quotes when the shell would read anything in it ('\'' for a quote). */
+static void shell_word(char *b, size_t cap, const char *s) {
+    size_t o = strlen(b);
+    bool plain = *s != 0;
+    for (const char *p = s; *p && plain; p++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@%=", *p) != NULL;
+    o += (size_t)snprintf(b + o, o < cap ? cap - o : 0, " %s", plain ? s : "'");
+    for (const char *p = s; !plain && *p && o < cap; p++)
+        o += (size_t)snprintf(b + o, cap - o, *p == '\'' ? "'\\''" : "%c", *p);
+    if (!plain && o < cap) snprintf(b + o, cap - o, "'");
+}
+
+void cli_store_stale_note(const char *cmd, const char *db, const char *const *paths, const pb_store_doc_state *states,
+                          int n) {
+    int n_changed = 0, n_gone = 0;
+    size_t cap = 256 + strlen(db) * 4;
+    for (int i = 0; i < n; i++) {
+        bool again = false;
+        for (int j = 0; j < i && !again; j++) again = states[j] != PB_DOC_SAME && strcmp(paths[j], paths[i]) == 0;
+        if (states[i] == PB_DOC_SAME || again) continue;
+        n_changed += states[i] == PB_DOC_CHANGED;
+        n_gone += states[i] == PB_DOC_GONE;
+        cap += strlen(paths[i]) * 4 + 3;
+    }
+    if (n_changed + n_gone == 0) return;
+    char *line = calloc(1, cap);
+    if (!line) return;
+    strcpy(line, "pocketbrain ingest --db");
+    shell_word(line, cap, db);
+    if (n_gone) strcat(line, " --prune");
+    for (int i = 0; i < n; i++) {
+        bool again = false;
+        for (int j = 0; j < i && !again; j++) again = states[j] != PB_DOC_SAME && strcmp(paths[j], paths[i]) == 0;
+        if (states[i] != PB_DOC_SAME && !again) shell_word(line, cap, paths[i]);
+    }
+    char what[256] = "";
+    if (n_changed)
+        snprintf(what, sizeof what, "%d file%s changed since ingest (the text shown is what it held then)", n_changed,
+                 n_changed > 1 ? "s" : "");
+    if (n_gone)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s%d file%s gone", n_changed ? ", " : "", n_gone,
+                 n_gone > 1 ? "s are" : " is");
+    cli_err(cmd, "note: %s: `%s` updates the knowledge base%s", what, line,
+            n_gone ? " (a file moved elsewhere: ingest it at its new place)" : "");
+    free(line);
 }

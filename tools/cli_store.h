@@ -14,5 +14,11 @@ pb_store *cli_store_open_existing(const char *cmd, const char *path, const char 
 /* Prints a store failure for the database at path once: the store's messages already name the file, so the path
  * is put in front only when the message lacks it. Returns 1. */
 int cli_store_fail(const char *cmd, pb_status s, const char *path);
+/* After a list of sources (search, ask): when any of the n shown is PB_DOC_CHANGED or PB_DOC_GONE, one note on stderr
+ * saying what the marks mean and the ingest command, ready to paste, that brings those files up to date in the
+ * knowledge base at db (with --prune when a file is gone, which removes its entry). paths[i] and states[i] belong
+ * together; a path listed twice is named once. */
+void cli_store_stale_note(const char *cmd, const char *db, const char *const *paths, const pb_store_doc_state *states,
+                          int n);
 
 #endif

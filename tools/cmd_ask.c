@@ -124,15 +124,26 @@ static bool on_piece(const char *piece, size_t len, void *user) {
 
 /* ---- output ------------------------------------------------------------------------------------ */
 
-static void print_sources(const pb_store_prompt *pr, const bool *used, int n_used) {
+/* The sources table; a file changed or gone since it was ingested is marked, and one note on stderr says how to
+ * bring it up to date. */
+static void print_sources(const char *db, const pb_store_prompt *pr, const bool *used, int n_used) {
     printf("\n\nSources%s:\n", n_used ? "" : " (retrieved; the answer cited none)");
+    const char **paths = calloc((size_t)pr->n_cites + 1, sizeof *paths);
+    pb_store_doc_state *states = calloc((size_t)pr->n_cites + 1, sizeof *states);
+    int n_shown = 0;
     for (int i = 0; i < pr->n_cites; i++) {
         if (n_used && !used[i]) continue;
         const pb_store_citation *c = &pr->cites[i];
         char loc[4200];
         pb_store_format_location(c->path, c->line_start, c->line_end, c->page, loc, sizeof loc);
-        printf("[%d] %s  (%s)\n", c->num, loc, c->heading);
+        printf("[%d] %s  (%s)%s%s\n", c->num, loc, c->heading, c->state ? "  -- " : "",
+               pb_store_doc_state_text(c->state));
+        if (paths && states) paths[n_shown] = c->path, states[n_shown++] = c->state;
     }
+    cli_flush_stdout(); /* the table before the note under it */
+    if (paths && states) cli_store_stale_note("ask", db, paths, states, n_shown);
+    free(paths);
+    free(states);
 }
 
 static cJSON *json_cites(const pb_store_prompt *pr, const bool *used) {
@@ -145,6 +156,7 @@ static cJSON *json_cites(const pb_store_prompt *pr, const bool *used) {
         cJSON_AddNumberToObject(o, "n", c->num);
         cJSON_AddStringToObject(o, "path", c->path);
         cJSON_AddStringToObject(o, "location", loc);
+        cJSON_AddStringToObject(o, "file_state", pb_store_doc_state_name(c->state));
         cJSON_AddNumberToObject(o, "line_start", (double)c->line_start);
         cJSON_AddNumberToObject(o, "line_end", (double)c->line_end);
         cJSON_AddNumberToObject(o, "page", c->page);
@@ -276,7 +288,9 @@ PB_CMD(ask) {
         else
             pb_store_hits_free(hits, n_hits), hits = NULL, n_hits = 0;
     }
+    if (!s) s = pb_store_hits_check(st, hits, n_hits); /* the sources' files: changed or gone since ingest */
     if (s) {
+        pb_store_hits_free(hits, n_hits);
         pb_store_close(st);
         return cli_fail("ask", s, "search");
     }
@@ -369,7 +383,7 @@ PB_CMD(ask) {
                    pr.text ? pr.text : "", (long long)prompt_tokens,
                    vocab ? "the model's tokenizer" : "the estimate ceil(words*1.3)", n_ctx, (long long)budget,
                    (long long)overhead, max_tokens, pr.n_cites);
-            print_sources(&pr, NULL, 0);
+            print_sources(db, &pr, NULL, 0);
         }
         rc = reason[0] ? 1 : 0;
         if (reason[0]) cli_err("ask", "%s", reason);
@@ -444,7 +458,7 @@ PB_CMD(ask) {
         rc = reason[0] ? 1 : 0;
     } else {
         if (reason[0]) printf("\n[%s]", reason);
-        print_sources(&pr, used, n_used);
+        print_sources(db, &pr, used, n_used);
         if (n_invalid) printf("(the answer also cited %d number(s) that match no source)\n", n_invalid);
         rc = reason[0] ? 1 : 0;
     }

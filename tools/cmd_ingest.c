@@ -23,19 +23,44 @@ static const char usage[] =
     "  renamed or moved one replaces its old entry; --prune removes documents under PATH whose files are\n"
     "  gone. Token counts use MODEL's tokenizer when given, else ceil(words * 1.3). --embed-model also\n"
     "  stores a vector per chunk (mean-pooled hidden states of M) for `search --embed-model M`.\n"
-    "  Exit status: 0 all done, 3 done but some files were skipped (see messages), 1 error, 2 usage.";
+    "  Exit status: 0 all done, 3 done but some files were skipped (see messages), 1 error, 2 usage; Ctrl-C,\n"
+    "  SIGTERM or SIGHUP stop after the current file (committed): exit 130 for Ctrl-C, else ended by that\n"
+    "  signal (143, 129).";
 
 typedef struct {
     cli_progress bar;
     bool verbose, quiet, bar_drawn;
 } ingest_ui;
 
+/* Ctrl-C, kill (SIGTERM) and a closed terminal (SIGHUP) stop the ingest after the current file (committed) or the
+ * embedding after the current vectors. Ctrl-C then exits 130, as run and pull do; SIGTERM and SIGHUP end the command by
+ * that signal (143, 129 to a shell), as chat, quantize and convert do: SIGTERM used to give 130, Ctrl-C's, and a
+ * service manager or script could not tell a kill from a user's Ctrl-C. A second signal leaves at once (the WAL keeps
+ * the last committed batch). */
 static volatile int cancel_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (cancel_flag) _exit(130); /* second ^C: leave now (WAL keeps the last committed batch) */
+static volatile sig_atomic_t stop_sig;
+static void on_stop(int sig) {
+    if (cancel_flag) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_sig = sig;
     cancel_flag = 1;
 }
+
+static void catch_stops(void) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* nohup's ignored SIGHUP stays ignored */
+    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL);
+}
+
+static const char *stop_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "Ctrl-C"; }
 
 static bool embed_progress(void *user, int64_t done) {
     (void)user;
@@ -196,8 +221,7 @@ PB_CMD(ingest) {
     else
         snprintf(how, sizeof how, "estimate ceil(words*1.3)");
     pb_store_meta_set(st, "token_counts", how);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
+    catch_stops();
     p.cancel = &cancel_flag;
     p.on_event = on_event;
     p.user = &ui;
@@ -214,11 +238,14 @@ PB_CMD(ingest) {
         rc = 1;
     } else {
         double mb = (double)stats.bytes / 1e6, sec = stats.ms / 1000.0;
-        if (!ui.quiet || stats.skipped)
+        char why[96] = "";
+        if (s == PB_ERR_CANCELLED) /* said with -q too: the knowledge base is not up to date */
+            snprintf(why, sizeof why,
+                     "interrupted by %s (committed work is kept; re-run to resume): ", stop_name(stop_sig));
+        if (!ui.quiet || stats.skipped || s == PB_ERR_CANCELLED)
             printf("%s%lld files: %lld added, %lld updated, %lld unchanged, %lld skipped, %lld removed; %lld chunks;"
                    " %.1f MB in %.2f s (%.1f MB/s)\n",
-                   s == PB_ERR_CANCELLED ? "interrupted (committed work is kept; re-run to resume): " : "",
-                   (long long)stats.n_files, (long long)stats.added, (long long)stats.updated,
+                   why, (long long)stats.n_files, (long long)stats.added, (long long)stats.updated,
                    (long long)stats.unchanged, (long long)stats.skipped, (long long)stats.removed,
                    (long long)stats.n_chunks, mb, sec, sec > 0 ? mb / sec : 0.0);
         if (s == PB_ERR_CANCELLED)
@@ -235,7 +262,7 @@ PB_CMD(ingest) {
         else {
             s = pb_store_embed_missing(st, e, embed_progress, NULL, &n_emb);
             if (s == PB_ERR_CANCELLED) { /* Ctrl-C or kill: the first one stops here too, not only a second */
-                printf("interrupted (the vectors made are kept; re-run to resume): ");
+                printf("interrupted by %s (the vectors made are kept; re-run to resume): ", stop_name(stop_sig));
                 rc = 130;
             } else if (s) {
                 rc = cli_fail("ingest", s, "embeddings");
@@ -250,6 +277,11 @@ PB_CMD(ingest) {
     pb_store_counter_deinit(&counter);
     pb_vocab_free(vocab);
     free(paths);
+    if (rc == 130 && stop_sig && stop_sig != SIGINT) { /* committed and said: now end as the signal would have */
+        cli_flush_stdout();
+        signal((int)stop_sig, SIG_DFL);
+        raise((int)stop_sig);
+    }
     return rc;
 usage_fail: /* the value's parser said what is wrong: the usage line is left */
     fprintf(stderr, "usage: %s\n", usage);

@@ -36,9 +36,16 @@ static const char *const usage =
     "  --timeout SEC  give up an attempt after SEC seconds without a byte (default 30)\n"
     "environment: PB_MODELS (library directory), PB_HF_ENDPOINT (hub mirror, default https://huggingface.co),\n"
     "             HF_TOKEN, PB_PULL_BACKOFF_MS (first retry wait, default 1000)\n"
-    "exit status: 0 ok, 1 failure (nothing left at the target), 2 usage, 130 interrupted (partial kept)";
+    "exit status: 0 ok, 1 failure (nothing left at the target), 2 usage, 130 interrupted by Ctrl-C, 143 by SIGTERM\n"
+    "             (the partial download is kept for the next pull)";
 
-static void on_signal(int sig) { fetch_interrupt(); }
+/* Ctrl-C or kill: the download stops, the .part kept for the next pull to resume. Ctrl-C then exits 130; SIGTERM ends
+ * the command by that signal (143 to a shell), as ingest, chat, quantize and convert do (it gave 130, Ctrl-C's). */
+static volatile sig_atomic_t stop_sig;
+static void on_signal(int sig) {
+    stop_sig = sig;
+    fetch_interrupt();
+}
 
 /* What a REF resolves to. */
 typedef struct source {
@@ -362,5 +369,10 @@ PB_CMD(pull) {
     rc = 0;
 done:
     lib_unlock(lock);
+    if (rc == 130 && stop_sig == SIGTERM) { /* said and kept: now end as the signal would have */
+        cli_flush_stdout();
+        signal(SIGTERM, SIG_DFL);
+        raise(SIGTERM);
+    }
     return rc;
 }

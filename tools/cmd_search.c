@@ -95,7 +95,9 @@ PB_CMD(search) {
         else
             pb_store_hits_free(hits, n), hits = NULL, n = 0;
     }
+    if (!s) s = pb_store_hits_check(st, hits, n); /* a stat of each shown file: changed or gone since ingest */
     if (s) {
+        pb_store_hits_free(hits, n);
         pb_store_close(st);
         return cli_fail("search", s, "search");
     }
@@ -111,6 +113,7 @@ PB_CMD(search) {
             cJSON_AddNumberToObject(h, "score", hits[i].score);
             cJSON_AddStringToObject(h, "path", hits[i].path);
             cJSON_AddStringToObject(h, "location", loc);
+            cJSON_AddStringToObject(h, "file_state", pb_store_doc_state_name(hits[i].state));
             cJSON_AddNumberToObject(h, "line_start", (double)hits[i].line_start);
             cJSON_AddNumberToObject(h, "line_end", (double)hits[i].line_end);
             cJSON_AddNumberToObject(h, "page", hits[i].page);
@@ -128,10 +131,18 @@ PB_CMD(search) {
             char loc[4200], snip[240];
             pb_store_format_location(hits[i].path, hits[i].line_start, hits[i].line_end, hits[i].page, loc, sizeof loc);
             snippet(hits[i].text, sizeof snip, snip);
-            printf("%d. [%.3f] %s\n", i + 1, hits[i].score, loc);
+            printf("%d. [%.3f] %s%s%s\n", i + 1, hits[i].score, loc, hits[i].state ? "  -- " : "",
+                   pb_store_doc_state_text(hits[i].state));
             if (!pb_store_heading_repeats(hits[i].heading, hits[i].text)) printf("   %s\n", hits[i].heading);
             printf("   %s\n", snip);
         }
+        size_t n_shown = n > 0 ? (size_t)n : 0;
+        const char **paths = calloc(n_shown + 1, sizeof *paths);
+        pb_store_doc_state *states = calloc(n_shown + 1, sizeof *states);
+        for (int i = 0; paths && states && i < n; i++) paths[i] = hits[i].path, states[i] = hits[i].state;
+        if (paths && states) cli_store_stale_note("search", db, paths, states, n);
+        free(paths);
+        free(states);
     }
     pb_store_hits_free(hits, n);
     pb_store_close(st);

@@ -219,7 +219,9 @@ function noteEl(text) {
 }
 
 // The server's "location" already starts with the path ("docs/a.md:10-20"); the path alone only when there is none.
-// Each source is listed once, under the number the answer cites it by.
+// Each source is listed once, under the number the answer cites it by; one whose file was edited or deleted since it
+// was ingested says so (the answer quotes the text of then: the file holds other text now, or nothing).
+const FILE_STATE = { changed: ' (changed since ingest)', gone: ' (file is gone)' };
 function sourcesEl(sources) {
   const d = document.createElement('div');
   d.className = 'sources';
@@ -229,7 +231,7 @@ function sourcesEl(sources) {
     const label = s.location || s.source || s.path || '';
     if (seen.has(label)) return;
     seen.add(label);
-    items.push('[' + (s.num || i + 1) + '] ' + label);
+    items.push('[' + (s.num || i + 1) + '] ' + label + (Object.hasOwn(FILE_STATE, s.file_state) ? FILE_STATE[s.file_state] : ''));
   });
   d.textContent = 'Sources: ' + items.join('  ');
   return d;

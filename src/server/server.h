@@ -23,6 +23,11 @@ typedef struct pb_server_hooks {
     bool (*kb_prompt)(void *user, const char *question, int64_t budget_tokens, char **prompt_out,
                       char **sources_json_out);
     void *kb_user;
+    /* What /health says about those databases ("knowledge_base_note") and a request that could not use one is told:
+     * true with a note in buf when a file is not the one being read (deleted, replaced by an unreadable file). May be
+     * NULL. */
+    bool (*kb_status)(void *user, char *buf, size_t cap);
+    void *status_user;
 } pb_server_hooks;
 
 /* A model requests may name in their "model" field (the CLI's model library). */

@@ -300,6 +300,9 @@ static enum MHD_Result route_health(pb_server *srv, struct MHD_Connection *c, bo
     if (authed) {
         cJSON_AddStringToObject(o, "model", model);
         cJSON_AddBoolToObject(o, "knowledge_base", srv->p.hooks.kb_prompt != NULL);
+        char note[2048];
+        if (srv->p.hooks.kb_status && srv->p.hooks.kb_status(srv->p.hooks.status_user, note, sizeof note))
+            cJSON_AddStringToObject(o, "knowledge_base_note", note);
     }
     return pb_server_send_json(srv, c, stopping ? 503 : 200, o);
 }

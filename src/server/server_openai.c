@@ -439,8 +439,11 @@ static bool build_prompt(pb_server *srv, job *j, parse_err *e) {
                         srv->n_ctx, j->gen.max_tokens, (long long)around, (long long)PB_MAX(budget, 0));
         char *prompt = NULL, *sources = NULL;
         if (!srv->p.hooks.kb_prompt(srv->p.hooks.kb_user, q, budget, &prompt, &sources)) {
+            char note[2048];
+            bool why = srv->p.hooks.kb_status && srv->p.hooks.kb_status(srv->p.hooks.status_user, note, sizeof note);
             e->status = 500;
-            return perr(e, "use_documents", "the knowledge base could not be searched");
+            return perr(e, "use_documents", "the knowledge base could not be searched%s%s", why ? ": " : "",
+                        why ? note : "");
         }
         free(j->texts[j->last_user]);
         j->texts[j->last_user] = prompt;

@@ -144,6 +144,25 @@ pb_status pb_store_doc_touch(pb_store *st, int64_t doc_id, int64_t mtime);
 /* Removes a document (chunks, FTS rows and embeddings too). PB_ERR_NOT_FOUND when absent. */
 pb_status pb_store_doc_delete(pb_store *st, const char *path);
 
+/* Whether a document's file is still the one ingest read: a citation quotes the text stored then. */
+typedef enum pb_store_doc_state {
+    PB_DOC_SAME = 0,    /* size and mtime as recorded (or only the mtime moved and the SHA-256 is the same); also when
+                           it cannot be told (the file unreadable to this user, the entry gone meanwhile) */
+    PB_DOC_CHANGED = 1, /* another size, or another mtime and other bytes: the cited lines may hold other text now */
+    PB_DOC_GONE = 2,    /* no file at the path any more (deleted, moved away, a folder now) */
+} pb_store_doc_state;
+
+/* The state of document doc_id's file, from one stat() against the size and mtime (seconds) ingest recorded. Only a
+ * file whose mtime moved while its size did not is read, to compare its SHA-256 (a `touch`, a copy back, an editor
+ * that saved without a change), and only up to PB_STORE_STATE_HASH_MAX bytes: a larger one is taken as CHANGED. An
+ * edit that keeps the size within the second of the recorded mtime is not seen. Errors are SQLite's. */
+#define PB_STORE_STATE_HASH_MAX ((int64_t)16 << 20)
+pb_status pb_store_doc_state_of(pb_store *st, int64_t doc_id, pb_store_doc_state *out);
+/* "changed since ingest", "file is gone", or "" for PB_DOC_SAME: the words every front end shows. */
+const char *pb_store_doc_state_text(pb_store_doc_state s);
+/* The JSON value: "unchanged", "changed", "gone". */
+const char *pb_store_doc_state_name(pb_store_doc_state s);
+
 /* Prune support: paths seen during this run are recorded in a temporary table; pb_store_prune_unseen
  * removes every document at or under one of the roots that was not seen and whose file is gone (or is a link to a
  * file seen under its own name), calling on_removed(path, why); an unseen file that is still there is kept. */
@@ -284,6 +303,7 @@ typedef struct pb_store_hit {
     size_t byte_start, byte_end;
     int page;
     int64_t n_tokens;
+    pb_store_doc_state state; /* PB_DOC_SAME until pb_store_hits_check */
 } pb_store_hit;
 
 /* The k best chunks for a query by BM25 (heading column weighted 2, text 1). At most max_per_doc chunks of
@@ -302,6 +322,9 @@ pb_status pb_store_search_vec(pb_store *st, const char *model, const float *q, i
 pb_status pb_store_fuse_rrf(pb_store_hit *a, int na, pb_store_hit *b, int nb, int rrf_k, int k, pb_store_hit **out,
                             int *n_out);
 void pb_store_hits_free(pb_store_hit *h, int n);
+/* Fills each hit's state (pb_store_doc_state_of, once per document): for the few hits a front end shows or cites, not
+ * for the ranking. */
+pb_status pb_store_hits_check(pb_store *st, pb_store_hit *h, int n);
 
 /* "path:12-30", "path:12", or "path (p. 3)". */
 void pb_store_format_location(const char *path, int64_t line_start, int64_t line_end, int page, char *buf, size_t cap);
@@ -327,6 +350,7 @@ typedef struct pb_store_citation {
     char *path, *title, *heading;
     int64_t line_start, line_end;
     int page;
+    pb_store_doc_state state; /* the hit's (pb_store_hits_check) */
 } pb_store_citation;
 
 typedef struct pb_store_prompt {

@@ -3,6 +3,7 @@
 #include "store/store_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,26 @@ static bool link_text(const char *path, char *buf, size_t cap) {
     return true;
 }
 
+/* A knowledge base about to be created: its file is made here first (O_EXCL: this process is its creator), and a -wal
+ * or -shm already at its name is removed. They belong to a file deleted or renamed away (SQLite names them after the
+ * path), perhaps still open in a `serve`: the new file shared that -shm index with the old one, whose connection
+ * kept it in use, and the ingest's checkpoint failed as "database disk image is malformed", leaving its writes in a
+ * -wal that the next file put at that name (a backup restored) was read through. The old connection keeps the index it
+ * has mapped. */
+static void create_fresh(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return; /* there already (another writer made it meanwhile), or SQLite will say why not */
+    close(fd);
+    static const char *const ext[] = {"-wal", "-shm"};
+    for (size_t i = 0; i < 2; i++) {
+        char *side = pb_malloc(strlen(path) + 5);
+        if (!side) return;
+        sprintf(side, "%s%s", path, ext[i]);
+        unlink(side);
+        free(side);
+    }
+}
+
 static pb_status open_db(const char *path, bool readonly, pb_store **out) {
     *out = NULL;
     if (!path || !*path) return pb_error(PB_ERR_INVALID_ARG, "store: empty database path");
@@ -186,6 +207,8 @@ static pb_status open_db(const char *path, bool readonly, pb_store **out) {
                             path, lt);
         pb_status s = pb_output_check(path);
         if (s) return pb_error_prefix(s, "store: ");
+        struct stat sb;
+        if (lstat(path, &sb) != 0 && errno == ENOENT) create_fresh(path);
     }
     pb_store *st = pb_calloc(1, sizeof *st);
     if (!st) return PB_ERR_NOMEM;
@@ -447,7 +470,13 @@ void pb_store_close(pb_store *st) {
         /* WAL while a writer works (readers never block it); back to a plain rollback-journal file at rest, so
          * the readers that follow (search, ask, a read-only folder) leave no -wal / -shm files beside the
          * database (a read-only connection cannot checkpoint them away). With another connection still open the
-         * switch fails at once (no busy wait) and the database simply stays in WAL mode. */
+         * switch fails at once (no busy wait) and the database simply stays in WAL mode. Its -wal file is emptied
+         * first all the same (a reader mid-search is waited for, briefly): SQLite pairs a -wal with whatever database
+         * file has its name, so a backup renamed over the file, or a file deleted and made anew, while `serve` held
+         * the old one open, was read through the old file's frames (the restored backup showed, and at the next
+         * checkpoint became, the knowledge base it replaced). */
+        sqlite3_busy_timeout(st->db, 500);
+        sqlite3_exec(st->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
         sqlite3_busy_timeout(st->db, 0);
         sqlite3_exec(st->db, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
     }
@@ -567,6 +596,53 @@ pb_status pb_store_doc_delete(pb_store *st, const char *path) {
     pb_status s = pb_store_doc_lookup(st, path, &info);
     if (s) return s;
     return delete_doc_id(st, info.id);
+}
+
+/* Only the few cited files are looked at, per query: a stat each, and a read only when the mtime alone moved. */
+pb_status pb_store_doc_state_of(pb_store *st, int64_t doc_id, pb_store_doc_state *out) {
+    *out = PB_DOC_SAME;
+    sqlite3_stmt *q;
+    pb_status s = pb_store_prepare(st, "SELECT path, hash, mtime, size FROM documents WHERE id = ?", &q);
+    if (s) return s;
+    sqlite3_bind_int64(q, 1, doc_id);
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW) { /* replaced or removed by an ingest since the search: nothing to tell */
+        s = rc == SQLITE_DONE ? PB_OK : pb_store_sql_error(st, "document state");
+        sqlite3_finalize(q);
+        return s;
+    }
+    /* the path as stored, raw bytes (the hit's copy has U+FFFD for a name that is not UTF-8) */
+    const char *path = (const char *)sqlite3_column_text(q, 0), *hash = (const char *)sqlite3_column_text(q, 1);
+    int64_t mtime = sqlite3_column_int64(q, 2), size = sqlite3_column_int64(q, 3);
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0) {
+        if (path && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)) *out = PB_DOC_GONE;
+    } else if (!S_ISREG(sb.st_mode)) {
+        *out = PB_DOC_GONE;
+    } else if ((int64_t)sb.st_size != size) {
+        *out = PB_DOC_CHANGED;
+    } else if ((int64_t)sb.st_mtime != mtime) {
+        /* touched, or edited to the same size: the bytes tell (what ingest itself compares) */
+        pb_map m;
+        char now[65];
+        if (size > PB_STORE_STATE_HASH_MAX || pb_map_open(path, false, &m) != PB_OK)
+            *out = PB_DOC_CHANGED;
+        else {
+            if (pb_store_sha256_hex(m.data, m.size, now) != PB_OK || !hash || strcmp(now, hash) != 0)
+                *out = PB_DOC_CHANGED;
+            pb_map_close(&m);
+        }
+    }
+    sqlite3_finalize(q);
+    return PB_OK;
+}
+
+const char *pb_store_doc_state_text(pb_store_doc_state s) {
+    return s == PB_DOC_CHANGED ? "changed since ingest" : s == PB_DOC_GONE ? "file is gone" : "";
+}
+
+const char *pb_store_doc_state_name(pb_store_doc_state s) {
+    return s == PB_DOC_CHANGED ? "changed" : s == PB_DOC_GONE ? "gone" : "unchanged";
 }
 
 pb_status pb_store_doc_touch(pb_store *st, int64_t doc_id, int64_t mtime) {
@@ -960,15 +1036,27 @@ pb_status pb_store_chunks_without_embedding(pb_store *st, const char *model,
         free(ids);
         return s;
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n && !s; i++) {
         sqlite3_reset(q);
         sqlite3_bind_int64(q, 1, ids[i]);
         if (sqlite3_step(q) != SQLITE_ROW) continue;
-        if (!fn(user, ids[i], (const char *)sqlite3_column_text(q, 0))) break;
+        /* no read transaction open while fn runs: its writes (a batch of vectors) then wait out another writer's lock
+         * as any write does; begun on top of this statement's read snapshot they failed at once with "database is
+         * locked" whenever another process had committed or was checkpointing meanwhile (SQLite does not wait when a
+         * reader asks to become the writer) */
+        char *text = pb_store_col_dup(q, 0);
+        sqlite3_reset(q);
+        if (!text) {
+            s = pb_error(PB_ERR_NOMEM, "store: out of memory");
+            break;
+        }
+        bool go = fn(user, ids[i], text);
+        free(text);
+        if (!go) break;
     }
     sqlite3_finalize(q);
     free(ids);
-    return PB_OK;
+    return s;
 }
 
 /* ---- SHA-256 ----------------------------------------------------------------------------------- */

@@ -160,6 +160,7 @@ pb_status pb_store_prompt_build(const char *question, const pb_store_hit *hits, 
         c->line_start = h->line_start;
         c->line_end = h->line_end;
         c->page = h->page;
+        c->state = h->state;
         if (!c->path || !c->title || !c->heading) b.oom = true;
         if (cut) {
             out->n_truncated++;

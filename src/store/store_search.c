@@ -406,6 +406,20 @@ void pb_store_hits_free(pb_store_hit *h, int n) {
     free(h);
 }
 
+pb_status pb_store_hits_check(pb_store *st, pb_store_hit *h, int n) {
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < i && h[j].doc_id != h[i].doc_id) j++;
+        if (j < i) {
+            h[i].state = h[j].state;
+            continue;
+        }
+        pb_status s = pb_store_doc_state_of(st, h[i].doc_id, &h[i].state);
+        if (s) return s;
+    }
+    return PB_OK;
+}
+
 #define HIT_COLS                                                                                                       \
     "c.id, c.doc_id, d.path, d.title, c.heading, c.text, c.line_start, c.line_end, c.byte_start, c.byte_end, c.page,"  \
     " c.n_tokens"

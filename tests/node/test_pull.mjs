@@ -225,6 +225,20 @@ for (const ignoreIfRange of [false, true]) {
   const r2 = await run(['pull', URL_(), '--name', 'm'], e);
   check(r2.code === 0 && good(lib, 'm') && /resuming/.test(r2.err), `the next pull resumed it (exit ${r2.code})`);
   check(srv.sent === size - kept && srv.requests[0].range === `bytes=${kept}-`, `resume sent only the missing ${srv.sent} bytes (${size} - ${kept})`);
+  // SIGTERM (a kill, a service stopped) keeps the .part as well, and the command ends by that signal (it exited 130, as
+  // for Ctrl-C), as ingest, chat, quantize and convert do
+  srv.reset({ file: model, throttle: { chunk: 256 << 10, ms: 20 } });
+  const { env: e2, lib: lib2 } = env();
+  signalled = false;
+  const r3 = await run(['pull', URL_(), '--name', 'm'], e2, {
+    onStart: (p) => {
+      const t = setInterval(() => {
+        if (srv.sent >= (3 << 20) && !signalled) { signalled = true; p.kill('SIGTERM'); clearInterval(t); }
+      }, 10);
+    },
+  });
+  const kept2 = exists(target(lib2, 'm') + '.part') ? fs.statSync(target(lib2, 'm') + '.part').size : 0;
+  check(r3.code === 'SIGTERM' && kept2 > 0 && /the same pull resumes it/.test(r3.err), `SIGTERM: ended by ${r3.code}, ${kept2} bytes kept in the .part`);
 }
 
 // 11. two pulls of one model at once: one waits, one good file, one download

@@ -133,7 +133,9 @@ try {
     status: 200, headers: { 'Content-Type': 'text/event-stream' },
     body: 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],"sources":[' +
       '{"num":1,"source":"docs/harbor.md","location":"docs/harbor.md:3-9"},{"num":1,"source":"docs/harbor.md","location":"docs/harbor.md:3-9"},' +
-      '{"num":2,"source":"docs/ships.md","location":"docs/ships.md"}]}\n\n' +
+      '{"num":2,"source":"docs/ships.md","location":"docs/ships.md","file_state":"changed"},' +
+      '{"num":3,"source":"docs/old.md","location":"docs/old.md:1-2","file_state":"gone"},' +
+      '{"num":4,"source":"docs/x.md","location":"docs/x.md","file_state":"toString"}]}\n\n' +
       'data: {"choices":[{"index":0,"delta":{"content":"partial words"}}]}\n\n' +
       'data: {"error":{"message":"the model failed","type":"server_error"}}\n\ndata: [DONE]\n\n',
   }));
@@ -149,7 +151,10 @@ try {
   check(/the model failed/.test(errText) && stored.length === 1 && stored[0].role === 'user',
     'an error is shown, not stored as an assistant message: ' + JSON.stringify(stored.map((m) => m.role)));
   const src = await page.textContent('.msg.assistant .sources');
-  check(src === 'Sources: [1] docs/harbor.md:3-9  [2] docs/ships.md', 'each source path printed once: ' + JSON.stringify(src));
+  check(src.startsWith('Sources: [1] docs/harbor.md:3-9  [2] docs/ships.md'), 'each source path printed once: ' + JSON.stringify(src));
+  // a source whose file was edited or deleted since it was ingested says so (the answer quotes the text of then)
+  check(src === 'Sources: [1] docs/harbor.md:3-9  [2] docs/ships.md (changed since ingest)  [3] docs/old.md:1-2 (file is gone)  [4] docs/x.md',
+    'sources changed or gone since ingest are marked: ' + JSON.stringify(src));
   await page.unroute('**/v1/chat/completions');
 
   // a server with a knowledge base: the option is offered (its /health, stood in for here, says so)

@@ -76,6 +76,57 @@ $BIN info --mem -c 256 --json "$M" >"$T/infoj" 2>&1
 check "info --mem --json: kv_chat_serve above kv, total_chat_serve above total" \
   'python3 -c "import json,sys; m=json.load(open(sys.argv[1]))[\"memory\"]; sys.exit(0 if m[\"kv_chat_serve\"] > m[\"kv\"] and m[\"total_chat_serve\"] - m[\"total\"] == m[\"kv_chat_serve\"] - m[\"kv\"] else 1)" "$T/infoj"'
 
+# a model whose header gives a 2^24-token training context: the largest n_ctx said is one -c takes (was 16777216)
+python3 - "$M" "$T/ctx24.gguf" <<'EOF'
+import struct, sys
+b = open(sys.argv[1], 'rb').read()
+k = b'gemma2.context_length'
+i = b.index(struct.pack('<Q', len(k)) + k) + 8 + len(k) + 4  # the u32 value after the key and its type
+open(sys.argv[2], 'wb').write(b[:i] + struct.pack('<I', 1 << 24) + b[i + 4:])
+EOF
+$BIN info --mem --mem-limit 100G "$T/ctx24.gguf" >"$T/info" 2>&1; rc=$?
+$BIN info --mem --mem-limit 100G --json "$T/ctx24.gguf" >"$T/infoj" 2>&1
+check "info --mem, training context 2^24: the largest n_ctx that fits is -c's most, 1048576 (rc $rc)" \
+  '[ $rc = 0 ] && grep -q "largest n_ctx that fits: 1048576 (the most -c takes)$" "$T/info" && grep -q "\"max_n_ctx\":[[:space:]]*1048576," "$T/infoj"'
+
+# NaN / inf in a matrix, or values an F16 KV cache cannot hold: a clear error, never an answer (a NaN was token 0 --
+# empty text, exit 0 -- or finite garbage: Gemma 2's soft-cap, quantized products and the attention's exp hid it)
+plant() { # FILE OUT TENSOR BYTE_OFFSET HEX: a copy of FILE with bytes HEX written at that offset of TENSOR's data
+  "$BIN" info "$1" --tensors --json >"$T/tensors.json" 2>/dev/null
+  python3 - "$@" "$T/tensors.json" <<'EOF'
+import json, sys
+src, dst, name, off, hexb, tj = sys.argv[1:]
+t = [t for t in json.load(open(tj))['tensors'] if t['name'] == name][0]
+b = bytearray(open(src, 'rb').read())
+o = t['offset'] + int(off)
+v = bytes.fromhex(hexb)
+b[o:o + len(v)] = v
+open(dst, 'wb').write(b)
+EOF
+}
+plant "$M" "$T/nan_q.gguf" blk.3.attn_q.weight 0 007e # the first Q8_0 block's scale: fp16 NaN
+$BIN run -m "$T/nan_q.gguf" -t 1 -p "Once upon a time" -n 4 --temp 0 >"$T/out" 2>"$T/err"; rc=$?
+check "gemma2 q8_0, NaN scale in blk.3.attn_q: exit 1 naming non-finite values, no text (rc $rc)" \
+  '[ $rc = 1 ] && grep -q "the model produced a non-finite key (nan) at position 0 in layer 4" "$T/err" && [ ! -s "$T/out" ]'
+plant "$M" "$T/inf_out.gguf" token_embd.weight 0 007c # fp16 inf: the logit of token 0
+$BIN run -m "$T/inf_out.gguf" -t 1 -p "Once upon a time" -n 4 --temp 0.7 >"$T/out" 2>"$T/err"; rc=$?
+check "gemma2 q8_0, inf scale in the output matrix, sampled: exit 1 naming non-finite logits (rc $rc)" \
+  '[ $rc = 1 ] && grep -q "the model produced non-finite logits at position [0-9]* (-\{0,1\}inf at index 0)" "$T/err" && [ ! -s "$T/out" ]'
+if $BIN synth --arch gemma4 --size tiny --type f32 -o "$T/g4.gguf" >/dev/null 2>&1; then
+  plant "$T/g4.gguf" "$T/g4nan.gguf" blk.1.ffn_down.weight 0 0000c07f # f32 NaN
+  $BIN run -m "$T/g4nan.gguf" -t 1 -p "Once upon a time" -n 4 --temp 0 >"$T/out" 2>"$T/err"; rc=$?
+  check "gemma4 f32, NaN in blk.1.ffn_down: exit 1 naming non-finite values (rc $rc)" \
+    '[ $rc = 1 ] && grep -q "the model produced a non-finite key (nan) at position 0 in layer 2" "$T/err" && [ ! -s "$T/out" ]'
+else
+  nok "synth gemma4 tiny"
+fi
+plant "$M" "$T/big_v.gguf" blk.0.attn_v.weight 0 0064 # the first block's scale 1024: V rows near 4e5
+$BIN run -m "$T/big_v.gguf" -t 1 -p "Once upon a time" -n 4 --temp 0 >"$T/out" 2>"$T/err"; rc=$?
+check "V past what an F16 KV cache stores: exit 1 naming the layer and --kv-type f32 (rc $rc)" \
+  '[ $rc = 1 ] && grep -q "layer 0.s value at position 0 is .*, beyond the 65520 the f16 KV cache stores (an f32 KV cache holds it: --kv-type f32)" "$T/err" && [ ! -s "$T/out" ]'
+$BIN run -m "$T/big_v.gguf" -t 1 -p "Once upon a time" -n 4 --temp 0 --kv-type f32 >"$T/out" 2>"$T/err"; rc=$?
+check "... and with --kv-type f32 it answers (rc $rc)" '[ $rc = 0 ] && [ -s "$T/out" ]'
+
 # thermal governor through the CLI
 echo 95000 >"$T/temp"
 $R -p hi -n 3 --thermal "$T/temp" >"$T/out" 2>"$T/err"; rc=$?

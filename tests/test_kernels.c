@@ -317,6 +317,26 @@ static void test_family(const family *f) {
         }
         CHECK(same == rounds, "%s %s activation quantizer bit-identical to the reference: %d/%d rows", f->name,
               qi ? "q8_K" : "q8_0", same, rounds);
+        /* a block holding NaN or inf: scale NaN (values 0), so a product with it is NaN, never plain numbers (Q8_0's
+         * fmaxf skipped the NaN, Q8_K made the block zeros: NaN activations turned into a finite wrong answer) */
+        int nan_scale = 0, blocks = 0;
+        for (int64_t b = 0; b < 4; b++) {
+            for (int64_t i = 0; i < K; i++) x[i] = nrand();
+            const int64_t bl = qi ? 256 : 32;
+            x[b * bl + 7] = b % 2 ? INFINITY : b == 2 ? -NAN : NAN;
+            isa_tab[qt].from_float(x, r2, K);
+            float *dq = malloc((size_t)K * 4);
+            ref_tab[qt].to_float(r2, dq, K);
+            int n_nan = 0;
+            for (int64_t i = 0; i < K; i++) n_nan += isnan(dq[i]) != 0;
+            nan_scale += n_nan == bl && isnan(dq[b * bl]) && !isnan(dq[((b + 1) % (K / bl)) * bl]);
+            blocks++;
+            free(dq);
+        }
+        CHECK(nan_scale == blocks,
+              "%s %s activation quantizer: a block with NaN or inf dequantizes to NaN (scale NaN), the others "
+              "finite: %d/%d",
+              f->name, qi ? "q8_K" : "q8_0", nan_scale, blocks);
         free(x), free(r1), free(r2);
     }
 
@@ -503,6 +523,28 @@ static void test_helpers(void) {
         CHECK(we < 2e-6, "pb_kernels_softcap (%s) cap 30, %d logits: worst relative error %.1e", pb_kernels_isa(), V,
               we);
         free(l), free(l0);
+    }
+    /* NaN stays NaN through the exp-based kernels, in the vector lanes as in the scalar tail: the clamp of their exp
+     * made a soft-capped NaN -cap (a NaN logit row answered token 0), an attention over NaN scores weigh every key
+     * alike (finite garbage), and a NaN GeGLU gate finite */
+    {
+        enum { NN = 21 }; /* 16 vector lanes (also on NEON) and a scalar tail of 5 */
+        float l[NN], sc[NN], gt[NN], up[NN], mx = -INFINITY;
+        for (int i = 0; i < NN; i++) l[i] = sc[i] = gt[i] = nrand(), up[i] = 1.0f;
+        l[3] = sc[3] = gt[3] = NAN, l[19] = sc[19] = gt[19] = NAN;
+        pb_kernels_softcap(l, NN, 30.0f);
+        float sum = pb_kernels_att_exp(sc, NN, 50.0f, &mx);
+        pb_kernels_geglu(gt, up, NN);
+        int kept = 0, finite = 0;
+        for (int i = 0; i < NN; i++) {
+            const bool nan_in = i == 3 || i == 19;
+            kept += nan_in && isnan(l[i]) && isnan(sc[i]) && isnan(gt[i]);
+            finite += !nan_in && isfinite(l[i]) && isfinite(sc[i]) && isfinite(gt[i]);
+        }
+        CHECK(kept == 2 && finite == NN - 2 && isnan(sum) && isfinite(mx),
+              "NaN in, NaN out (%s): softcap, att_exp (sum %g) and geglu keep NaN lanes NaN, the others finite (%d/2 "
+              "NaN, %d/%d finite)",
+              pb_kernels_isa(), (double)sum, kept, finite, NN - 2);
     }
     free(a), free(b), free(g1), free(g2);
 }

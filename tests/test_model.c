@@ -5,6 +5,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "tensor/ops.h"
+#include "tensor/quant.h"
 #include "tensor/types.h"
 
 #include <math.h>
@@ -17,6 +18,9 @@ typedef struct {
     const char *misshape; /* tensor name written with a wrong shape (or NULL) */
     const char *bad_type; /* tensor name written with an unsupported type id (or NULL) */
     const char *nan_at;   /* tensor name whose first value is NaN (or NULL) */
+    bool inf;             /* nan_at holds +inf instead */
+    bool q8;              /* matrices whose rows are whole blocks written as Q8_0 (nan_at: its first block's scale) */
+    const char *big_at;   /* tensor whose values are scaled by 1e5 (or NULL) */
     int n_tok;            /* tokenizer pieces (0: TV, one per row of token_embd) */
     const char *extra;    /* a tensor no architecture reads, of 100,000 values (or NULL) */
 } variant;
@@ -42,7 +46,19 @@ static int add_t(pb_gguf_writer *w, const variant *v, const char *name, int64_t 
     if (v->bad_type && strcmp(v->bad_type, name) == 0) type = PB_TYPE_IQ4_NL; /* a type we cannot read */
     float *p = *cursor;
     fill(p, ne[0] * ne[1], seed, norm ? 0.2f : 0.5f, norm ? 1.0f : 0.0f);
-    if (v->nan_at && strcmp(v->nan_at, name) == 0) p[0] = NAN;
+    bool planted = v->nan_at && strcmp(v->nan_at, name) == 0;
+    if (v->big_at && strcmp(v->big_at, name) == 0)
+        for (int64_t i = 0; i < ne[0] * ne[1]; i++) p[i] *= 1e5f;
+    if (v->q8 && !norm && ne[0] % 32 == 0) { /* quantized into the same place (34 bytes per 32 floats) */
+        uint8_t *q = malloc(pb_row_size(PB_TYPE_Q8_0, ne[0]) * (size_t)ne[1]);
+        pb_type_get(PB_TYPE_Q8_0)->from_float(p, q, ne[0] * ne[1]);
+        if (planted) ((pb_block_q8_0 *)(void *)q)->d = v->inf ? 0x7C00 : 0x7E00; /* fp16 inf / NaN */
+        memcpy(p, q, pb_row_size(PB_TYPE_Q8_0, ne[0]) * (size_t)ne[1]);
+        free(q);
+        type = PB_TYPE_Q8_0;
+    } else if (planted) {
+        p[0] = v->inf ? INFINITY : NAN;
+    }
     *cursor += ne[0] * ne[1];
     return pb_gguf_add_tensor(w, name, type, ne1 == 1 ? 1 : 2, ne, p) == PB_OK ? 0 : 1;
 }
@@ -197,6 +213,91 @@ static void test_synthetic(void) {
     CHECK(ms && pb_model_hparams(ms)->n_embd_per_layer == 0, "gemma3: no per-layer inputs");
     pb_model_close(ms);
     remove(path);
+    free(g_data);
+}
+
+// --- NaN or inf in a matrix; activations an F16 KV cache cannot hold ------------------------------------------
+
+/* Opens variant v (which must open) and runs a 12-token prompt (long enough for the vector lanes of attention), one
+ * token alone, and a batched step of two sequences, each expecting want with a message holding must_mention and every
+ * cache as it was (a refused call commits nothing). kv_type: the caches'. */
+static void check_run(const char *name, const variant *v, pb_kv_type kv_type, pb_status want,
+                      const char *must_mention) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/pb_test_model_%d_%s.gguf", (int)getpid(), name);
+    pb_model *m = NULL;
+    pb_status st = write_tiny(path, v) ? pb_model_open(path, NULL, &m) : PB_ERR_IO;
+    CHECK(st == PB_OK, "%s: opens (%s)", name, st ? pb_last_error() : "ok");
+    remove(path);
+    if (!m) return;
+    pb_kv_cache *kv = NULL, *kv2 = NULL;
+    pb_forward_ctx *fc = NULL;
+    static float logits[TV * 12];
+    int32_t toks[12];
+    for (int i = 0; i < 12; i++) toks[i] = 4 + (i * 7) % (TV - 4);
+    bool made = pb_kv_new(m, 32, kv_type, &kv) == PB_OK && pb_kv_new(m, 32, kv_type, &kv2) == PB_OK &&
+                pb_forward_ctx_new(m, 12, &fc) == PB_OK;
+    CHECK(made, "%s: cache and scratch (%s)", name, made ? "ok" : pb_last_error());
+    if (made) {
+        char err[3][512];
+        pb_status s0 = pb_forward(m, kv, fc, NULL, toks, 12, logits, false, NULL);
+        snprintf(err[0], sizeof err[0], "%s", pb_last_error());
+        pb_status s1 = pb_forward(m, kv2, fc, NULL, toks, 1, logits, false, NULL);
+        snprintf(err[1], sizeof err[1], "%s", pb_last_error());
+        int n_past[2] = {pb_kv_n_past(kv), pb_kv_n_past(kv2)};
+        pb_kv_cache *two[2] = {kv, kv2};
+        if (s0 == PB_OK) pb_kv_truncate(kv, 0);
+        if (s1 == PB_OK) pb_kv_truncate(kv2, 0);
+        pb_status s2 = pb_forward_batch(m, two, fc, NULL, toks, 2, logits, NULL);
+        snprintf(err[2], sizeof err[2], "%s", pb_last_error());
+        bool finite = true;
+        for (int i = 0; want == PB_OK && i < 2 * TV; i++) finite = finite && isfinite(logits[i]);
+        bool msg = want == PB_OK ||
+                   (strstr(err[0], must_mention) && strstr(err[1], must_mention) && strstr(err[2], must_mention));
+        bool kept = want == PB_OK ? n_past[0] == 12 && n_past[1] == 1
+                                  : n_past[0] == 0 && n_past[1] == 0 && pb_kv_n_past(kv) == 0 && pb_kv_n_past(kv2) == 0;
+        CHECK(s0 == want && s1 == want && s2 == want && msg && kept && finite,
+              "%s: prompt, token step and batched step -> %s, %s, %s (want %s naming '%s'; caches at %d, %d): %s", name,
+              pb_status_name(s0), pb_status_name(s1), pb_status_name(s2), pb_status_name(want), must_mention, n_past[0],
+              n_past[1], s0 ? err[0] : "answered");
+    }
+    pb_forward_ctx_free(fc);
+    pb_kv_free(kv);
+    pb_kv_free(kv2);
+    pb_model_close(m);
+}
+
+static void test_nonfinite(void) {
+    g_data = malloc(sizeof(float) * 300000);
+    /* NaN or inf in a matrix (norms are refused at open): a clear error, never an answer. They were: Gemma 2's soft-cap
+     * turned NaN logits into -30 each (token 0, empty text, exit 0), a quantized product turned NaN into 0 logits or
+     * finite garbage, the attention's exp weighed every key alike over NaN scores; Gemma 1 / 3 said "all banned by the
+     * bias?". blk.1 is the last layer: its NaN shows only in the logits. */
+    const char *archs[] = {"gemma", "gemma2", "gemma3"};
+    const struct {
+        const char *at;
+        bool inf;
+    } plants[] = {{"blk.0.attn_q.weight", false},
+                  {"blk.1.ffn_up.weight", true},
+                  {"blk.1.ffn_down.weight", false},
+                  {"token_embd.weight", true}};
+    for (int a = 0; a < 3; a++)
+        for (int q8 = 0; q8 < 2; q8++)
+            for (size_t k = 0; k < sizeof plants / sizeof plants[0]; k++) {
+                if (q8 && strcmp(plants[k].at, "blk.1.ffn_down.weight") == 0) continue; /* 48 columns: stays f32 */
+                variant v = {.arch = archs[a], .nan_at = plants[k].at, .inf = plants[k].inf, .q8 = q8 != 0};
+                char name[128];
+                snprintf(name, sizeof name, "%s_%s_%s_%s", archs[a], q8 ? "q8_0" : "f32", plants[k].inf ? "inf" : "nan",
+                         plants[k].at);
+                check_run(name, &v, PB_KV_F16, PB_ERR_FORMAT, "non-finite");
+            }
+    /* V at 1e5: rows past what an F16 cache stores (65504, then inf: the attention's weights times inf, or a key's
+     * -inf score dropped, a wrong answer) are refused naming the cure; an f32 cache holds them */
+    variant big = {.arch = "gemma2", .big_at = "blk.0.attn_v.weight"};
+    check_run("big_v_f16", &big, PB_KV_F16, PB_ERR_UNSUPPORTED, "an f32 KV cache holds it");
+    check_run("big_v_f32", &big, PB_KV_F32, PB_OK, "");
+    variant clean = {.arch = "gemma3", .q8 = true};
+    check_run("clean_q8_0", &clean, PB_KV_F16, PB_OK, "");
     free(g_data);
 }
 
@@ -433,6 +534,7 @@ static void test_ops(void) {
 int main(void) {
     test_ops();
     test_synthetic();
+    test_nonfinite();
     test_peer_open();
     test_kv();
     TEST_DONE();

@@ -259,6 +259,41 @@ int main(void) {
         const float l4[4] = {0.0f, 1.0f, 3.0f, 0.5f};
         for (int i = 0; i < 50; i++) other += pb_sampler_sample(s4, l4, NULL, 0) != 2;
         CHECK(other == 0, "temperature 1e-40 (1/T overflows): the argmax every time (%d other)", other);
+        /* NaN in every mode of the chain (greedy, temperature, top-k, top-p, min-p, a penalty, a bias): never drawn,
+         * all-NaN -> -1 (never token 0), a +inf logit takes all the mass, a -inf bias still bans (the forward pass
+         * refuses NaN logits, model/forward.c; this is the sampler's own floor) */
+        {
+            const float mixed[6] = {NAN, 0.5f, NAN, 0.1f, -INFINITY, 0.3f}, nans[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+            const float pinf_l[6] = {NAN, 0.5f, 1.0f, INFINITY, NAN, 0.2f};
+            int32_t ban[] = {1}, rec[] = {1, 3};
+            float ban_v[] = {-INFINITY};
+            int wrong = 0, not_none = 0, not_inf = 0, modes = 0;
+            pb_sampler *s6;
+            CHECK(pb_sampler_new(6, &s6) == PB_OK, "a 6-token sampler");
+            for (int mode = 0; mode < 7; mode++, modes++) {
+                g = plain();
+                if (mode == 0) g.temperature = 0;
+                if (mode == 2) g.top_k = 2;
+                if (mode == 3) g.top_p = 0.5f;
+                if (mode == 4) g.min_p = 0.5f;
+                if (mode == 5) g.repeat_penalty = 1.3f, g.frequency_penalty = 0.5f;
+                if (mode == 6) g.bias_ids = ban, g.bias_values = ban_v, g.n_bias = 1;
+                pb_sampler_start(s6, &g);
+                for (int i = 0; i < 60; i++) {
+                    const int32_t t = pb_sampler_sample(s6, mixed, rec, 2);
+                    wrong += t != 1 && t != 3 && t != 5;
+                    wrong += mode == 6 && t == 1; /* banned */
+                    wrong += mode == 0 && t != 1; /* greedy: the best finite one */
+                    not_none += pb_sampler_sample(s6, nans, rec, 2) != -1;
+                    not_inf += pb_sampler_sample(s6, pinf_l, rec, 2) != 3;
+                }
+            }
+            CHECK(wrong == 0 && not_none == 0 && not_inf == 0,
+                  "%d sampler modes with NaN / inf logits: NaN never drawn, -inf bias bans (%d wrong), all NaN -> -1 "
+                  "(%d not), +inf wins (%d not)",
+                  modes, wrong, not_none, not_inf);
+            pb_sampler_free(s6);
+        }
         /* invalid params */
         g = plain();
         g.top_p = 0;

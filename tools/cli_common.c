@@ -373,9 +373,13 @@ static pb_session_params mem_session(const cli_mem_opts *o) {
     return sp;
 }
 
+/* The estimate, its largest n_ctx no more than -c takes: the library caps it by the model's training context alone
+ * (2^24 in a header), and "largest n_ctx that fits: 16777216" was advice -c refuses. */
 static bool estimate(const char *path, const cli_mem_opts *o, pb_mem_estimate *e) {
     pb_session_params sp = mem_session(o);
-    return pb_estimate_memory(path, &sp, o->mem_limit, e) == PB_OK;
+    if (pb_estimate_memory(path, &sp, o->mem_limit, e) != PB_OK) return false;
+    if (e->max_n_ctx > CLI_MAX_CTX) e->max_n_ctx = CLI_MAX_CTX;
+    return true;
 }
 
 /* Gemma 4: KV per layer (head dims, KV heads and windows differ by layer; KV-shared layers hold none) and the PLE
@@ -456,9 +460,9 @@ bool cli_mem_print(const char *path, const cli_mem_opts *o) {
     printf("memory:        n_ctx %d, %s KV: weights %.1f MiB + KV %.1f MiB + scratch %.1f MiB = %.1f MiB\n", e.n_ctx,
            cli_kv_name(e.kv_type), (double)e.weights / MIB, (double)e.kv / MIB, (double)e.scratch / MIB,
            (double)e.total / MIB);
-    printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d\n", (double)e.available / MIB,
+    printf("               available %.1f MiB (%s): %s; largest n_ctx that fits: %d%s\n", (double)e.available / MIB,
            o->mem_limit ? "--mem-limit" : "MemAvailable/cgroup", e.total <= e.available ? "fits" : "does NOT fit",
-           e.max_n_ctx);
+           e.max_n_ctx, e.max_n_ctx == CLI_MAX_CTX ? " (the most -c takes)" : "");
     const size_t kc = kv_chat_serve(path, o, &e);
     if (kc) {
         const size_t tot = e.total - e.kv + kc;

@@ -1208,9 +1208,11 @@ void FN(pb_mad_f16_tile_)(float *const *y, const float *c, const float *const *a
 #endif
 
 /* exp(z) for z clamped to [-87, 88]: Cody-Waite reduction by ln2, degree-6 polynomial on |r| <= ln2/2
- * (relative error ~2 ulp), scaled by 2^n through the exponent bits. */
+ * (relative error ~2 ulp), scaled by 2^n through the exponent bits. NaN stays NaN: max/min_ps return their second
+ * operand when one is NaN, so z goes second (as first it became -87, exp ~0: attention over NaN scores gave every
+ * key the same weight and finite garbage, and a soft-capped NaN logit -cap, where expf and NEON give NaN). */
 INLINE __m256 exp256(__m256 z) {
-    z = _mm256_min_ps(_mm256_max_ps(z, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    z = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), z));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);

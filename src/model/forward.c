@@ -603,17 +603,74 @@ static void attend(attn_job *j, pb_pool *pool) {
     }
 }
 
+// --- values the model should never produce -------------------------------------------------------------------
+
+/* The largest magnitude a KV cache of type st stores: F16 rounds 65520 and above to inf, Q8_0 keeps amax / 127 as an
+ * F16 scale; F32 anything finite. */
+static float kv_type_max(int st) {
+    return st == PB_TYPE_F16 ? 65520.0f : st == PB_TYPE_Q8_0 ? 65504.0f * 127.0f : INFINITY;
+}
+
+/* Refuses this call's new K/V rows of layer il (n rows of kv_dim at fc->k / fc->v) holding a value that is not finite
+ * or that the cache type cannot store, before any is written: an inf or NaN key in the cache drops out of every later
+ * softmax or takes it over, a silent wrong answer for the rest of the context (an F16 cache turned 1e5 into inf). */
+static pb_status check_kv_rows(const pb_kv_cache *kv, const pb_forward_ctx *fc, int il, int n, int64_t kv_dim) {
+    const float lim = kv_type_max(kv->st);
+    for (int w = 0; w < 2; w++) {
+        const float *x = w ? fc->v : fc->k;
+        int64_t i = pb_vec_first_over(x, n * kv_dim, lim);
+        if (i < 0) continue;
+        int pos = kv->n_past + (int)(i / kv_dim);
+        if (!isfinite(x[i]))
+            return pb_error(PB_ERR_FORMAT,
+                            "forward: the model produced a non-finite %s (%g) at position %d in layer %d: NaN or inf "
+                            "in its weights (this layer's or an earlier one's), or an overflow?",
+                            w ? "value" : "key", (double)x[i], pos, il);
+        return pb_error(PB_ERR_UNSUPPORTED,
+                        "forward: layer %d's %s at position %d is %g, beyond the %g the %s KV cache stores (an f32 KV "
+                        "cache holds it: --kv-type f32)",
+                        il, w ? "value" : "key", pos, (double)x[i], (double)lim, pb_type_name(kv->st));
+    }
+    return PB_OK;
+}
+
+/* Refuses rows x cols values at x (row r the token at position pos0 + r) holding NaN or inf, naming the first: what
+ * the final hidden state or the logits are for a model with NaN or inf in a matrix. Greedy argmax skips NaN, Gemma 2's
+ * soft-cap turned it into -30, a quantized product into 0: an answer of token 0, or "all banned". Called before the
+ * call's K/V rows are committed, so a refused call leaves the cache as it was. */
+static pb_status check_finite(const float *x, int rows, int64_t cols, int pos0, const char *what) {
+    int64_t i = pb_vec_first_over(x, (int64_t)rows * cols, INFINITY);
+    if (i < 0) return PB_OK;
+    return pb_error(PB_ERR_FORMAT,
+                    "forward: the model produced non-finite %s at position %d (%g at index %lld): NaN or inf in its "
+                    "weights, or an overflow?",
+                    what, pos0 + (int)(i / cols), (double)x[i], (long long)(i % cols));
+}
+
+/* A GPU argmax of -1 (model/gpu.h): no logit above -inf, so all of them NaN (the model's logits are never -inf). */
+static pb_status no_logit(int pos) {
+    return pb_error(PB_ERR_FORMAT,
+                    "forward: the model produced non-finite logits at position %d (none above -inf: NaN): NaN or inf "
+                    "in its weights, or an overflow?",
+                    pos);
+}
+
 // --- one transformer block -----------------------------------------------------------------------------
 
-/* Appends this block's new K/V rows (converted to the cache type) and runs attention for n tokens. A Gemma 4
- * KV-shared layer appends nothing and reads its producer's cache (and the producer's stash of this call). */
-static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
+/* Appends this block's new K/V rows (converted to the cache type; refused when one does not fit it: check_kv_rows) and
+ * runs attention for n tokens. A Gemma 4 KV-shared layer appends nothing and reads its producer's cache (and the
+ * producer's stash of this call). */
+static pb_status attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, int il, int n) {
     int src = m->hp.kv_src[il];
     int64_t kv_dim = kv->kvd[src];
     int hd = kv->hdl[src];
     pb_from_float_fn from_f = pb_kernels_type(kv->st)->from_float;
     attn_job j = {m, kv, fc, src, n, kv->n_past, hd, (int)(kv_dim / hd), NULL, NULL};
     size_t rb = kv->row_b[src];
+    if (src == il) {
+        pb_status s = check_kv_rows(kv, fc, il, n, kv_dim);
+        if (s) return s;
+    }
     if (fc->swa_slot[src] >= 0 && kv->n_past + n > kv->cap[src]) {
         /* ring layer that wraps in this call: keep new rows aside (position-major) until the whole call
          * succeeded (they would overwrite live positions); a ring not yet full takes them in place, in slots
@@ -636,6 +693,7 @@ static void attention(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb
             }
     }
     attend(&j, pool);
+    return PB_OK;
 }
 
 /* A [K, N] slice of a 3-D expert tensor [K, N, E] as a weight matrix (file layout, never packed). */
@@ -734,19 +792,21 @@ static void commit_ring_layer(pb_kv_cache *kv, const pb_forward_ctx *fc, int il,
  * K/V row kept in stash row t, where a Gemma 4 KV-shared layer of the same row finds it), the stash committed per row
  * after the last layer (batch_cpu), as pb_forward commits after its last layer. Each row thus does what a one-token
  * pb_forward does. */
-static void attention_rows(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool, int il,
-                           int n) {
+static pb_status attention_rows(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool, int il,
+                                int n) {
     const pb_hparams *hp = &m->hp;
     int64_t hd = hp->head_dim_l[il], q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv_l[il] * hd;
     float *q = fc->q, *k = fc->k, *v = fc->v, *att = fc->att;
-    for (int t = 0; t < n; t++) {
+    pb_status s = PB_OK;
+    for (int t = 0; t < n && s == PB_OK; t++) {
         pb_kv_cache *kv = kvs[t];
         fc->q = q + t * q_dim, fc->k = k + t * kv_dim, fc->v = v + t * kv_dim, fc->att = att + t * q_dim;
         fc->stash_t0 = t;
-        attention(m, kv, fc, pool, il, 1);
+        s = attention(m, kv, fc, pool, il, 1);
     }
     fc->stash_t0 = 0;
     fc->q = q, fc->k = k, fc->v = v, fc->att = att;
+    return s;
 }
 
 static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
@@ -779,10 +839,8 @@ static pb_status block(const pb_model *m, pb_kv_cache *kv, pb_kv_cache *const *k
         pb_rope_neox(fc->q + t * q_dim, hp->n_head, (int)hd, cs + t * half, sn + t * half);
         if (own_kv) pb_rope_neox(fc->k + t * kv_dim, hkv, (int)hd, cs + t * half, sn + t * half);
     }
-    if (kvs) /* batched decode: each row its own sequence */
-        attention_rows(m, kvs, fc, pool, il, n);
-    else
-        attention(m, kv, fc, pool, il, n);                           /* att: [n, H*hd] */
+    /* att: [n, H*hd]; batched decode: each row its own sequence */
+    if ((s = kvs ? attention_rows(m, kvs, fc, pool, il, n) : attention(m, kv, fc, pool, il, n))) return s;
     if ((s = linear(fc, pool, &w->wo, fc->att, n, fc->o))) return s; /* o: [n, d] */
     if (w->post_attn_norm) norm_rows(fc->o, fc->o, w->post_attn_norm, n, d, eps);
     pb_vec_add(fc->x, fc->o, n * d);
@@ -864,6 +922,10 @@ pb_status pb_forward_top(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc,
     pb_status s = check_args(m, kv, fc, tokens, n);
     if (s) return s;
     if ((s = pb_gpu_forward_top(kv, tokens, n, top, fc->hidden))) return s;
+    /* what the host sees of the step: the final hidden state, and the device argmax, -1 only when no logit exceeds
+     * -inf (all NaN) */
+    if ((s = check_finite(fc->hidden, n, m->hp.n_embd, kv->n_past, "hidden state"))) return s;
+    if (*top < 0) return no_logit(kv->n_past + n - 1);
     kv->n_past += n;
     fc->n_last = n;
     return PB_OK;
@@ -895,6 +957,8 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
     if (kv->gpu) { /* the model runs on the GPU (model/gpu.c): the same pass there (a prompt in chunks at once) */
         pb_status s = pb_gpu_forward(kv, tokens, n, logits, all_logits, fc->hidden);
         if (s) return s;
+        int rows = all_logits ? n : 1;
+        if ((s = check_finite(logits, rows, hp->n_vocab, kv->n_past + n - rows, "logits"))) return s;
         kv->n_past += n;
         fc->n_last = n;
         return PB_OK;
@@ -921,17 +985,18 @@ pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_
         pb_status s = block(m, kv, NULL, fc, pool, il, n);
         if (s) return s;
     }
-    commit_rings(kv, fc, n);
-    kv->n_past += n;
-    pb_kv_grown(kv);
 
-    /* logits = E . RMSNorm(x; output_norm) [, 30 tanh(./30) on Gemma 2] */
+    /* logits = E . RMSNorm(x; output_norm) [, 30 tanh(./30) on Gemma 2], checked before the soft-cap (which hid a NaN)
+     * and before the cache takes the new positions */
     norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);
     fc->n_last = n;
     int first = all_logits ? 0 : n - 1, rows = n - first;
     pb_status s = linear(fc, pool, &m->output, fc->hidden + first * d, rows, logits);
-    if (s) return s;
+    if (s || (s = check_finite(logits, rows, hp->n_vocab, kv->n_past + first, "logits"))) return s;
     if (hp->final_softcap > 0.0f) pb_kernels_softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
+    commit_rings(kv, fc, n);
+    kv->n_past += n;
+    pb_kv_grown(kv);
     return PB_OK;
 }
 
@@ -958,6 +1023,13 @@ static pb_status batch_cpu(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
         pb_status s = block(m, kvs[0], kvs, fc, pool, il, n);
         if (s) return s;
     }
+    norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);
+    fc->n_last = n;
+    pb_status s = linear(fc, pool, &m->output, fc->hidden, n, logits);
+    for (int t = 0; t < n && s == PB_OK; t++) /* as pb_forward's, each row at its own position */
+        s = check_finite(logits + (size_t)t * hp->n_vocab, 1, hp->n_vocab, kvs[t]->n_past, "logits");
+    if (s) return s;
+    if (hp->final_softcap > 0.0f) pb_kernels_softcap(logits, (int64_t)n * hp->n_vocab, hp->final_softcap);
     for (int t = 0; t < n; t++) {
         fc->stash_t0 = t;
         commit_rings(kvs[t], fc, 1);
@@ -967,11 +1039,6 @@ static pb_status batch_cpu(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
         kvs[t]->n_past++;
         pb_kv_grown(kvs[t]);
     }
-    norm_rows(fc->hidden, fc->x, m->output_norm, n, d, hp->norm_eps);
-    fc->n_last = n;
-    pb_status s = linear(fc, pool, &m->output, fc->hidden, n, logits);
-    if (s) return s;
-    if (hp->final_softcap > 0.0f) pb_kernels_softcap(logits, (int64_t)n * hp->n_vocab, hp->final_softcap);
     return PB_OK;
 }
 
@@ -1013,6 +1080,13 @@ pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forwar
         return batch_cpu(m, kvs, fc, pool, tokens, n, logits);
     }
     pb_status s = pb_gpu_forward_batch(kvs, tokens, n, logits, top);
+    /* as pb_forward_top / pb_forward check theirs (logits left on the device: not checked) */
+    for (int i = 0; i < n && s == PB_OK; i++) {
+        if (top && top[i] < 0)
+            s = no_logit(kvs[i]->n_past);
+        else if (!top && logits)
+            s = check_finite(logits + (size_t)i * m->hp.n_vocab, 1, m->hp.n_vocab, kvs[i]->n_past, "logits");
+    }
     if (s) return s;
     for (int i = 0; i < n; i++) kvs[i]->n_past++;
     fc->n_last = 1;

@@ -106,7 +106,9 @@ void pb_forward_set_exact(pb_forward_ctx *fc, bool exact);
  * how the prompt is split into calls nor on the thread count (bit-identical).
  * Returns PB_ERR_CONTEXT_FULL if n_past + n > n_ctx (nothing is changed then).
  * cancel (may be NULL) is polled between layers; when it becomes non-zero returns PB_ERR_CANCELLED
- * and the KV is left as it was before the call. Allocates nothing. */
+ * and the KV is left as it was before the call. A model whose K/V rows or logits come out NaN or inf (NaN or inf in
+ * its weights) gives PB_ERR_FORMAT, K/V values past what kv's type stores (F16: 65504) PB_ERR_UNSUPPORTED, the message
+ * naming the position; the KV is left as it was then too. Allocates nothing. */
 pb_status pb_forward(const pb_model *m, pb_kv_cache *kv, pb_forward_ctx *fc, pb_pool *pool, const int32_t *tokens,
                      int n, float *logits, bool all_logits, const volatile int *cancel);
 
@@ -137,7 +139,8 @@ pb_status pb_forward_logits_top(pb_kv_cache *kv, int m, const int32_t *gather, i
  * logits (may be NULL on the GPU): n rows of n_vocab floats, row i for sequence i. top (GPU only, may be NULL):
  * each row's greedy pick as pb_forward_top gives it; PB_ERR_UNSUPPORTED for CPU caches. Every check (arguments,
  * context full, token ids, one cache twice) is made before anything changes; a failure changes no cache. No pool
- * cancel: the step runs to its end. Allocates nothing. */
+ * cancel: the step runs to its end. Values pb_forward refuses (NaN or inf, K/V past the cache type) fail the step as
+ * there; logits left on the device are not checked. Allocates nothing. */
 enum { PB_FORWARD_BATCH_MAX = 64 };
 pb_status pb_forward_batch(const pb_model *m, pb_kv_cache *const *kvs, pb_forward_ctx *fc, pb_pool *pool,
                            const int32_t *tokens, int n, float *logits, int32_t *top);

@@ -110,3 +110,17 @@ float pb_vec_dot(const float *a, const float *b, int64_t n) {
     for (; i < n; i++) s += a[i] * b[i];
     return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
+
+int64_t pb_vec_first_over(const float *x, int64_t n, float lim) {
+    /* blocks of 64 whose compares are OR-ed without a branch (vector masks), then a plain search from the block that
+     * holds one; !(|x| < lim) is true for NaN too */
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        int over = 0;
+        for (int k = 0; k < 64; k++) over |= !(fabsf(x[i + k]) < lim);
+        if (over) break;
+    }
+    for (; i < n; i++)
+        if (!(fabsf(x[i]) < lim)) return i;
+    return -1;
+}

@@ -593,13 +593,18 @@ void pb_quant_q6_K(const float *x, void *dst, int64_t n) {
 }
 
 /* Q8_K: d = max/-127 (max = signed value of largest magnitude), q = min(127, round_half_even(x/d)),
- * bsums = sums of 16. All-zero input gives d = 0, q = 0, bsums = 0. */
+ * bsums = sums of 16. All-zero input gives d = 0, q = 0, bsums = 0; a block holding NaN or inf d = NaN, q = 0,
+ * bsums = 0, so every dot product with it is NaN (a NaN was skipped by the max and quantized to some int8: a value
+ * that is not finite turned into plain numbers the forward pass could not tell from others, model/forward.c). */
 void pb_quant_q8_K(const float *x, void *dst, int64_t n) {
     pb_block_q8_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        bool finite = true;
+        for (int j = 0; j < QK_K; j++) finite &= isfinite(x[j]) != 0;
         float amax, max = signed_absmax(x, QK_K, &amax);
-        if (amax == 0 || !(amax == amax)) {
+        if (amax == 0 || !finite) {
             memset(&y[i], 0, sizeof y[i]);
+            if (!finite) y[i].d = NAN;
             continue;
         }
         const float iscale = -127.0f / max;

@@ -211,10 +211,24 @@ static inline int8_t round_q8(float v) {
     return (int8_t)r;
 }
 
-/* Q8_0: d = amax/127, q = roundf(x/d) (half away from zero). */
+/* Whether x[0..QK) holds NaN or +-inf. Such a block quantizes to scale NaN and values 0, so every dot product with it
+ * is NaN: a value that is not finite never turns into plain numbers (ggml's fmaxf skips a NaN, and x*id of it became
+ * some int8), and the forward pass can tell (model/forward.c). */
+static inline bool block_not_finite(const float *x) {
+    bool bad = false;
+    for (int j = 0; j < QK; j++) bad |= !isfinite(x[j]);
+    return bad;
+}
+
+/* Q8_0: d = amax/127, q = roundf(x/d) (half away from zero); a block with NaN or inf: d NaN, q 0. */
 void pb_quant_q8_0(const float *x, void *dst, int64_t n) {
     pb_block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
+        if (block_not_finite(x)) {
+            y[i].d = 0x7E00; /* fp16 NaN */
+            memset(y[i].qs, 0, sizeof y[i].qs);
+            continue;
+        }
         float amax = 0.0f;
         for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f;
@@ -224,10 +238,15 @@ void pb_quant_q8_0(const float *x, void *dst, int64_t n) {
     }
 }
 
-/* Q8_1: as Q8_0 plus s = fp16(d * sum(q)) with the float32 d. */
+/* Q8_1: as Q8_0 plus s = fp16(d * sum(q)) with the float32 d (d and s NaN for a block with NaN or inf). */
 void pb_quant_q8_1(const float *x, void *dst, int64_t n) {
     pb_block_q8_1 *y = dst;
     for (int64_t i = 0; i < n / QK; i++, x += QK) {
+        if (block_not_finite(x)) {
+            y[i].d = y[i].s = 0x7E00;
+            memset(y[i].qs, 0, sizeof y[i].qs);
+            continue;
+        }
         float amax = 0.0f;
         for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f;

@@ -9,7 +9,7 @@ set -e
 RUN_PKGS="gcc make pkg-config libsqlite3-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libssl-dev
 libedit-dev libpoppler-glib-dev zlib1g-dev"
 BENCH_PKGS="jq cmake ninja-build g++-aarch64-linux-gnu"
-TEST_PKGS="clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux chromium valgrind curl strace"
+TEST_PKGS="clang libclang-rt-14-dev lld llvm gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux chromium valgrind curl strace"
 LIST=0
 if [ "$1" = --list ]; then LIST=1; shift; fi
 LEVEL=${1:-test}

@@ -49,7 +49,10 @@ if ! command -v ld.lld >/dev/null || ! command -v llvm-ar >/dev/null || ! comman
   exit 0
 fi
 mkdir -p "$T/tc"
-printf '#!/bin/sh\nexec clang --target=aarch64-linux-gnu -fuse-ld=lld "$@"\n' >"$T/tc/aarch64-linux-android28-clang"
+# (the NDK's clang links with lld by default: the stand-in names it only where it links, since a compile given
+# -fuse-ld fails under the -Werror of CI builds: "argument unused during compilation")
+printf '#!/bin/sh\ncase " $* " in *" -c "*) exec clang --target=aarch64-linux-gnu "$@" ;; esac\nexec clang --target=aarch64-linux-gnu -fuse-ld=lld "$@"\n' \
+  >"$T/tc/aarch64-linux-android28-clang"
 chmod +x "$T/tc/aarch64-linux-android28-clang"
 ln -s "$(command -v llvm-ar)" "$T/tc/llvm-ar"
 cat >"$T/jni.c" <<'EOF'

@@ -12,7 +12,7 @@ MK="make --no-print-directory -s BUILD=$BUILD"
 run_pkgs=$(sh scripts/deps.sh --list run)
 test_pkgs=$(sh scripts/deps.sh --list test)
 leak=""
-for p in chromium qemu-user valgrind clang gcc-aarch64-linux-gnu tmux; do
+for p in chromium qemu-user valgrind clang lld llvm gcc-aarch64-linux-gnu tmux; do # lld, llvm: the Android recipe (test_clang_arm64)
   case " $run_pkgs " in *" $p "*) leak="$leak $p" ;; esac
   case " $test_pkgs " in *" $p "*) ;; *) leak="$leak (test lacks $p)" ;; esac
 done

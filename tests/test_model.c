@@ -82,7 +82,7 @@ static int write_tiny(const char *path, const variant *v) {
     if (strcmp(a, "gemma") != 0) pb_gguf_set_u32(w, KEY("attention.sliding_window"), 4);
 #undef KEY
     const char *toks[2 * TV];
-    char tokbuf[2 * TV][8];
+    char tokbuf[2 * TV][16]; /* "t" and up to 10 digits */
     int n_tok = v->n_tok ? v->n_tok : TV;
     for (int i = 0; i < n_tok; i++) {
         snprintf(tokbuf[i], sizeof tokbuf[i], "t%d", i);

@@ -190,12 +190,7 @@ void pb_server_stop(pb_server *srv) {
         j->shut_down = true; /* a waiting non-stream request answers 503, as a stream gets its error event */
         j->status = PB_ERR_CANCELLED;
         if (j->stream) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON *eo = cJSON_AddObjectToObject(e, "error");
-            cJSON_AddStringToObject(eo, "message", "the server is shutting down");
-            cJSON_AddStringToObject(eo, "type", "server_error");
-            cJSON_AddStringToObject(eo, "code", "shutting_down");
-            pb_server_sse_event(j, e);
+            pb_server_sse_event(j, pb_server_sse_error("the server is shutting down", "shutting_down"));
             pb_server_job_append(j, "data: [DONE]\n\n", 14);
         }
         j->done = true;

@@ -221,6 +221,8 @@ cJSON *pb_server_sse_chunk(const job *j, const char *model_id, const char *conte
                            const char *finish);
 /* A chat chunk whose delta is {"reasoning_content": text} (the thought channel of a Gemma 4 thinking answer). */
 cJSON *pb_server_sse_reasoning_chunk(const job *j, const char *model_id, const char *text, size_t len);
+/* A stream's error event {"error": {message, type "server_error", code (left out when NULL)}}. */
+cJSON *pb_server_sse_error(const char *message, const char *code);
 /* The stream_options.include_usage chunk: empty choices and the usage. */
 cJSON *pb_server_sse_usage_chunk(const job *j, const char *model_id);
 /* Queues the 200 event-stream response of a queued job; takes over the caller's job reference. */

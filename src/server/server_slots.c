@@ -181,28 +181,21 @@ static void run_job(slot *sl, job *j) {
      * hold here): no "stop" calls it a whole answer. A stream ends with the error a queued one gets, a whole answer
      * is a 503 (pb_server_stop's shut_down); a job that ended on its own before the cancel reached it is answered
      * as usual. */
-    const bool cut = !j->fell_back && atomic_load(&srv->halt) &&
-                     (s == PB_ERR_CANCELLED || st.stop_reason == PB_STOP_CALLBACK || st.stop_reason == PB_STOP_CANCELLED);
+    const bool cut =
+        !j->fell_back && atomic_load(&srv->halt) &&
+        (s == PB_ERR_CANCELLED || st.stop_reason == PB_STOP_CALLBACK || st.stop_reason == PB_STOP_CANCELLED);
     if (cut) j->shut_down = true;
     if (j->stream && !j->fell_back) {
         if (cut) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON *eo = cJSON_AddObjectToObject(e, "error");
-            cJSON_AddStringToObject(eo, "message", "the server is shutting down: this answer was cut short");
-            cJSON_AddStringToObject(eo, "type", "server_error");
-            cJSON_AddStringToObject(eo, "code", "shutting_down");
-            pb_server_sse_event(j, e);
+            pb_server_sse_event(
+                j, pb_server_sse_error("the server is shutting down: this answer was cut short", "shutting_down"));
         } else if (s == PB_OK || s == PB_ERR_CANCELLED) {
             cJSON *fin = pb_server_sse_chunk(j, srv->model_id, NULL, 0, false, pb_server_finish_reason(&st));
             pb_server_sse_event(j, fin);
             /* as OpenAI sends it: the usage in a chunk of its own, after the finish, with empty choices */
             if (j->include_usage) pb_server_sse_event(j, pb_server_sse_usage_chunk(j, srv->model_id));
         } else {
-            cJSON *e = cJSON_CreateObject();
-            cJSON *eo = cJSON_AddObjectToObject(e, "error");
-            cJSON_AddStringToObject(eo, "message", j->err);
-            cJSON_AddStringToObject(eo, "type", "server_error");
-            pb_server_sse_event(j, e);
+            pb_server_sse_event(j, pb_server_sse_error(j->err, NULL));
         }
         pb_server_job_append(j, "data: [DONE]\n\n", 14);
     }

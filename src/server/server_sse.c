@@ -74,6 +74,15 @@ cJSON *pb_server_sse_reasoning_chunk(const job *j, const char *model_id, const c
     return o;
 }
 
+cJSON *pb_server_sse_error(const char *message, const char *code) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON *eo = cJSON_AddObjectToObject(e, "error");
+    cJSON_AddStringToObject(eo, "message", message);
+    cJSON_AddStringToObject(eo, "type", "server_error");
+    if (code) cJSON_AddStringToObject(eo, "code", code);
+    return e;
+}
+
 cJSON *pb_server_sse_usage_chunk(const job *j, const char *model_id) {
     cJSON *o = chunk_base(j, model_id);
     cJSON_AddArrayToObject(o, "choices");
